@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Local MariaDB (binlog on, a real CDC source) and ZooKeeper, from Debian packages, on loopback,
+# with data inside the checkout. Idempotent start, readiness by a real query, stop by our own PID.
+#
+#   scripts/services.sh start|stop|status|env [mariadb|zookeeper]
+#
+# Ports and paths can be overridden: CDC_SERVICES_DIR, CDC_MARIADB_PORT, CDC_ZK_PORT.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${CDC_SERVICES_DIR:-$ROOT/.local/services}"
+MARIADB_PORT="${CDC_MARIADB_PORT:-33306}"
+ZK_PORT="${CDC_ZK_PORT:-22181}"
+CDC_USER="${CDC_MARIADB_USER:-cdc}"
+CDC_PASSWORD="${CDC_MARIADB_PASSWORD:-cdc-local-only}"
+ROOT_PASSWORD="${CDC_MARIADB_ROOT_PASSWORD:-root-local-only}"
+
+M="$DIR/mariadb"
+Z="$DIR/zookeeper"
+
+log() { echo "services: $*" >&2; }
+
+alive() {  # alive PIDFILE -> 0 if the process in it runs
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+wait_for() {  # wait_for SECONDS CMD... ; polls until CMD succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
+}
+
+mariadb_query() {
+  mariadb --no-defaults --protocol=socket -S "$M/mariadb.sock" -uroot -p"$ROOT_PASSWORD" -N -e "$1"
+}
+
+mariadb_start() {
+  command -v mariadbd >/dev/null || { log "mariadbd not found: run scripts/setup.sh (apt-get install mariadb-server)"; return 1; }
+  if alive "$M/mariadb.pid"; then log "mariadb already running (pid $(cat "$M/mariadb.pid"), port $MARIADB_PORT)"; return 0; fi
+  mkdir -p "$M/data" "$M/binlog"
+  cat > "$M/my.cnf" <<CNF
+[mariadbd]
+datadir=$M/data
+socket=$M/mariadb.sock
+pid-file=$M/mariadb.pid
+port=$MARIADB_PORT
+bind-address=127.0.0.1
+user=root
+log-error=$M/error.log
+server_id=1
+log_bin=$M/binlog/mysql-bin
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+gtid_domain_id=0
+gtid_strict_mode=ON
+log_slave_updates=ON
+expire_logs_days=7
+character-set-server=utf8mb4
+collation-server=utf8mb4_unicode_ci
+innodb_buffer_pool_size=128M
+innodb_log_file_size=64M
+max_allowed_packet=256M
+skip-name-resolve
+CNF
+  local fresh=0
+  if [ ! -d "$M/data/mysql" ]; then
+    fresh=1
+    mariadb-install-db --defaults-file="$M/my.cnf" --datadir="$M/data" --user=root \
+      --auth-root-authentication-method=normal --skip-test-db >"$M/install.log" 2>&1
+  fi
+  nohup mariadbd --defaults-file="$M/my.cnf" >>"$M/stdout.log" 2>&1 &
+  if [ $fresh = 1 ]; then
+    wait_for 30 mariadb --no-defaults -S "$M/mariadb.sock" -uroot -N -e "SELECT 1" || { log "mariadb did not start; see $M/error.log"; return 1; }
+    mariadb --no-defaults -S "$M/mariadb.sock" -uroot <<SQL
+ALTER USER 'root'@'localhost' IDENTIFIED BY '$ROOT_PASSWORD';
+CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '$ROOT_PASSWORD';
+GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS '$CDC_USER'@'127.0.0.1' IDENTIFIED BY '$CDC_PASSWORD';
+GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT ON *.* TO '$CDC_USER'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+  fi
+  wait_for 30 mariadb_query "SELECT @@log_bin" || { log "mariadb did not become ready; see $M/error.log"; return 1; }
+  log "mariadb ready on 127.0.0.1:$MARIADB_PORT (pid $(cat "$M/mariadb.pid"))"
+}
+
+zk_ruok() { [ "$( (exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; timeout 2 cat <&3) 2>/dev/null)" = "imok" ]; }
+
+zk_start() {
+  [ -f /usr/share/java/zookeeper.jar ] || { log "zookeeper not found: run scripts/setup.sh (apt-get install zookeeper)"; return 1; }
+  if alive "$Z/zookeeper.pid"; then log "zookeeper already running (pid $(cat "$Z/zookeeper.pid"), port $ZK_PORT)"; return 0; fi
+  mkdir -p "$Z/data"
+  cat > "$Z/zoo.cfg" <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$Z/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr
+maxSessionTimeout=60000
+CFG
+  local cp=/usr/share/java/zookeeper.jar
+  [ -f /usr/share/java/slf4j-simple.jar ] && cp="$cp:/usr/share/java/slf4j-simple.jar"
+  nohup java -Xmx256m -Dzookeeper.log.dir="$Z" -cp "$cp" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$Z/zoo.cfg" >"$Z/zookeeper.log" 2>&1 &
+  echo $! > "$Z/zookeeper.pid"
+  wait_for 30 zk_ruok || { log "zookeeper did not start; see $Z/zookeeper.log"; return 1; }
+  log "zookeeper ready on 127.0.0.1:$ZK_PORT (pid $(cat "$Z/zookeeper.pid"))"
+}
+
+stop_pidfile() {  # stop_pidfile NAME PIDFILE
+  if alive "$2"; then
+    local pid; pid=$(cat "$2")
+    kill -TERM "$pid" 2>/dev/null || true
+    wait_for 30 bash -c "! kill -0 $pid" || { log "$1 (pid $pid) ignored SIGTERM; killing"; kill -KILL "$pid" 2>/dev/null || true; }
+    log "$1 stopped (pid $pid)"
+  else
+    log "$1 not running"
+  fi
+  rm -f "$2"
+}
+
+status() {
+  local rc=0
+  if alive "$M/mariadb.pid" && mariadb_query "SELECT 1" >/dev/null 2>&1; then
+    echo "mariadb: running pid=$(cat "$M/mariadb.pid") port=$MARIADB_PORT"
+  else echo "mariadb: stopped"; rc=1; fi
+  if alive "$Z/zookeeper.pid" && zk_ruok; then
+    echo "zookeeper: running pid=$(cat "$Z/zookeeper.pid") port=$ZK_PORT"
+  else echo "zookeeper: stopped"; rc=1; fi
+  return $rc
+}
+
+env_lines() {
+  cat <<ENV
+export CDC_MARIADB_HOST=127.0.0.1
+export CDC_MARIADB_PORT=$MARIADB_PORT
+export CDC_MARIADB_USER=$CDC_USER
+export CDC_MARIADB_PASSWORD=$CDC_PASSWORD
+export CDC_MARIADB_ROOT_PASSWORD=$ROOT_PASSWORD
+export CDC_MARIADB_SOCKET=$M/mariadb.sock
+export CDC_ZK_HOSTS=127.0.0.1:$ZK_PORT
+ENV
+}
+
+cmd="${1:-status}"; what="${2:-all}"
+case "$cmd" in
+  start)
+    case "$what" in mariadb) mariadb_start;; zookeeper) zk_start;; all) mariadb_start; zk_start;; esac ;;
+  stop)
+    case "$what" in
+      mariadb) stop_pidfile mariadb "$M/mariadb.pid";;
+      zookeeper) stop_pidfile zookeeper "$Z/zookeeper.pid";;
+      all) stop_pidfile mariadb "$M/mariadb.pid"; stop_pidfile zookeeper "$Z/zookeeper.pid";;
+    esac ;;
+  restart) "$0" stop "$what"; "$0" start "$what" ;;
+  status) status ;;
+  env) env_lines ;;
+  *) echo "usage: $0 start|stop|restart|status|env [mariadb|zookeeper|all]" >&2; exit 2 ;;
+esac
