@@ -76,9 +76,11 @@ CNF
     wait_for 30 mariadb --no-defaults -S "$M/mariadb.sock" -uroot -N -e "SELECT 1" || { log "mariadb did not start; see $M/error.log"; return 1; }
     mariadb --no-defaults -S "$M/mariadb.sock" -uroot <<SQL
 ALTER USER 'root'@'localhost' IDENTIFIED BY '$ROOT_PASSWORD';
-CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '$ROOT_PASSWORD';
+CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '$ROOT_PASSWORD';
+DROP USER IF EXISTS 'root'@'::1';
+DELETE FROM mysql.global_priv WHERE User='root' AND Host NOT IN ('localhost', '127.0.0.1');
 GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
-CREATE USER IF NOT EXISTS '$CDC_USER'@'127.0.0.1' IDENTIFIED BY '$CDC_PASSWORD';
+CREATE OR REPLACE USER '$CDC_USER'@'127.0.0.1' IDENTIFIED BY '$CDC_PASSWORD';
 GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT ON *.* TO '$CDC_USER'@'127.0.0.1';
 FLUSH PRIVILEGES;
 SQL

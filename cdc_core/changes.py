@@ -1,0 +1,50 @@
+"""Change records: what the binlog reader produces and staging consumes.
+
+A `TableSchema` is the shape of a source table as the binlog's table-map event describes it
+(`binlog_row_metadata=FULL` gives names, signedness, charsets, ENUM/SET labels). A `RowChange` is one
+change to one key, already split so that a primary-key change is a delete of the old key followed
+by an insert of the new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    name: str
+    mysql_type: str  # normalised declared type, e.g. "bigint unsigned", "decimal(65,30)", "enum('a','b')"
+    nullable: bool = True
+    # Extra facts the type map needs (charset, fsp, enum/set labels, ...). Keep it small and JSON-able.
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(key, default)
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    schema: str
+    table: str
+    columns: tuple[SourceColumn, ...]
+    key: tuple[str, ...]  # primary key (or unique not-null key, or all columns when configured)
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    op: str  # manifest.OP_INSERT / OP_UPDATE / OP_DELETE
+    table: TableSchema  # the schema in force when this change was written
+    values: dict[str, Any]  # after image for I/U, before image for D
+    version: int  # positions.change_version of the row event's start
+    ordinal: int  # strictly increasing within a window
+    commit_ts: float  # unix seconds of the transaction's commit

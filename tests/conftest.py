@@ -1,0 +1,144 @@
+"""Shared fixtures: real services started once per test session, and per-test isolation.
+
+Services come from scripts/services.sh (MariaDB with binlog, ZooKeeper), the same script the README
+uses. Each test gets its own database, ZooKeeper root and lake/staging directories, so tests never
+see each other's rows, nodes or files (the binlog is shared; table filters keep tests apart).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVICES = ROOT / "scripts" / "services.sh"
+
+
+@dataclass(frozen=True)
+class Services:
+    mysql_host: str
+    mysql_port: int
+    mysql_user: str  # least-privilege replication user
+    mysql_password: str
+    root_password: str
+    zk_hosts: str
+
+    def root_connect(self, database: str | None = None, **kw):  # type: ignore[no-untyped-def]
+        import pymysql
+
+        return pymysql.connect(
+            host=self.mysql_host, port=self.mysql_port, user="root", password=self.root_password,
+            database=database, autocommit=True, charset="utf8mb4", **kw,
+        )
+
+    def cdc_connect(self, database: str | None = None, **kw):  # type: ignore[no-untyped-def]
+        import pymysql
+
+        return pymysql.connect(
+            host=self.mysql_host, port=self.mysql_port, user=self.mysql_user, password=self.mysql_password,
+            database=database, autocommit=True, charset="utf8mb4", **kw,
+        )
+
+    @property
+    def source_params(self) -> dict[str, object]:
+        """Connection parameters of the replication user, as cdc_core takes them."""
+        return {"host": self.mysql_host, "port": self.mysql_port, "user": self.mysql_user, "password": self.mysql_password}
+
+
+def _service_env() -> dict[str, str]:
+    out = subprocess.run([str(SERVICES), "env"], check=True, capture_output=True, text=True).stdout
+    return dict(re.findall(r"export (\w+)=(.*)", out))
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them."""
+    was_running = subprocess.run([str(SERVICES), "status"], capture_output=True).returncode == 0
+    subprocess.run([str(SERVICES), "start"], check=True)
+    env = _service_env()
+    yield Services(
+        mysql_host=env["CDC_MARIADB_HOST"],
+        mysql_port=int(env["CDC_MARIADB_PORT"]),
+        mysql_user=env["CDC_MARIADB_USER"],
+        mysql_password=env["CDC_MARIADB_PASSWORD"],
+        root_password=env["CDC_MARIADB_ROOT_PASSWORD"],
+        zk_hosts=env["CDC_ZK_HOSTS"],
+    )
+    if not was_running and not os.environ.get("CDC_KEEP_SERVICES"):
+        subprocess.run([str(SERVICES), "stop"], check=False)
+
+
+@pytest.fixture
+def source_db(services: Services) -> Iterator[str]:
+    """A fresh database on the source for this test; dropped afterwards."""
+    name = "t_" + uuid.uuid4().hex[:10]
+    conn = services.root_connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield name
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def zk_client(services: Services):  # type: ignore[no-untyped-def]
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=services.zk_hosts, timeout=10)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def zk_root(zk_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A ZooKeeper root path of this test's own; removed afterwards."""
+    path = "/cdc-test-" + uuid.uuid4().hex[:10]
+    yield path
+    zk_client.delete(path, recursive=True)
+
+
+@pytest.fixture
+def lake_dir(tmp_path: Path) -> Path:
+    p = tmp_path / "lake"
+    p.mkdir()
+    return p
+
+
+@pytest.fixture
+def staging_dir(tmp_path: Path) -> Path:
+    p = tmp_path / "staging"
+    p.mkdir()
+    return p
+
+
+def make_spark_session(app: str = "cdc-tests"):  # type: ignore[no-untyped-def]
+    """A small Delta-enabled local session with jars from the project's cache (no network)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from cdc_core.spark_conf import spark_confs
+
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    for k, v in spark_confs().items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    """One Spark session per test module (Spark start-up costs ~10 s)."""
+    session = make_spark_session()
+    yield session
+    session.stop()
