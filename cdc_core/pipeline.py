@@ -1,0 +1,557 @@
+"""The pipeline cycle: the steps one run performs, shared by the CLI and the Airflow tasks.
+
+    acquire -> plan (recover first) -> stage -> merge (Spark) -> ack -> release
+
+Every step is idempotent and fenced, so any step can be retried (an Airflow "clear") and a crash at
+any point converges on the next run:
+
+- `plan` first reconciles ZooKeeper with the lakehouse (BookKeeper's recovery): a planned window whose
+  Delta commits all landed is acked now; a planned window not (fully) merged is returned unchanged, to
+  be replayed exactly. Only then is a new window planned from the cursor.
+- `stage` re-stages the stored plan from the source when the staged copy is missing or corrupt; the
+  result is byte-identical, so a zombie and its successor stage the same thing.
+- `ack` checks, in Delta itself, that every table of the window holds the window (txn version >= seq)
+  before moving the cursor: the cursor can never get ahead of the lake, whatever a task claimed.
+
+State between steps lives in ZooKeeper and the staging area, not in the caller: Airflow clears XComs
+on retry, and the CLI may be killed between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc_core import delta_state, faults, staging
+from cdc_core.binlog import BinlogScanner, read_changes
+from cdc_core.config import PipelineConfig
+from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
+from cdc_core.errors import CdcError, ConfigError, LakeError, StagingError, StateConflict
+from cdc_core.manifest import Manifest
+from cdc_core.naming import path_component
+from cdc_core.positions import BinlogPosition
+from cdc_core.resolver import Resolution, StartSpec, resolve_start
+from cdc_core.source import SourceFacts, SourceParams, TableFilter, check_cdc_ready, connect, describe_tables, inspect_source
+from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
+from cdc_core.window_plan import KIND_BACKFILL, KIND_STREAM, WindowCaps, WindowPlan
+from cdc_core.windows import plan_window
+
+log = logging.getLogger("cdc.pipeline")
+
+MERGE_JOB = PROJECT_ROOT / "spark_apps" / "merge_window.py"
+
+
+def kv(**fields: Any) -> str:
+    """key=value log formatting (values with spaces quoted)."""
+    parts = []
+    for k, v in fields.items():
+        s = str(v)
+        parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
+    return " ".join(parts)
+
+
+@dataclass
+class Pipeline:
+    """One configured pipeline bound to its source, its ZooKeeper subtree and its storage roots."""
+
+    config: PipelineConfig
+    source: SourceParams
+    coordinator: PipelineCoordinator
+    _owns_client: bool = False
+    _client: Any = None
+    _facts: SourceFacts | None = field(default=None, repr=False)
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig, source: SourceParams, zk_client: Any = None) -> Pipeline:
+        owns = zk_client is None
+        if owns:
+            auth = None
+            if config.zookeeper.auth_env:
+                raw = os.environ.get(config.zookeeper.auth_env)
+                if not raw or ":" not in raw:
+                    raise ConfigError(
+                        f"pipeline {config.name!r}: zookeeper.auth_env names {config.zookeeper.auth_env!r}, "
+                        "which must hold 'user:password'; set that environment variable"
+                    )
+                user, _, password = raw.partition(":")
+                auth = (user, password)
+            zk_client = make_zk_client(config.zookeeper.hosts, auth=auth)
+        coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
+        return cls(config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client)
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def staging_root(self) -> str:
+        return str(self.config.staging_root)
+
+    @property
+    def lake_root(self) -> str:
+        return str(self.config.lake_root)
+
+    def _log(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None:
+        token = f"{grant.token:#x}" if grant else "-"
+        log.info("%s %s", event, kv(pipeline=self.name, token=token, **fields))
+
+    # ------------------------------------------------------------------------------------- source
+
+    def table_filter(self, tables: tuple[str, ...] | None = None) -> TableFilter:
+        t = self.config.tables
+        if tables:
+            return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
+        return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
+
+    def source_facts(self, refresh: bool = False) -> SourceFacts:
+        if self._facts is None or refresh:
+            conn = connect(self.source)
+            try:
+                facts = inspect_source(conn)
+                check_cdc_ready(facts, self.name)
+            finally:
+                conn.close()
+            self._facts = facts
+        return self._facts
+
+    def describe(self, tables: tuple[str, ...] | None = None) -> dict[str, Any]:
+        conn = connect(self.source)
+        try:
+            return describe_tables(conn, self.table_filter(tables), self.name, tuple(self.config.tables.full_row_key))
+        finally:
+            conn.close()
+
+    def scanner(self, facts: SourceFacts | None = None) -> BinlogScanner:
+        facts = facts or self.source_facts()
+        return BinlogScanner(self.source, facts.identity)
+
+    def resolve(self, saved: BinlogPosition | None, spec: StartSpec | None = None) -> Resolution:
+        facts = self.source_facts(refresh=True)
+        return resolve_start(
+            saved,
+            spec or self.config.start_spec(),
+            facts,
+            self.scanner(facts),
+            fallback_seconds=self.config.timestamp_fallback_seconds,
+        )
+
+    # ---------------------------------------------------------------------------------- the steps
+
+    def acquire(self, holder: str) -> LeaseGrant:
+        grant = self.coordinator.acquire(holder, self.config.lease_seconds)
+        self._log("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
+        faults.point("after_acquire")
+        return grant
+
+    def renew(self, grant: LeaseGrant) -> LeaseGrant:
+        return self.coordinator.renew(grant, self.config.lease_seconds)
+
+    def release(self, grant: LeaseGrant) -> None:
+        self.coordinator.release(grant)
+        self._log("lease.released", grant)
+
+    def plan(self, grant: LeaseGrant) -> dict[str, Any]:
+        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one."""
+        grant = self.renew(grant)
+        recovered = self.recover(grant)
+        pending = self.coordinator.pending_window()
+        if pending is not None:
+            self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
+            return self._plan_info(pending.plan, recovered=recovered or "replay")
+        cursor = self.coordinator.read_cursor()
+        facts = self.source_facts(refresh=True)
+        caps = WindowCaps(**self.config.caps.model_dump())
+        seq = cursor.seq + 1
+        if cursor.backfill is not None:
+            bf = cursor.backfill
+            start = bf.position
+            kind = KIND_BACKFILL
+            stop: tuple[str, int] | None = (bf.until.file, bf.until.offset)
+            tables = tuple(bf.tables) if bf.tables else None
+            info: dict[str, Any] = {"backfill_until": bf.until.label()}
+        else:
+            if cursor.position is None:
+                resolution = self.resolve(None)
+                self.coordinator.set_start(grant, resolution.position)
+                self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
+                start = resolution.position
+            else:
+                resolution = self.resolve(cursor.position)
+                start = resolution.position
+                if not start.same_point(cursor.position) or start.server != cursor.position.server:
+                    # Failover: the same logical point expressed on the new server.
+                    self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
+                    self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
+            kind = KIND_STREAM
+            stop = None
+            tables = None
+            info = {"rule": resolution.rule}
+        scanner = self.scanner(facts)
+        boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
+        plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+        plan = WindowPlan(**{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder}})
+        self.coordinator.store_plan(grant, plan)
+        self._log(
+            "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
+            transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
+        )
+        faults.point("after_plan")
+        return self._plan_info(plan, recovered=recovered)
+
+    def _plan_info(self, plan: WindowPlan, recovered: str | None) -> dict[str, Any]:
+        return {
+            "seq": plan.seq,
+            "kind": plan.kind,
+            "empty": plan.is_empty,
+            "start": plan.start.label(),
+            "end": plan.end.label(),
+            "transactions": plan.transactions,
+            "recovered": recovered,
+        }
+
+    def _window(self, seq: int) -> WindowRecord:
+        record = self.coordinator.get_window(seq)
+        if record is None:
+            raise StateConflict(
+                f"pipeline {self.name!r}: window {seq} is not planned in ZooKeeper; re-run from the plan step"
+            )
+        return record
+
+    def stage(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        """Stage the stored plan (or verify an existing staged copy). Never re-plans."""
+        grant = self.renew(grant)
+        record = self._window(seq)
+        plan = record.plan
+        manifest = self._staged_manifest(plan)
+        if manifest is None:
+            t0 = time.time()
+            schemas = self._schema_lookup(plan)
+            changes = read_changes(self.source, plan.start.server, plan, self.table_filter(plan.tables), schemas)
+            faults.point("mid_stage_before")
+            manifest = staging.stage_window(plan, changes, self.staging_root, progress=self._stage_progress(grant, plan))
+            self._log(
+                "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
+                secs=f"{time.time() - t0:.2f}",
+            )
+        else:
+            self._log("window.already_staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        faults.point("after_stage")
+        return {
+            "seq": seq,
+            "tables": [t.name for t in manifest.tables],
+            "changes": manifest.changes,
+            "window_dir": staging.window_dir(self.staging_root, self.name, seq),
+            "empty": not manifest.tables,
+        }
+
+    def _stage_progress(self, grant: LeaseGrant, plan: WindowPlan) -> Callable[..., None]:
+        last = [time.time()]
+
+        def progress(rows: int, **extra: Any) -> None:
+            now = time.time()
+            if now - last[0] >= 10:
+                last[0] = now
+                self._log("window.staging", grant, seq=plan.seq, rows=rows, **extra)
+                self.renew(grant)  # a long staging keeps the lease alive (and notices a lost one)
+
+        return progress
+
+    def _schema_lookup(self, plan: WindowPlan) -> Callable[[str, str], Any]:
+        cache: dict[str, Any] = {}
+
+        def lookup(schema: str, table: str) -> Any:
+            name = f"{schema}.{table}"
+            if name not in cache:
+                conn = connect(self.source)
+                try:
+                    cache.update(
+                        describe_tables(
+                            conn, TableFilter(include=(name,), exclude=()), self.name,
+                            tuple(self.config.tables.full_row_key),
+                        )
+                    )
+                finally:
+                    conn.close()
+            return cache.get(name)
+
+        return lookup
+
+    def _staged_manifest(self, plan: WindowPlan) -> Manifest | None:
+        manifest = staging.read_manifest(self.staging_root, self.name, plan.seq)
+        if manifest is None:
+            return None
+        if manifest.plan.to_dict() != plan.to_dict():
+            raise StagingError(
+                f"pipeline {self.name!r}: staged window {plan.seq} does not match its stored plan; "
+                f"delete {staging.window_dir(self.staging_root, self.name, plan.seq)} and re-run the stage step"
+            )
+        try:
+            staging.verify_window(self.staging_root, manifest)
+        except StagingError as e:
+            log.warning("%s", kv(event="window.restage", pipeline=self.name, seq=plan.seq, reason=str(e)))
+            return None
+        return manifest
+
+    def manifest(self, seq: int) -> Manifest:
+        manifest = self._staged_manifest(self._window(seq).plan)
+        if manifest is None:
+            raise StagingError(
+                f"pipeline {self.name!r}: window {seq} is not staged; run the stage step (it re-stages the stored plan)"
+            )
+        return manifest
+
+    # ---------------------------------------------------------------------------------------- merge
+
+    def table_uri(self, schema: str, table: str) -> str:
+        return f"{self.lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
+
+    def report_uri(self, seq: int, token: int) -> str:
+        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports/w{seq:010d}-{token:x}.json"
+
+    def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
+        """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
+        args = [
+            "--window-dir", staging.window_dir(self.staging_root, self.name, seq),
+            "--lake-root", self.lake_root,
+            "--pipeline", self.name,
+            "--seq", str(seq),
+            "--token", str(grant.token),
+            "--report", self.report_uri(seq, grant.token),
+            "--delete-mode", self.config.delete_mode,
+            "--zk-hosts", self.config.zookeeper.hosts,
+            "--zk-root", self.config.zookeeper.root,
+        ]
+        if self.config.table_options:
+            import json
+
+            args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
+        return args
+
+    def spark_conf(self) -> dict[str, str]:
+        extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
+        confs = spark_confs(self.config.spark.shuffle_partitions, extra)
+        confs.pop("spark.jars", None)  # passed separately as --jars
+        return confs
+
+    def spark_jars(self) -> str:
+        return ",".join(delta_jars())
+
+    def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str = "local[2]") -> list[str]:
+        """The same command SparkSubmitOperator builds, for the CLI (pure: a test can assert it)."""
+        cmd = ["spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars()]
+        for k, v in sorted(self.spark_conf().items()):
+            cmd += ["--conf", f"{k}={v}"]
+        return [*cmd, str(MERGE_JOB), *self.merge_application_args(grant, seq)]
+
+    def merge_locally(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator)."""
+        manifest = self.manifest(seq)
+        if not manifest.tables:
+            self._log("window.merge_skipped", grant, seq=seq, reason="empty")
+            return {"seq": seq, "skipped": "empty"}
+        self.renew(grant)
+        cmd = self.spark_submit_command(grant, seq)
+        env = {**os.environ, **spark_env()}
+        self._log("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        t0 = time.time()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise LakeError(
+                f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode}); "
+                f"the step is safe to retry. Last output:\n{tail}"
+            )
+        self._log("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
+        return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
+
+    # ------------------------------------------------------------------------------------------ ack
+
+    def landed(self, manifest: Manifest) -> dict[str, int | None]:
+        """Each staged table's last idempotent-write version for this pipeline, read from Delta's log."""
+        return {
+            t.name: delta_state.last_txn_version(self.table_uri(t.schema, t.table), self.name) for t in manifest.tables
+        }
+
+    def ack(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        grant = self.renew(grant)
+        record = self._window(seq)
+        if record.state == "acked":
+            return {"seq": seq, "acked": True, "already": True}
+        manifest = self.manifest(seq)
+        landed = self.landed(manifest)
+        missing = {name: v for name, v in landed.items() if v is None or v < seq}
+        if missing:
+            raise LakeError(
+                f"pipeline {self.name!r}: cannot ack window {seq}: Delta does not hold it for "
+                + ", ".join(f"{n} (last version {v})" for n, v in sorted(missing.items()))
+                + "; re-run the merge step (it is idempotent)"
+            )
+        faults.point("before_ack")
+        result = {"tables": {t.name: {"changes": t.rows} for t in manifest.tables}, "changes": manifest.changes}
+        cursor = self.coordinator.ack_window(grant, seq, result)
+        self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        faults.point("after_ack")
+        return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def recover(self, grant: LeaseGrant) -> str | None:
+        """Ack a pending window whose Delta commits all landed; never ack one that did not."""
+        pending = self.coordinator.pending_window()
+        if pending is None:
+            return None
+        manifest = self._staged_manifest(pending.plan)
+        if manifest is None:
+            return None  # not (validly) staged, so it cannot have been merged: replay it
+        landed = self.landed(manifest)
+        if all(v is not None and v >= pending.plan.seq for v in landed.values()):
+            self.coordinator.ack_window(grant, pending.plan.seq, {"recovered": True, "changes": manifest.changes})
+            self._log("window.recovered_ack", grant, seq=pending.plan.seq)
+            return f"acked landed window {pending.plan.seq}"
+        return None
+
+    # ------------------------------------------------------------------------------------ whole run
+
+    def run_cycle(self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None) -> dict[str, Any]:
+        """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
+        grant = self.acquire(holder)
+        done: list[dict[str, Any]] = []
+        try:
+            for _ in range(max_windows):
+                step = self.plan(grant)
+                staged = self.stage(grant, step["seq"])
+                if not staged["empty"]:
+                    (merge or self.merge_locally)(grant, step["seq"])
+                self.ack(grant, step["seq"])
+                done.append({**step, "changes": staged["changes"]})
+                if step["empty"]:
+                    break
+        finally:
+            self.release(grant)
+        return {"pipeline": self.name, "windows": done}
+
+    # ------------------------------------------------------------------------------------- backfill
+
+    def begin_backfill(
+        self,
+        grant: LeaseGrant,
+        start_ts: str | float,
+        end_ts: str | float | None = None,
+        tables: list[str] | tuple[str, ...] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        from cdc_core.config import parse_utc_timestamp
+
+        start_at = parse_utc_timestamp(start_ts, what="start_ts")
+        end_at = parse_utc_timestamp(end_ts, what="end_ts") if end_ts not in (None, "") else None
+        if end_at is not None and end_at <= start_at:
+            raise ConfigError(f"pipeline {self.name!r}: end_ts must be after start_ts")
+        if tables:
+            known = self.describe()
+            wanted = self.describe(tuple(tables))
+            unknown = sorted(set(wanted) - set(known))
+            if unknown:
+                raise ConfigError(
+                    f"pipeline {self.name!r}: tables {unknown} are not captured by this pipeline "
+                    f"(it captures {sorted(known)})"
+                )
+        grant = self.renew(grant)
+        cursor = self.coordinator.read_cursor()
+        if cursor.position is None:
+            raise StateConflict(f"pipeline {self.name!r} has never run; a backfill replays what it already landed")
+        start = self.resolve(None, StartSpec(kind="timestamp", at=start_at)).position
+        until = cursor.position
+        if end_at is not None:
+            end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            until = min(end_pos, until) if end_pos.server == until.server else until
+        if until < start:
+            until = start
+        report = {
+            "pipeline": self.name,
+            "from": start.label(),
+            "until": until.label(),
+            "tables": list(tables or []),
+            "dry_run": dry_run,
+        }
+        if dry_run:
+            txns = changes = 0
+            for b in self.scanner().scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)):
+                txns += 1
+                changes += b.events
+            report.update(transactions=txns, events=changes)
+            self._log("backfill.dry_run", grant, **{k: v for k, v in report.items() if k != "pipeline"})
+            return report
+        self.coordinator.start_backfill(grant, start, until, tuple(tables or ()), requested_by=grant.holder)
+        self._log("backfill.started", grant, start=start.label(), until=until.label())
+        return report
+
+    # --------------------------------------------------------------------------------------- status
+
+    def status(self) -> dict[str, Any]:
+        """Everything an operator wants at a glance; never contains secrets."""
+        out: dict[str, Any] = {"pipeline": self.name, "error": None}
+        try:
+            cursor = self.coordinator.read_cursor()
+            lease = self.coordinator.read_lease()
+            out["cursor"] = {
+                "seq": cursor.seq,
+                "position": cursor.position.to_dict() if cursor.position else None,
+                "label": cursor.position.label() if cursor.position else None,
+                "commit_ts": cursor.position.commit_ts if cursor.position else None,
+                "backfill": cursor.backfill.to_dict() if cursor.backfill else None,
+            }
+            out["lease"] = lease.to_dict() if lease else None
+            out["windows"] = [w.to_dict() for w in self.coordinator.recent_windows(10)]
+            failed = [w for w in out["windows"] if (w.get("result") or {}).get("error")]
+            out["last_error"] = failed[0]["result"]["error"] if failed else None
+        except CdcError as e:
+            out["error"] = str(e)
+            return out
+        try:
+            facts = self.source_facts(refresh=True)
+            out["source_end"] = {"file": facts.end.file, "offset": facts.end.offset, "gtid": facts.end.gtid}
+            out["lag"] = lag(cursor.position, facts)
+        except CdcError as e:
+            out["source_error"] = str(e)
+        return out
+
+
+def lag(position: BinlogPosition | None, facts: SourceFacts) -> dict[str, Any]:
+    """Bytes and seconds behind the source's current end (bytes summed over the binlog files between)."""
+    if position is None:
+        return {"bytes": None, "seconds": None}
+    behind = 0
+    for f in facts.binlogs:
+        if f.index < position.sort_key()[1]:
+            continue
+        if f.name == position.file:
+            behind += max(0, f.size - position.offset)
+        else:
+            behind += f.size
+    seconds = None
+    if position.commit_ts is not None:
+        seconds = 0.0 if behind == 0 else max(0.0, time.time() - position.commit_ts)
+    return {"bytes": behind, "seconds": seconds}
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
