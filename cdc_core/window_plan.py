@@ -8,6 +8,7 @@ version = `seq`) make the second application a no-op.
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +99,7 @@ class WindowPlan:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> WindowPlan:
+    def from_json(cls, text: str | builtins.bytes) -> WindowPlan:
         return cls.from_dict(json.loads(text))
 
     def label(self) -> str:
