@@ -1,0 +1,908 @@
+"""Reading the binlog with python-mysql-replication: transaction boundaries and a window's row changes.
+
+Two readers over one event stream:
+
+- `BinlogScanner` finds *transaction boundaries* cheaply (no row is decoded): the planner cuts windows
+  from them (`scan_transactions`) and the start resolver searches them (`file_transactions`,
+  `first_event_time`, `file_start_gtid`).
+- `read_changes` replays exactly one planned window `[plan.start, plan.end)` as `RowChange`s and
+  `SchemaChangeEvent`s, in binlog order.
+
+How transactions look in the binlog (what `_TxnAssembler` recognises):
+MariaDB DML is `GTID -> (Annotate_rows) -> Table_map -> rows ... -> Xid` (the GTID event implies BEGIN;
+non-transactional engines end with a `COMMIT` query instead of Xid); MariaDB DDL is a standalone
+`GTID -> Query`. MySQL adds a `BEGIN` query after its (possibly anonymous) GTID event; a DDL is a GTID
+followed by a non-BEGIN query. Rolled-back InnoDB transactions are never written. A position therefore
+always sits between transactions: a transaction starts at its GTID (or BEGIN) event and ends after its
+Xid/COMMIT (or DDL query) event, and that end offset is the next window's start.
+
+Library facts this relies on (python-mysql-replication 1.0.17): `is_mariadb=False, resume_stream=True`
+with `log_file/log_pos` starts exactly there even on MariaDB; an event's start offset is
+`packet.log_pos - packet.event_size`; the first events are an artificial Rotate and Format_description
+with `log_pos` 0; non-blocking mode ends at the current end of the binlog; `end_log_pos` ignores the file
+name, so `(file, offset)` bounds are enforced here.
+
+Values in `RowChange.values` are what the library decodes (see `cdc_core.types` for how each lands):
+ints, `Decimal`, `float`, `str` (text, ENUM label, MariaDB JSON text, BIT as a '0101' string), `bytes`,
+`date`, naive `datetime` (DATETIME as written, TIMESTAMP in UTC), `timedelta` (TIME), `set` (SET), None.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
+from pymysqlreplication.event import (
+    FormatDescriptionEvent,
+    GtidEvent,
+    MariadbGtidEvent,
+    MariadbGtidListEvent,
+    NotImplementedEvent,
+    PreviousGtidsEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+from cdc_core.changes import RowChange, SourceColumn, TableSchema
+from cdc_core.errors import MissingKey, PositionPurged, SourceError, UnknownTable
+from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_core.positions import (
+    BinlogPosition,
+    GtidSet,
+    MysqlGtidSet,
+    ServerIdentity,
+    binlog_file_index,
+    change_version,
+)
+from cdc_core.source import (
+    SourceParams,
+    TableFilter,
+    column_attrs,
+    connect,
+    mariadb_gtid_state,
+    quote_labels,
+    source_error_from,
+)
+from cdc_core.window_plan import WindowPlan
+
+log = logging.getLogger("cdc.binlog")
+
+_ANONYMOUS_GTID_EVENT = 0x22
+_MARIADB_FL_STANDALONE = 0x01
+_MARIADB_FL_DDL = 0x20
+
+# Replica server ids of our readers: high and random, so concurrent readers never share one (the server
+# kills an existing dump connection when another registers with the same id) nor hit a real server's id.
+_REPLICA_ID_RANGE = (1_000_000_000, 2_000_000_000)
+
+
+def random_replica_server_id() -> int:
+    return random.SystemRandom().randint(*_REPLICA_ID_RANGE)
+
+
+# -------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class TxnBoundary:
+    """One committed transaction as the scanner saw it (no row data).
+
+    `end` is the position right after its commit event (GTID state after it, commit time from the
+    commit event's header, same server identity and epoch as the scan). `start_gtid` is the GTID state
+    before it and `prev_commit_ts` the commit time of the transaction before it (None when unknown):
+    with them `start_position()` is a valid position too. `events` counts the events a reader decodes
+    (GTID/BEGIN, row events, commit; a table map only the first time a scan meets its table) and
+    `bytes` the transaction's size in the binlog: both only size windows, they are not an identity.
+    """
+
+    start_file: str
+    start_offset: int
+    end: BinlogPosition
+    gtid: str | None
+    events: int
+    bytes: int
+    is_ddl: bool = False
+    start_gtid: str | None = None
+    prev_commit_ts: float | None = None
+
+    @property
+    def commit_ts(self) -> float | None:
+        return self.end.commit_ts
+
+    def start_position(self) -> BinlogPosition:
+        return BinlogPosition(
+            file=self.start_file,
+            offset=self.start_offset,
+            server=self.end.server,
+            gtid=self.start_gtid,
+            commit_ts=self.prev_commit_ts,
+            epoch=self.end.epoch,
+        )
+
+
+@dataclass(frozen=True)
+class SchemaChangeEvent:
+    """A DDL statement inside a window (mirrored by `manifest.SchemaEvent`).
+
+    `schema` is the statement's default database (may be '' when the statement names its tables fully).
+    """
+
+    ordinal: int
+    schema: str
+    query: str
+    version: int
+
+
+# ------------------------------------------------------------------------------------- event stream
+
+
+@dataclass(frozen=True)
+class _Ev:
+    """One binlog event reduced to what boundary tracking needs."""
+
+    kind: str  # rotate | header | gtid | gtid_list | begin | commit | query | tablemap | rows | other
+    file: str
+    start: int
+    end: int
+    timestamp: int
+    gtid: str | None = None
+    standalone: bool = False  # MariaDB GTID flag: one statement, no COMMIT follows
+    ddl: bool = False  # MariaDB GTID flag: the group holds DDL (also CREATE ... SELECT)
+    query: str = ""
+    schema: str = ""
+    raw: Any = None
+
+
+def _pos_key(file: str, offset: int) -> tuple[int, int]:
+    return (binlog_file_index(file), offset)
+
+
+def _previous_gtids_text(ev: PreviousGtidsEvent) -> str:
+    # The library renders this event oddly ("uuid-:['1-101']", with MySQL's exclusive interval ends).
+    parts = []
+    for entry in getattr(ev, "_gtids", []):
+        uuid = entry[:36]
+        ranges = [(int(lo), int(hi) - 1) for lo, hi in re.findall(r"(\d+)-(\d+)", entry[36:])]
+        ranges = [(lo, hi) for lo, hi in ranges if hi >= lo]
+        if ranges:
+            parts.append(uuid + "".join(f":{lo}-{hi}" for lo, hi in ranges))
+    return ",".join(parts)
+
+
+def _classify(ev: Any, file: str, flavor: str) -> _Ev:
+    pk = ev.packet
+    start, end, ts = pk.log_pos - pk.event_size, pk.log_pos, pk.timestamp
+    if isinstance(ev, RotateEvent):
+        return _Ev("rotate", file, start, end, ts, query=ev.next_binlog, raw=ev)
+    if isinstance(ev, FormatDescriptionEvent):
+        return _Ev("header", file, start, end, ts)
+    if isinstance(ev, MariadbGtidEvent):
+        flags = ev.flags
+        return _Ev(
+            "gtid", file, start, end, ts, gtid=ev.gtid,
+            standalone=bool(flags & _MARIADB_FL_STANDALONE), ddl=bool(flags & _MARIADB_FL_DDL),
+        )
+    if isinstance(ev, GtidEvent):
+        return _Ev("gtid", file, start, end, ts, gtid=ev.gtid)
+    if isinstance(ev, NotImplementedEvent) and pk.event_type == _ANONYMOUS_GTID_EVENT:
+        return _Ev("gtid", file, start, end, ts)
+    if isinstance(ev, MariadbGtidListEvent):
+        return _Ev("gtid_list", file, start, end, ts, gtid=",".join(g.gtid for g in ev.gtid_list))
+    if isinstance(ev, PreviousGtidsEvent):
+        return _Ev("gtid_list", file, start, end, ts, gtid=_previous_gtids_text(ev))
+    if isinstance(ev, (XidEvent, XAPrepareEvent)):
+        return _Ev("commit", file, start, end, ts)
+    if isinstance(ev, QueryEvent):
+        q = ev.query.strip()
+        schema = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else str(ev.schema or "")
+        word = q.rstrip(";").strip().upper()
+        if word == "BEGIN" or word.startswith("XA START") or word.startswith("XA BEGIN"):
+            return _Ev("begin", file, start, end, ts, query=q, schema=schema)
+        if word in ("COMMIT", "ROLLBACK"):
+            return _Ev("commit", file, start, end, ts, query=q, schema=schema)
+        return _Ev("query", file, start, end, ts, query=q, schema=schema, raw=ev)
+    if isinstance(ev, TableMapEvent):
+        return _Ev("tablemap", file, start, end, ts, raw=ev)
+    if isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+        return _Ev("rows", file, start, end, ts, raw=ev)
+    return _Ev("other", file, start, end, ts)
+
+
+# Events after which table ids must be looked up afresh (see _stream_events).
+_FORGET_TABLES = frozenset({"rotate", "header", "query"})
+
+
+def _stream_events(
+    params: SourceParams,
+    file: str,
+    offset: int,
+    flavor: str,
+    *,
+    server_id: int,
+    only_schemas: tuple[str, ...] | None = None,
+) -> Generator[_Ev, None, None]:
+    """Events from (file, offset) to the current end of the binlog, each tagged with its file and offsets.
+
+    Artificial events (log_pos 0: the leading Rotate and Format_description) are reported as 'rotate' /
+    'header' with start = end = 0. The stream is closed when the generator is closed or exhausted.
+
+    Table maps: decoding one is most of the library's per-event cost, and every transaction repeats
+    them, so a table map is decoded (and reported) only the first time its table id appears
+    (`freeze_schema`). The library's table-id cache is dropped at every rotation and file header
+    (table ids are reused after a server restart) and at every DDL statement (which may change a
+    table's columns), so a consumer keeping its own table-id map must drop it on the same events:
+    kinds 'rotate', 'header' and 'query'.
+    """
+    settings = {**params.pymysql_kwargs(), "charset": "utf8mb4"}
+    settings["passwd"] = settings.pop("password")
+    stream = BinLogStreamReader(
+        connection_settings=settings,
+        server_id=server_id,
+        resume_stream=True,
+        blocking=False,
+        log_file=file,
+        log_pos=offset,
+        is_mariadb=False,
+        only_schemas=list(only_schemas) if only_schemas is not None else None,
+        filter_non_implemented_events=False,
+        enable_logging=False,
+        freeze_schema=True,
+    )
+    current = file
+    try:
+        while True:
+            try:
+                ev = stream.fetchone()
+            except pymysql.err.MySQLError as e:
+                raise _stream_error(e, params, current, offset) from None
+            if ev is None:
+                return
+            pk = ev.packet
+            if pk.log_pos == 0:  # artificial: not in the file
+                stream.table_map.clear()
+                if isinstance(ev, RotateEvent):
+                    current = ev.next_binlog
+                    yield _Ev("rotate", current, 0, 0, 0, query=ev.next_binlog)
+                else:
+                    yield _Ev("header", current, 0, 0, pk.timestamp)
+                continue
+            e2 = _classify(ev, current, flavor)
+            if e2.kind in _FORGET_TABLES:
+                stream.table_map.clear()
+            yield e2
+            if e2.kind == "rotate":
+                current = ev.next_binlog
+    finally:
+        stream.close()
+
+
+def _stream_error(e: BaseException, params: SourceParams, file: str, offset: int) -> SourceError:
+    code = e.args[0] if e.args and isinstance(e.args[0], int) else None
+    text = str(e.args[1]) if len(e.args) > 1 else str(e)
+    if code == 1236:
+        if "could not find" in text.lower() or "purged" in text.lower():
+            return PositionPurged(
+                f"binlog {file} (reading from offset {offset}) is no longer on the source at {params.address}: "
+                f"{text}. The changes there are gone; backfill from a later timestamp or re-snapshot the tables"
+            )
+        return SourceError(
+            f"the source at {params.address} refused to send its binlog from {file}:{offset}: {text}. "
+            "The position is not inside the server's binlog (was the server reset or replaced?)"
+        )
+    return source_error_from(e, params, doing="read the binlog from")
+
+
+# ------------------------------------------------------------------------------------- boundaries
+
+
+def _parse_state(text: str | None, flavor: str) -> GtidSet | None:
+    if text is None:
+        return None
+    if flavor == "mariadb":
+        return mariadb_gtid_state(text)
+    return MysqlGtidSet.parse(text)
+
+
+class _TxnAssembler:
+    """Turns a stream of `_Ev` into `TxnBoundary`s (pure; no I/O).
+
+    `feed` returns the boundary completed by this event, if any. The GTID state is tracked from
+    `start_gtid`; when that is unknown, the Gtid_list / Previous_gtids event at the head of the next
+    file supplies it.
+    """
+
+    def __init__(
+        self,
+        identity: ServerIdentity,
+        epoch: int,
+        start_gtid: str | None,
+        prev_commit_ts: float | None = None,
+    ) -> None:
+        self.identity = identity
+        self.flavor = identity.flavor
+        self.epoch = epoch
+        self.state: GtidSet | None = _parse_state(start_gtid, self.flavor)
+        self.prev_commit_ts = prev_commit_ts
+        self._reset()
+
+    def _reset(self) -> None:
+        self.in_txn = False
+        self.begun = False
+        self.t_file = ""
+        self.t_start = 0
+        self.t_gtid: str | None = None
+        self.t_events = 0
+        self.t_ddl = False
+
+    def _open(self, ev: _Ev, gtid: str | None, begun: bool, ddl: bool = False) -> None:
+        if self.in_txn:
+            log.warning("binlog transaction at %s:%s never committed; dropped", self.t_file, self.t_start)
+        self.in_txn = True
+        self.begun = begun
+        self.t_file, self.t_start, self.t_gtid, self.t_events = ev.file, ev.start, gtid, 0
+        self.t_ddl = ddl
+
+    def _close(self, ev: _Ev, is_ddl: bool) -> TxnBoundary:
+        start_state = self.state
+        if self.state is not None and self.t_gtid is not None:
+            self.state = self.state.add(self.t_gtid)
+        end = BinlogPosition(
+            file=ev.file,
+            offset=ev.end,
+            server=self.identity,
+            gtid=None if self.state is None else str(self.state),
+            commit_ts=float(ev.timestamp),
+            epoch=self.epoch,
+        )
+        b = TxnBoundary(
+            start_file=self.t_file,
+            start_offset=self.t_start,
+            end=end,
+            gtid=self.t_gtid,
+            events=self.t_events,
+            bytes=ev.end - self.t_start if ev.file == self.t_file else ev.end,
+            is_ddl=is_ddl or self.t_ddl,
+            start_gtid=None if start_state is None else str(start_state),
+            prev_commit_ts=self.prev_commit_ts,
+        )
+        self.prev_commit_ts = end.commit_ts
+        self._reset()
+        return b
+
+    def feed(self, ev: _Ev) -> TxnBoundary | None:
+        k = ev.kind
+        if k == "gtid":
+            # MariaDB's GTID event opens the transaction (no BEGIN follows) unless it is standalone (DDL).
+            self._open(ev, ev.gtid, begun=self.flavor == "mariadb" and not ev.standalone, ddl=ev.ddl)
+            self.t_events = 1
+            return None
+        if k == "gtid_list":
+            if not self.in_txn and ev.gtid is not None:
+                header = _parse_state(ev.gtid, self.flavor)
+                if self.state is None and header is not None and (self.flavor == "mariadb" or header):
+                    self.state = header
+            return None
+        if k in ("rotate", "header"):
+            return None
+        if k == "begin":
+            if not self.in_txn:
+                self._open(ev, None, begun=True)
+            self.begun = True
+            self.t_events += 1
+            return None
+        if k == "commit":
+            if not self.in_txn:
+                return None
+            self.t_events += 1
+            return self._close(ev, is_ddl=False)
+        if k == "query":
+            if self.in_txn and self.begun:
+                self.t_events += 1
+                return None
+            if not self.in_txn:  # a statement without GTID or BEGIN (old servers): its own transaction
+                self._open(ev, None, begun=False)
+            self.t_events += 1
+            return self._close(ev, is_ddl=not ev.query.upper().startswith("XA "))
+        # table maps, rows, annotate/intvar/rand/user-var events, checkpoints
+        if self.in_txn:
+            self.t_events += 1
+        return None
+
+
+# ---------------------------------------------------------------------------------------- scanner
+
+
+class BinlogScanner:
+    """Cheap scans of transaction boundaries (rows are skipped without decoding)."""
+
+    def __init__(
+        self, params: SourceParams, identity: ServerIdentity, server_id_for_replica: int | None = None
+    ) -> None:
+        self.params = params
+        self.identity = identity
+        self.server_id = server_id_for_replica or random_replica_server_id()
+
+    def _events(self, file: str, offset: int) -> Generator[_Ev, None, None]:
+        return _stream_events(self.params, file, offset, self.identity.flavor, server_id=self.server_id)
+
+    def scan_transactions(
+        self,
+        start_file: str,
+        start_offset: int,
+        start_gtid: str | None,
+        epoch: int,
+        *,
+        stop: tuple[str, int] | None = None,
+        start_commit_ts: float | None = None,
+    ) -> Generator[TxnBoundary, None, None]:
+        """Complete transactions from a boundary up to the current end of the binlog (or `stop`), across files.
+
+        A transaction is yielded only when its commit event ends at or before `stop`. Stop consuming
+        whenever you like: the stream is closed with the generator.
+        """
+        asm = _TxnAssembler(self.identity, epoch, start_gtid, start_commit_ts)
+        stop_key = _pos_key(*stop) if stop is not None else None
+        start_key = _pos_key(start_file, start_offset)
+        with closing(self._events(start_file, start_offset)) as events:
+            for ev in events:
+                if ev.end == 0:
+                    continue  # artificial rotate / header
+                if _pos_key(ev.file, ev.start) < start_key:
+                    continue
+                if stop_key is not None and _pos_key(ev.file, ev.start) >= stop_key:
+                    return
+                b = asm.feed(ev)
+                if b is not None:
+                    yield b
+
+    def file_transactions(self, file: str) -> Generator[TxnBoundary, None, None]:
+        """Every complete transaction that starts in `file`, read from the file's start (epoch 0).
+
+        GTID states come from the file's Gtid_list / Previous_gtids header.
+        """
+        asm = _TxnAssembler(self.identity, 0, None)
+        with closing(self._events(file, 4)) as events:
+            for ev in events:
+                if ev.file != file:
+                    return  # rotated into the next file
+                if ev.end == 0:
+                    continue
+                b = asm.feed(ev)
+                if b is not None:
+                    yield b
+                if ev.kind == "rotate":
+                    return
+
+    def file_start_gtid(self, file: str) -> str | None:
+        """The GTID state at the start of `file` (its Gtid_list / Previous_gtids event), None without GTIDs."""
+        with closing(self._events(file, 4)) as events:
+            for ev in events:
+                if ev.end == 0:
+                    continue
+                if ev.kind == "gtid_list":
+                    state = _parse_state(ev.gtid, self.identity.flavor)
+                    if self.identity.flavor == "mariadb" or state:
+                        return str(state)
+                    return None
+                if ev.kind in ("gtid", "begin", "query", "commit", "rotate") or ev.file != file:
+                    break
+        return None
+
+    def first_event_time(self, file: str) -> float | None:
+        """Commit time of the first transaction in `file` (None when it holds none)."""
+        with closing(self.file_transactions(file)) as txns:
+            for b in txns:
+                return b.commit_ts
+        return None
+
+    def transaction_start_at_or_before(self, file: str, offset: int) -> tuple[str, int]:
+        """The last transaction boundary at or before (file, offset): a transaction's start when the
+        offset falls inside it, else the end of the transaction before it (or the file's start, 4)."""
+        best = 4
+        with closing(self.file_transactions(file)) as txns:
+            for b in txns:
+                if b.start_offset > offset:
+                    break
+                best = b.start_offset
+                if b.end.offset <= offset:
+                    best = b.end.offset
+        return file, best
+
+
+# ------------------------------------------------------------------------------------ table schemas
+
+_INT_NAMES = {
+    FIELD_TYPE.TINY: "tinyint",
+    FIELD_TYPE.SHORT: "smallint",
+    FIELD_TYPE.INT24: "mediumint",
+    FIELD_TYPE.LONG: "int",
+    FIELD_TYPE.LONGLONG: "bigint",
+}
+_BLOB_PREFIX = {1: "tiny", 2: "", 3: "medium", 4: "long"}
+# Bytes per character, to turn the binlog's byte lengths back into CHAR(n)/VARCHAR(n).
+_MBMAXLEN = {
+    "utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf16le": 4, "utf32": 4, "big5": 2,
+    "gbk": 2, "gb2312": 2, "gb18030": 4, "sjis": 2, "cp932": 2, "ujis": 3, "eucjpms": 3, "euckr": 2,
+}
+
+
+def _collation_charsets(dbms: str) -> dict[str, str]:
+    return {c.collation: c.name for c in _library_charsets._by_id.get(dbms, {}).values()}
+
+
+_CHARSET_BY_COLLATION = {"mariadb": _collation_charsets("mariadb"), "mysql": _collation_charsets("mysql")}
+
+
+def _charset_name(collation: str | None, flavor: str) -> str | None:
+    if not collation:
+        return None
+    if collation == "binary":
+        return "binary"
+    return _CHARSET_BY_COLLATION.get(flavor, {}).get(collation) or collation.split("_", 1)[0]
+
+
+def binlog_column_type(col: Any, flavor: str) -> tuple[str, str | None, tuple[str, ...] | None]:
+    """(mysql_type, charset, labels) of a table-map column, in the vocabulary of `source.normalise_column_type`."""
+    t = col.type
+    unsigned = " unsigned" if getattr(col, "unsigned", False) else ""
+    charset = _charset_name(getattr(col, "collation_name", None), flavor)
+    if t in _INT_NAMES:
+        return _INT_NAMES[t] + unsigned, None, None
+    if t == FIELD_TYPE.NEWDECIMAL:
+        return f"decimal({col.precision},{col.decimals})" + unsigned, None, None
+    if t == FIELD_TYPE.FLOAT:
+        return "float" + unsigned, None, None
+    if t == FIELD_TYPE.DOUBLE:
+        return "double" + unsigned, None, None
+    if t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
+        return "date", None, None
+    if t in (FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.TIME2):
+        base = {FIELD_TYPE.DATETIME2: "datetime", FIELD_TYPE.TIMESTAMP2: "timestamp", FIELD_TYPE.TIME2: "time"}[t]
+        fsp = int(getattr(col, "fsp", 0) or 0)
+        return (f"{base}({fsp})" if fsp else base), None, None
+    if t == FIELD_TYPE.DATETIME:
+        return "datetime", None, None
+    if t == FIELD_TYPE.TIMESTAMP:
+        return "timestamp", None, None
+    if t == FIELD_TYPE.TIME:
+        return "time", None, None
+    if t == FIELD_TYPE.YEAR:
+        return "year", None, None
+    if t == FIELD_TYPE.BIT:
+        return f"bit({col.bits})", None, None
+    if t == FIELD_TYPE.JSON:
+        return "json", None, None
+    if t == FIELD_TYPE.ENUM:
+        labels = tuple((col.enum_values or [""])[1:])  # the library prepends '' (index 0)
+        return f"enum({quote_labels(labels)})", charset, labels
+    if t == FIELD_TYPE.SET:
+        labels = tuple(col.set_values or [])
+        return f"set({quote_labels(labels)})", charset, labels
+    if t in (FIELD_TYPE.STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING):
+        length = int(getattr(col, "max_length", 0) or 0)
+        if charset == "binary":
+            return (f"binary({length})" if t == FIELD_TYPE.STRING else f"varbinary({length})"), charset, None
+        per = _MBMAXLEN.get(charset or "", 1)
+        chars = -(-length // per)
+        return (f"char({chars})" if t == FIELD_TYPE.STRING else f"varchar({chars})"), charset, None
+    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB):
+        prefix = _BLOB_PREFIX.get(int(getattr(col, "length_size", 2) or 2), "")
+        return prefix + ("blob" if charset == "binary" else "text"), charset, None
+    if t == FIELD_TYPE.GEOMETRY:
+        return "geometry", None, None
+    return f"unknown_binlog_type_{t}", charset, None
+
+
+class _SchemaBuilder:
+    """TableSchemas from table-map events (FULL metadata), with the `schemas` callback as fallback."""
+
+    def __init__(
+        self,
+        flavor: str,
+        schemas: Callable[[str, str], TableSchema | None] | None,
+        params: SourceParams,
+        pipeline: str,
+    ) -> None:
+        self.flavor = flavor
+        self.schemas = schemas
+        self.params = params
+        self.pipeline = pipeline
+        self._lookups: dict[tuple[str, str], TableSchema | None] = {}
+        self._interned: dict[TableSchema, TableSchema] = {}
+
+    def lookup(self, schema: str, table: str) -> TableSchema | None:
+        key = (schema, table)
+        if key not in self._lookups:
+            found: TableSchema | None = None
+            if self.schemas is not None:
+                try:
+                    found = self.schemas(schema, table)
+                except (UnknownTable, MissingKey):
+                    found = None  # dropped or changed since: the binlog's own metadata has to do
+            self._lookups[key] = found
+        return self._lookups[key]
+
+    def build(self, ev: TableMapEvent) -> TableSchema:
+        schema, table = ev.schema, ev.table
+        name = f"{schema}.{table}"
+        names = [c.name for c in ev.columns]
+        if any(n is None or str(n).startswith("UNKNOWN_COL") for n in names) or not names:
+            raise SourceError(
+                f"pipeline {self.pipeline!r}: the binlog on {self.params.address} has no column names for table "
+                f"{name}: it was written with binlog_row_metadata other than FULL. Set binlog_row_metadata=FULL "
+                "(my.cnf, and SET GLOBAL binlog_row_metadata=FULL); changes written before that cannot be captured "
+                "by name: start the pipeline (or a backfill) after the change, or re-snapshot the table"
+            )
+        mask = bytes(ev.null_bitmask) if ev.null_bitmask is not None else b""
+        columns = []
+        for i, col in enumerate(ev.columns):
+            mysql_type, charset, labels = binlog_column_type(col, self.flavor)
+            nullable = bool(mask[i // 8] >> (i % 8) & 1) if i // 8 < len(mask) else True
+            columns.append(
+                SourceColumn(
+                    name=str(col.name),
+                    mysql_type=mysql_type,
+                    nullable=nullable,
+                    attrs=column_attrs(mysql_type, charset, labels) if mysql_type != "json" else (),
+                )
+            )
+        om = ev.optional_metadata
+        key_idx = list(om.simple_primary_key_list or []) or list((om.primary_keys_with_prefix or {}).keys())
+        key = tuple(names[i] for i in key_idx if 0 <= i < len(names))
+        if self.flavor == "mariadb" and any(c.mysql_type == "longtext" for c in columns):
+            # MariaDB's JSON is a LONGTEXT with a json_valid CHECK: only information_schema knows.
+            known = self.lookup(schema, table)
+            if known is not None:
+                json_cols = {c.name for c in known.columns if c.mysql_type == "json"}
+                columns = [
+                    SourceColumn(c.name, "json", c.nullable, ())
+                    if c.mysql_type == "longtext" and c.name in json_cols
+                    else c
+                    for c in columns
+                ]
+        if not key:
+            known = self.lookup(schema, table)
+            if known is not None and known.key and set(known.key) == set(known.column_names):
+                key = tuple(names)  # configured full-row key: all columns in force now
+            elif known is not None and known.key and all(k in names for k in known.key):
+                key = known.key
+            else:
+                raise MissingKey(
+                    f"pipeline {self.pipeline!r}: table {name} has no primary key in the binlog and no usable "
+                    "UNIQUE NOT NULL key in information_schema; add a primary key, list the table under "
+                    "tables.full_row_key, or exclude it"
+                )
+        built = TableSchema(schema=schema, table=table, columns=tuple(columns), key=key)
+        # One object per distinct shape: every transaction re-sends the table map, and consumers
+        # (staging) take the fast path when consecutive changes share the very same TableSchema.
+        return self._interned.setdefault(built, built)
+
+
+# -------------------------------------------------------------------------------------------- DDL
+
+_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$\u0080-\uffff]+)"
+_NAME = rf"({_IDENT}(?:\s*\.\s*{_IDENT})?)"
+_DDL_PATTERNS = [
+    re.compile(rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_NAME}", re.I),
+    re.compile(
+        rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}", re.I
+    ),
+    re.compile(rf"^\s*TRUNCATE\s+(?:TABLE\s+)?{_NAME}", re.I),
+    re.compile(rf"^\s*(?:CREATE|DROP)\s+(?:OR\s+REPLACE\s+)?(?:ONLINE\s+)?(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?"
+               rf"INDEX\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_IDENT}\s+ON\s+{_NAME}", re.I),
+]
+_DROP_TABLE = re.compile(r"^\s*DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.*)$", re.I | re.S)
+_RENAME_TABLE = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.I | re.S)
+_DATABASE_DDL = re.compile(
+    rf"^\s*(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?({_IDENT})", re.I
+)
+
+
+def _unquote(ident: str) -> str:
+    ident = ident.strip()
+    if ident.startswith("`") and ident.endswith("`"):
+        return ident[1:-1].replace("``", "`")
+    return ident
+
+
+def _split_name(name: str, default_schema: str) -> tuple[str, str]:
+    parts = re.findall(_IDENT, name)
+    if len(parts) >= 2:
+        return _unquote(parts[0]), _unquote(parts[1])
+    return default_schema, _unquote(parts[0]) if parts else ""
+
+
+def ddl_targets(query: str, default_schema: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Tables (schema, table) and whole schemas a DDL statement touches, by light parsing.
+
+    Unknown statements touch nothing (GRANT, CREATE USER, ...).
+    """
+    q = re.sub(r"/\*(?!!).*?\*/", " ", query, flags=re.S).strip()  # plain comments, not /*! ... */
+    for pat in _DDL_PATTERNS:
+        m = pat.match(q)
+        if m:
+            return [_split_name(m.group(1), default_schema)], []
+    m = _DROP_TABLE.match(q)
+    if m:
+        names = re.findall(rf"{_IDENT}(?:\s*\.\s*{_IDENT})?", m.group(1).split("/*")[0])
+        return [_split_name(n, default_schema) for n in names if n.upper() not in ("RESTRICT", "CASCADE")], []
+    m = _RENAME_TABLE.match(q)
+    if m:
+        names = re.findall(rf"{_IDENT}(?:\s*\.\s*{_IDENT})?", m.group(1))
+        return [_split_name(n, default_schema) for n in names if n.upper() not in ("TO",)], []
+    m = _DATABASE_DDL.match(q)
+    if m:
+        return [], [_unquote(m.group(1))]
+    return [], []
+
+
+def _ddl_schema(query: str, schema: str, table_filter: TableFilter) -> str | None:
+    """The schema to report a DDL under when it touches a captured table (or a schema that may hold one), else None.
+
+    That is the statement's default database, or when it has none, the schema it names.
+    """
+    tables, schemas = ddl_targets(query, schema)
+    hit = [s for s, t in tables if table_filter.matches(s, t)]
+    hit += [s for s in schemas if table_filter.may_match_schema(s)]
+    if not hit:
+        return None
+    return schema or hit[0]
+
+
+# ------------------------------------------------------------------------------------ read_changes
+
+
+def _verify_identity(params: SourceParams, identity: ServerIdentity) -> None:
+    conn = connect(params)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id, VERSION()")
+            row = cur.fetchone()
+            server_id, version = int(row[0]), str(row[1])
+            uuid = None
+            if "mariadb" not in version.lower():
+                cur.execute("SELECT @@server_uuid")
+                uuid = str(cur.fetchone()[0])
+    finally:
+        conn.close()
+    found = ServerIdentity("mariadb" if "mariadb" in version.lower() else "mysql", server_id, uuid)
+    if not found.same_server(identity):
+        raise SourceError(
+            f"the window was planned on {identity} but the source at {params.address} is now {found}: binlog file "
+            "names and offsets do not carry over to another server. Let the next run re-plan from the cursor "
+            "(failover handling), or point the source connection back at the original server"
+        )
+
+
+def read_changes(
+    params: SourceParams,
+    identity: ServerIdentity,
+    plan: WindowPlan,
+    table_filter: TableFilter,
+    schemas: Callable[[str, str], TableSchema | None] | None = None,
+    *,
+    server_id_for_replica: int | None = None,
+) -> Iterator[RowChange | SchemaChangeEvent]:
+    """The window's changes, exactly `[plan.start, plan.end)`, in binlog order.
+
+    Rows of one transaction are buffered until its commit event (that is where the commit time is),
+    so memory grows with the largest transaction in the window, not with the window. Raises
+    SourceError when the binlog does not hold the planned window (server replaced, files purged,
+    transaction count differs from the plan).
+    """
+    if plan.start.same_point(plan.end):
+        return
+    _verify_identity(params, identity)
+    flavor = identity.flavor
+    builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
+    asm = _TxnAssembler(identity, plan.start.epoch, plan.start.gtid, plan.start.commit_ts)
+    start_key = _pos_key(plan.start.file, plan.start.offset)
+    end_key = _pos_key(plan.end.file, plan.end.offset)
+    epoch = plan.start.epoch
+    # table_id -> schema (None: not captured); kept across transactions like the library's own map
+    tables: dict[int, TableSchema | None] = {}
+    # The open transaction's changes in binlog order: row tuples (op, schema, values, version) and DDL
+    # tuples ("DDL", schema name, query, version).
+    pending: list[tuple[Any, ...]] = []
+    ordinal = 0
+    transactions = 0
+    last_end: tuple[int, int] | None = None
+    last_label = "nothing"
+    events = _stream_events(
+        params,
+        plan.start.file,
+        plan.start.offset,
+        flavor,
+        server_id=server_id_for_replica or random_replica_server_id(),
+        only_schemas=table_filter.literal_schemas(),
+    )
+    with closing(events):
+        for ev in events:
+            if ev.kind in _FORGET_TABLES:
+                tables.clear()
+            if ev.end == 0:
+                continue
+            key = _pos_key(ev.file, ev.start)
+            if key < start_key:
+                continue
+            if key >= end_key:
+                break
+            if ev.kind == "gtid":
+                pending.clear()
+            elif ev.kind == "tablemap":
+                tm = ev.raw
+                if table_filter.matches(tm.schema, tm.table):
+                    tables[tm.table_id] = builder.build(tm)
+                else:
+                    tables[tm.table_id] = None
+            elif ev.kind == "rows":
+                rows_ev = ev.raw
+                schema = tables.get(rows_ev.table_id)
+                if schema is not None:
+                    version = change_version(epoch, ev.file, ev.start)
+                    _row_changes(rows_ev, schema, version, pending)
+            elif ev.kind == "query":
+                # DDL is a statement of its own, or opens a group (CREATE ... SELECT); DML statements
+                # (statement-based logging inside a transaction) name no DDL target and are skipped.
+                ddl_schema = _ddl_schema(ev.query, ev.schema, table_filter)
+                if ddl_schema is not None:
+                    pending.append(("DDL", ddl_schema, ev.query, change_version(epoch, ev.file, ev.start)))
+            b = asm.feed(ev)
+            if b is None:
+                continue
+            transactions += 1
+            last_end = _pos_key(b.end.file, b.end.offset)
+            last_label = f"up to {b.end.file}:{b.end.offset}"
+            commit_ts = float(b.end.commit_ts or 0.0)
+            for op, schema, values, version in pending:
+                ordinal += 1
+                if op == "DDL":
+                    yield SchemaChangeEvent(ordinal, schema, values, version)
+                else:
+                    yield RowChange(
+                        op=op, table=schema, values=values, version=version, ordinal=ordinal, commit_ts=commit_ts
+                    )
+            pending.clear()
+    if last_end != end_key:
+        raise SourceError(
+            f"pipeline {plan.pipeline!r}: window {plan.label()} could not be read to its end from "
+            f"{params.address}: read {last_label} ({transactions} complete transactions). The binlog no longer holds "
+            "the planned window (files purged, server reset or replaced); see the source, then re-plan"
+        )
+    if plan.transactions and transactions != plan.transactions:
+        raise SourceError(
+            f"pipeline {plan.pipeline!r}: window {plan.label()} holds {transactions} transactions on "
+            f"{params.address} but {plan.transactions} when it was planned: the binlog changed under the plan "
+            "(server reset or replaced). Do not merge this window; investigate the source"
+        )
+
+
+def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]]) -> None:
+    if isinstance(ev, WriteRowsEvent):
+        for row in ev.rows:
+            out.append((OP_INSERT, schema, row["values"], version))
+    elif isinstance(ev, DeleteRowsEvent):
+        for row in ev.rows:
+            out.append((OP_DELETE, schema, row["values"], version))
+    else:
+        key = schema.key
+        for row in ev.rows:
+            before, after = row["before_values"], row["after_values"]
+            if any(before.get(k) != after.get(k) for k in key):
+                # A key change is a delete of the old key and an insert of the new one.
+                out.append((OP_DELETE, schema, before, version))
+                out.append((OP_INSERT, schema, after, version))
+            else:
+                out.append((OP_UPDATE, schema, after, version))

@@ -1,0 +1,615 @@
+"""Talking to the source database over SQL: connecting, inspecting binlog facts, checking readiness, and
+describing the captured tables.
+
+Everything here is thin I/O that gathers *facts* (`SourceFacts`, `TableSchema`); deciding what to do with
+them (where to start, where a window ends) happens in pure functions elsewhere (`resolver`, `windows`).
+Errors are `SourceError`s (or a subclass) whose text names the server, what was found and the fix; a
+password never appears in any message, repr or log line.
+
+Column types follow one vocabulary, shared with the binlog reader and the type map (`cdc_core.types`):
+lowercase information_schema COLUMN_TYPE with integer display widths and ZEROFILL removed and ' unsigned'
+kept (`int unsigned`, `decimal(10,2)`, `datetime(6)`, `enum('a','b')`); FLOAT/DOUBLE lose their legacy
+(M,D); YEAR loses its width; MariaDB's JSON (a LONGTEXT with a json_valid CHECK) is reported as `json`.
+`attrs` carry ('charset', name) for character and binary string types (including ENUM/SET) and
+('labels', (...)) for ENUM/SET.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from cdc_core.changes import SourceColumn, TableSchema
+from cdc_core.errors import MissingKey, SourceError, UnknownTable
+from cdc_core.naming import quote_mysql
+from cdc_core.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+# pymysql / server error codes we translate into actionable messages.
+_ER_ACCESS_DENIED = 1045
+_ER_HOST_NOT_PRIVILEGED = 1130
+_ER_DBACCESS_DENIED = 1044
+_CR_CONN_HOST_ERROR = 2003
+_CR_UNKNOWN_HOST = 2005
+_CR_SERVER_LOST = 2013
+_ER_NO_BINARY_LOGGING = 1381
+
+
+# ------------------------------------------------------------------------------------------ connect
+
+
+@dataclass(frozen=True)
+class SourceParams:
+    """How to reach the source. The password is kept out of repr/str (and so out of logs and errors)."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    connect_timeout: int = 10
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return (
+            f"SourceParams(host={self.host!r}, port={self.port}, user={self.user!r}, password='***', "
+            f"connect_timeout={self.connect_timeout})"
+        )
+
+    __str__ = __repr__
+
+    def pymysql_kwargs(self) -> dict[str, Any]:
+        """Arguments for pymysql.connect (the only place the password leaves this object)."""
+        return {
+            "host": self.host,
+            "port": int(self.port),
+            "user": self.user,
+            "password": self.password,
+            "connect_timeout": self.connect_timeout,
+        }
+
+
+def source_error_from(e: BaseException, params: SourceParams, doing: str = "connect to") -> SourceError:
+    """Translate a pymysql error into a SourceError that names host:port and user, never the password."""
+    code = e.args[0] if getattr(e, "args", None) and isinstance(e.args[0], int) else None
+    who = f"user {params.user!r} at {params.address}"
+    if code in (_ER_ACCESS_DENIED, _ER_HOST_NOT_PRIVILEGED, _ER_DBACCESS_DENIED):
+        return SourceError(
+            f"cannot {doing} the source as {who}: access denied (error {code}). Check the user name and password "
+            "in the source connection, and that the user may connect from this host "
+            "(CREATE USER ... / GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO ...)"
+        )
+    if code in (_CR_CONN_HOST_ERROR, _CR_UNKNOWN_HOST, _CR_SERVER_LOST):
+        return SourceError(
+            f"cannot {doing} the source at {params.address} (as {params.user!r}): server unreachable "
+            f"(error {code}). Check that the server runs, that host and port in the source connection are right, "
+            f"and that no firewall blocks the port (waited {params.connect_timeout}s)"
+        )
+    detail = str(e.args[1]) if len(getattr(e, "args", ())) > 1 else str(e)
+    return SourceError(f"cannot {doing} the source at {params.address} as {params.user!r}: {detail} (error {code})")
+
+
+def connect(params: SourceParams) -> pymysql.connections.Connection:
+    """An autocommit utf8mb4 connection to the source, or a SourceError saying what to fix."""
+    try:
+        return pymysql.connect(**params.pymysql_kwargs(), autocommit=True, charset="utf8mb4")
+    except pymysql.err.MySQLError as e:
+        raise source_error_from(e, params) from None
+
+
+def _address(conn: Any) -> str:
+    return f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
+
+
+# --------------------------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the resolver and planner need to know about the source, read in one go."""
+
+    identity: ServerIdentity
+    version: str
+    binlogs: tuple[BinlogFile, ...]
+    end: SourceEnd | None  # None when binary logging is off
+    gtid_executed: str | None  # MariaDB @@gtid_binlog_pos (may be ''), MySQL @@gtid_executed; None: no GTIDs
+    gtid_purged: str | None  # transactions no longer in the binlogs (MariaDB: oldest file's Gtid_list)
+    log_bin: bool
+    binlog_format: str | None
+    binlog_row_image: str | None
+    binlog_row_metadata: str | None  # None on servers too old to have the setting
+    address: str = ""
+    server_time: float | None = None
+
+    @property
+    def flavor(self) -> str:
+        return self.identity.flavor
+
+    @property
+    def gtid_mode(self) -> bool:
+        return self.gtid_executed is not None
+
+    @property
+    def oldest(self) -> BinlogFile | None:
+        return self.binlogs[0] if self.binlogs else None
+
+    @property
+    def newest(self) -> BinlogFile | None:
+        return self.binlogs[-1] if self.binlogs else None
+
+    def binlog(self, name: str) -> BinlogFile | None:
+        for f in self.binlogs:
+            if f.name == name:
+                return f
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "identity": self.identity.to_dict(),
+            "version": self.version,
+            "binlogs": [{"name": f.name, "size": f.size} for f in self.binlogs],
+            "end": None
+            if self.end is None
+            else {"file": self.end.file, "offset": self.end.offset, "gtid": self.end.gtid},
+            "gtid_executed": self.gtid_executed,
+            "gtid_purged": self.gtid_purged,
+            "log_bin": self.log_bin,
+            "binlog_format": self.binlog_format,
+            "binlog_row_image": self.binlog_row_image,
+            "binlog_row_metadata": self.binlog_row_metadata,
+            "address": self.address,
+            "server_time": self.server_time,
+        }
+
+
+def _scalar(cur: Any, sql: str) -> Any:
+    cur.execute(sql)
+    row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _variable(cur: Any, name: str) -> str | None:
+    """A global variable's value, or None when the server does not have it."""
+    cur.execute("SHOW GLOBAL VARIABLES LIKE %s", (name,))
+    row = cur.fetchone()
+    return None if row is None else str(row[1])
+
+
+def mariadb_gtid_state(text: str) -> MariadbGtidList:
+    """A MariaDB binlog *state* (possibly several server ids per domain) reduced to one GTID per domain."""
+    state = MariadbGtidList()
+    for raw in text.replace("[", "").replace("]", "").split(","):
+        part = raw.strip()
+        if part:
+            state = state.union(MariadbGtidList.parse(part))
+    return state
+
+
+def _end_status(cur: Any, flavor: str, version: tuple[int, ...]) -> tuple[Any, ...] | None:
+    if flavor == "mysql" and version >= (8, 2):
+        cur.execute("SHOW BINARY LOG STATUS")  # SHOW MASTER STATUS is gone in 8.4
+    else:
+        cur.execute("SHOW MASTER STATUS")
+    row = cur.fetchone()
+    return None if row is None else tuple(row)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+
+
+def inspect_source(conn: Any) -> SourceFacts:
+    """Read the source's identity, binlog files, current end and GTID state.
+
+    The end and the GTID state are read consistently: on MariaDB they come from two statements, so
+    we re-read the GTID position until no commit slipped in between (a position whose GTID state
+    does not match its file offset would make a later failover skip or repeat a transaction).
+    """
+    address = _address(conn)
+    try:
+        with conn.cursor() as cur:
+            version = str(_scalar(cur, "SELECT VERSION()"))
+            flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+            vt = _version_tuple(version)
+            server_id = int(_scalar(cur, "SELECT @@server_id"))
+            server_uuid = str(_scalar(cur, "SELECT @@server_uuid")) if flavor == "mysql" else None
+            log_bin = str(_variable(cur, "log_bin") or "OFF").upper() in ("ON", "1")
+            binlog_format = _variable(cur, "binlog_format")
+            binlog_row_image = _variable(cur, "binlog_row_image")
+            binlog_row_metadata = _variable(cur, "binlog_row_metadata")
+            server_time = float(_scalar(cur, "SELECT UNIX_TIMESTAMP(NOW(6))"))
+
+            binlogs: tuple[BinlogFile, ...] = ()
+            if log_bin:
+                cur.execute("SHOW BINARY LOGS")
+                binlogs = tuple(BinlogFile(str(r[0]), int(r[1])) for r in cur.fetchall())
+
+            end: SourceEnd | None = None
+            gtid_executed: str | None = None
+            gtid_purged: str | None = None
+            if flavor == "mariadb":
+                for _ in range(20):
+                    before = str(_scalar(cur, "SELECT @@GLOBAL.gtid_binlog_pos") or "")
+                    status = _end_status(cur, flavor, vt) if log_bin else None
+                    after = str(_scalar(cur, "SELECT @@GLOBAL.gtid_binlog_pos") or "")
+                    if before == after:
+                        break
+                gtid_executed = after
+                if status is not None:
+                    end = SourceEnd(str(status[0]), int(status[1]), gtid_executed)
+                gtid_purged = _mariadb_purged(cur, binlogs)
+            else:
+                gtid_mode = str(_variable(cur, "gtid_mode") or "OFF").upper()
+                status = _end_status(cur, flavor, vt) if log_bin else None
+                if gtid_mode == "ON":
+                    executed = str(status[4]) if status is not None and len(status) > 4 else str(
+                        _scalar(cur, "SELECT @@GLOBAL.gtid_executed") or ""
+                    )
+                    gtid_executed = executed.replace("\n", "")
+                    gtid_purged = str(_scalar(cur, "SELECT @@GLOBAL.gtid_purged") or "").replace("\n", "")
+                if status is not None:
+                    end = SourceEnd(str(status[0]), int(status[1]), gtid_executed)
+    except pymysql.err.MySQLError as e:
+        raise SourceError(
+            f"cannot read binlog facts from the source at {address}: {e.args[-1]} (error {e.args[0]}). "
+            "The capture user needs REPLICATION CLIENT (MySQL) / BINLOG MONITOR (MariaDB) and SELECT"
+        ) from None
+    # A binlog file appears in SHOW BINARY LOGS with its size when the statement ran; the end may be later.
+    if end is not None and binlogs and binlogs[-1].name == end.file and binlogs[-1].size < end.offset:
+        binlogs = (*binlogs[:-1], BinlogFile(end.file, end.offset))
+    return SourceFacts(
+        identity=ServerIdentity(flavor=flavor, server_id=server_id, server_uuid=server_uuid),
+        version=version,
+        binlogs=binlogs,
+        end=end,
+        gtid_executed=gtid_executed,
+        gtid_purged=gtid_purged,
+        log_bin=log_bin,
+        binlog_format=binlog_format,
+        binlog_row_image=binlog_row_image,
+        binlog_row_metadata=binlog_row_metadata,
+        address=address,
+        server_time=server_time,
+    )
+
+
+def _mariadb_purged(cur: Any, binlogs: tuple[BinlogFile, ...]) -> str | None:
+    """The GTID state at the start of the oldest binlog (its Gtid_list event): everything up to it is gone."""
+    if not binlogs:
+        return None
+    try:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{binlogs[0].name}' LIMIT 5")  # name from SHOW BINARY LOGS
+        for row in cur.fetchall():
+            if str(row[2]) == "Gtid_list":
+                return str(mariadb_gtid_state(str(row[5])))
+    except pymysql.err.MySQLError:
+        return None  # purged in between, or no privilege: the resolver treats None as "unknown"
+    return None
+
+
+# ----------------------------------------------------------------------------------------- readiness
+
+
+def check_cdc_ready(facts: SourceFacts, pipeline: str) -> None:
+    """Raise one SourceError listing every server setting that keeps row-level CDC from working."""
+    section = "[mariadbd]" if facts.flavor == "mariadb" else "[mysqld]"
+    where = f"pipeline {pipeline!r}: the source at {facts.address or str(facts.identity)}"
+    problems: list[str] = []
+    if not facts.log_bin:
+        problems.append("binary logging is off: add `log_bin=mysql-bin` (and a unique `server_id`)")
+    fmt = (facts.binlog_format or "").upper()
+    if facts.log_bin and fmt != "ROW":
+        problems.append(f"binlog_format is {facts.binlog_format!r}, not ROW: add `binlog_format=ROW`")
+    image = (facts.binlog_row_image or "").upper()
+    if facts.log_bin and image != "FULL":
+        problems.append(f"binlog_row_image is {facts.binlog_row_image!r}, not FULL: add `binlog_row_image=FULL`")
+    if facts.binlog_row_metadata is None:
+        problems.append(
+            "the server has no binlog_row_metadata setting (it needs MariaDB >= 10.5 or MySQL >= 8.0.14): "
+            "upgrade the server"
+        )
+    elif facts.binlog_row_metadata.upper() != "FULL":
+        problems.append(
+            f"binlog_row_metadata is {facts.binlog_row_metadata!r}, not FULL (column names, unsigned flags and "
+            "ENUM labels are missing from the binlog without it): add `binlog_row_metadata=FULL`"
+        )
+    if problems:
+        raise SourceError(
+            f"{where} is not ready for CDC: "
+            + "; ".join(problems)
+            + f". Put these lines under {section} in my.cnf and restart the server (the binlog_* settings can also "
+            "be changed at runtime with SET GLOBAL, but only my.cnf survives a restart); changes written before "
+            "the fix cannot be captured"
+        )
+
+
+def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> None:
+    """Raise a SourceError naming each missing grant of the capture user.
+
+    REPLICATION SLAVE (read the binlog), REPLICATION CLIENT on MySQL / BINLOG MONITOR on MariaDB (SHOW
+    BINARY LOGS / MASTER STATUS), and SELECT (globally, or on each schema in `schemas`).
+    """
+    address = _address(conn)
+    with conn.cursor() as cur:
+        version = str(_scalar(cur, "SELECT VERSION()"))
+        flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+        current = str(_scalar(cur, "SELECT CURRENT_USER()"))
+        user, _, host = current.rpartition("@")
+        grantee = f"'{user}'@'{host}'"
+        grantees = [grantee]
+        try:
+            cur.execute("SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES")
+            roles = [str(r[0]) for r in cur.fetchall()]
+            grantees += [f"'{r}'" for r in roles] + [f"'{r}'@'%'" for r in roles]
+        except pymysql.err.MySQLError:
+            pass
+        marks = ",".join(["%s"] * len(grantees))
+        cur.execute(
+            f"SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE IN ({marks})", grantees
+        )
+        global_privs = {str(r[0]).upper() for r in cur.fetchall()}
+        cur.execute(
+            f"SELECT TABLE_SCHEMA FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE IN ({marks}) "
+            "AND PRIVILEGE_TYPE = 'SELECT'",
+            grantees,
+        )
+        schema_select = {str(r[0]) for r in cur.fetchall()}
+        cur.execute(
+            f"SELECT DISTINCT TABLE_SCHEMA FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE IN ({marks}) "
+            "AND PRIVILEGE_TYPE = 'SELECT'",
+            grantees,
+        )
+        table_select = {str(r[0]) for r in cur.fetchall()}
+    missing: list[str] = []
+    if "REPLICATION SLAVE" not in global_privs:
+        missing.append("REPLICATION SLAVE (to read the binlog)")
+    monitor = {"REPLICATION CLIENT", "SUPER"} | ({"BINLOG MONITOR"} if flavor == "mariadb" else set())
+    if not (global_privs & monitor):
+        name = "BINLOG MONITOR" if flavor == "mariadb" else "REPLICATION CLIENT"
+        missing.append(f"{name} (to list binlogs: SHOW BINARY LOGS / SHOW MASTER STATUS)")
+    if "SELECT" not in global_privs:
+        wanted = [s for s in schemas if s not in schema_select and s not in table_select]
+        if wanted:
+            missing.append(f"SELECT on {', '.join(wanted)} (to describe the tables)")
+        elif not list(schemas) and not (schema_select or table_select):
+            missing.append("SELECT (to describe the tables)")
+    if missing:
+        grant_list = ", ".join(m.split(" (")[0].split(" on ")[0] for m in missing)
+        raise SourceError(
+            f"pipeline {pipeline!r}: the capture user {current} on {address} lacks "
+            + "; ".join(missing)
+            + f". Run as an administrator: GRANT {grant_list} ON *.* TO {grantee}"
+        )
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+_WILDCARDS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class TableFilter:
+    """Which tables a pipeline captures: fnmatch patterns over 'schema.table' (case-sensitive)."""
+
+    include: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+
+    def matches(self, schema: str, table: str) -> bool:
+        name = f"{schema}.{table}"
+        return any(fnmatch.fnmatchcase(name, p) for p in self.include) and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.exclude
+        )
+
+    def literal_includes(self) -> tuple[tuple[str, str], ...]:
+        """Include entries without wildcards, as (schema, table): these must exist."""
+        out = []
+        for p in self.include:
+            if not _WILDCARDS.search(p):
+                schema, _, table = p.partition(".")
+                out.append((schema, table))
+        return tuple(out)
+
+    def literal_schemas(self) -> tuple[str, ...] | None:
+        """The schemas the includes can match, when every include names its schema literally (else None)."""
+        schemas: list[str] = []
+        for p in self.include:
+            schema = p.partition(".")[0]
+            if _WILDCARDS.search(schema):
+                return None
+            if schema not in schemas:
+                schemas.append(schema)
+        return tuple(schemas)
+
+    def may_match_schema(self, schema: str) -> bool:
+        """Whether some table of `schema` could be captured (for schema-wide DDL such as DROP DATABASE)."""
+        return any(fnmatch.fnmatchcase(schema, p.partition(".")[0]) for p in self.include)
+
+
+_INT_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)")
+_FLOAT_ARGS = re.compile(r"^(float|double|real)\(\d+,\d+\)")
+_STRING_BASES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
+_BINARY_BASES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
+
+
+def normalise_column_type(column_type: str) -> str:
+    """information_schema COLUMN_TYPE -> the shared mysql_type vocabulary (see the module docstring)."""
+    t = column_type.strip()
+    base = t.split("(", 1)[0].split(" ", 1)[0].lower()
+    if base in ("enum", "set"):
+        return base + t[len(base):]  # labels keep their case and quoting
+    t = t.lower()
+    t = _INT_WIDTH.sub(lambda m: "int" if m.group(1) == "integer" else m.group(1), t)
+    t = _FLOAT_ARGS.sub(lambda m: "double" if m.group(1) == "real" else m.group(1), t)
+    t = re.sub(r"^year\(\d+\)", "year", t)
+    t = t.replace(" zerofill", "")
+    return " ".join(t.split())
+
+
+_LABEL = re.compile(r"'((?:[^'\\]|''|\\.)*)'", re.S)
+
+
+def parse_labels(column_type: str) -> tuple[str, ...]:
+    """ENUM/SET labels from a COLUMN_TYPE: `enum('a','it''s','back\\\\slash')` -> ('a', "it's", 'back\\slash')."""
+    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    out = []
+    for m in _LABEL.finditer(inner):
+        raw = m.group(1).replace("''", "'")
+        out.append(re.sub(r"\\(.)", r"\1", raw, flags=re.S))
+    return tuple(out)
+
+
+def quote_labels(labels: Iterable[str]) -> str:
+    """The inverse of parse_labels for the part between the parentheses (as information_schema writes it)."""
+    return ",".join("'" + label.replace("\\", "\\\\").replace("'", "''") + "'" for label in labels)
+
+
+def column_attrs(
+    mysql_type: str, charset: str | None, labels: tuple[str, ...] | None = None
+) -> tuple[tuple[str, Any], ...]:
+    base = mysql_type.split("(", 1)[0].split(" ", 1)[0]
+    attrs: list[tuple[str, Any]] = []
+    if base in _STRING_BASES or base in _BINARY_BASES:
+        attrs.append(("charset", charset or "binary"))
+    if base in ("enum", "set"):
+        attrs.append(("labels", labels if labels is not None else parse_labels(mysql_type)))
+    return tuple(attrs)
+
+
+def _key_for(
+    name: str,
+    columns: tuple[SourceColumn, ...],
+    indexes: list[tuple[str, bool, list[str | None]]],
+    full_row: bool,
+    pipeline: str,
+) -> tuple[str, ...]:
+    not_null = {c.name for c in columns if not c.nullable}
+    for index_name, _unique, cols in indexes:
+        if index_name == "PRIMARY":
+            return tuple(c for c in cols if c is not None)
+    for _name, unique, cols in indexes:
+        # Functional key parts (column None) cannot identify a row from the binlog's values.
+        if unique and cols and all(c is not None and c in not_null for c in cols):
+            return tuple(c for c in cols if c is not None)
+    if full_row:
+        return tuple(c.name for c in columns)
+    raise MissingKey(
+        f"pipeline {pipeline!r}: table {name} has neither a PRIMARY KEY nor a UNIQUE key on NOT NULL columns, so "
+        "its changes cannot be merged by key. Add one (ALTER TABLE ... ADD PRIMARY KEY (...)), or list the table "
+        "under tables.full_row_key to use all columns as the key (identical rows then collapse into one), or "
+        "exclude it (tables.exclude)"
+    )
+
+
+def describe_tables(
+    conn: Any,
+    table_filter: TableFilter,
+    pipeline: str,
+    full_row_key_tables: Iterable[str] = (),
+) -> dict[str, TableSchema]:
+    """The captured tables as `TableSchema`s, keyed by 'schema.table', from information_schema."""
+    full_row = tuple(full_row_key_tables)
+    address = _address(conn)
+    schemas = table_filter.literal_schemas()
+    with conn.cursor() as cur:
+        where = "TABLE_TYPE = 'BASE TABLE'"
+        args: list[Any] = []
+        if schemas is not None:
+            where += f" AND TABLE_SCHEMA IN ({','.join(['%s'] * len(schemas))})"
+            args += list(schemas)
+        else:
+            where += f" AND TABLE_SCHEMA NOT IN ({','.join(['%s'] * len(SYSTEM_SCHEMAS))})"
+            args += list(SYSTEM_SCHEMAS)
+        cur.execute(f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE {where}", args)
+        existing = sorted((str(s), str(t)) for s, t in cur.fetchall())
+        for schema, table in table_filter.literal_includes():
+            if (schema, table) in existing:
+                continue
+            in_schema = [t for s, t in existing if s == schema]
+            if not in_schema:
+                cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (schema,))
+                row = cur.fetchone()
+                if not row or not row[0]:
+                    raise UnknownTable(
+                        f"pipeline {pipeline!r}: table {schema}.{table} does not exist on {address}: there is no "
+                        f"schema {schema!r}. Fix tables.include, or create the table first"
+                    )
+            shown = ", ".join(in_schema[:50]) + (" ..." if len(in_schema) > 50 else "") if in_schema else "none"
+            raise UnknownTable(
+                f"pipeline {pipeline!r}: table {schema}.{table} does not exist on {address}; tables in schema "
+                f"{schema!r}: {shown}. Fix tables.include (names are case-sensitive)"
+            )
+        selected = [(s, t) for s, t in existing if table_filter.matches(s, t)]
+        if not selected:
+            return {}
+        out: dict[str, TableSchema] = {}
+        by_schema: dict[str, list[str]] = {}
+        for s, t in selected:
+            by_schema.setdefault(s, []).append(t)
+        for schema, tables in by_schema.items():
+            marks = ",".join(["%s"] * len(tables))
+            cur.execute(
+                "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, DATA_TYPE "
+                "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN (" + marks + ") "
+                "ORDER BY TABLE_NAME, ORDINAL_POSITION",
+                [schema, *tables],
+            )
+            cols: dict[str, list[tuple[Any, ...]]] = {}
+            for row in cur.fetchall():
+                cols.setdefault(str(row[0]), []).append(row)
+            json_cols = _mariadb_json_columns(cur, schema)
+            for table in tables:
+                columns = []
+                for _t, name, ctype, nullable, charset, _dtype in cols.get(table, []):
+                    mysql_type = normalise_column_type(str(ctype))
+                    if mysql_type == "longtext" and (table, str(name)) in json_cols:
+                        mysql_type = "json"
+                    cs = None if mysql_type == "json" else (str(charset) if charset else None)
+                    columns.append(
+                        SourceColumn(
+                            name=str(name),
+                            mysql_type=mysql_type,
+                            nullable=str(nullable).upper() == "YES",
+                            attrs=column_attrs(mysql_type, cs) if mysql_type != "json" else (),
+                        )
+                    )
+                name = f"{schema}.{table}"
+                cur.execute(f"SHOW INDEX FROM {quote_mysql(schema)}.{quote_mysql(table)}")
+                desc = [d[0].lower() for d in cur.description]
+                i_name, i_nonunique, i_col = desc.index("key_name"), desc.index("non_unique"), desc.index("column_name")
+                indexes: list[tuple[str, bool, list[str | None]]] = []
+                for row in cur.fetchall():  # definition order, PRIMARY first
+                    key_name = str(row[i_name])
+                    if not indexes or indexes[-1][0] != key_name:
+                        indexes.append((key_name, int(row[i_nonunique]) == 0, []))
+                    indexes[-1][2].append(None if row[i_col] is None else str(row[i_col]))
+                is_full_row = any(fnmatch.fnmatchcase(name, p) for p in full_row)
+                key = _key_for(name, tuple(columns), indexes, is_full_row, pipeline)
+                out[name] = TableSchema(schema=schema, table=table, columns=tuple(columns), key=key)
+    return out
+
+
+def _mariadb_json_columns(cur: Any, schema: str) -> set[tuple[str, str]]:
+    """(table, column) pairs whose CHECK is json_valid(`column`): MariaDB's JSON type (MySQL has a real one)."""
+    try:
+        cur.execute(
+            "SELECT TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = %s AND CHECK_CLAUSE LIKE %s",
+            (schema, "%json_valid%"),
+        )
+    except pymysql.err.MySQLError:
+        return set()  # servers without CHECK_CONSTRAINTS: JSON stays 'longtext' (lands as the same string)
+    out = set()
+    for table, clause in cur.fetchall():
+        m = re.fullmatch(r"\s*json_valid\(\s*`((?:[^`]|``)+)`\s*\)\s*", str(clause), re.I)
+        if m:
+            out.add((str(table), m.group(1).replace("``", "`")))
+    return out

@@ -1,0 +1,645 @@
+"""Staging: exact round trips of every mapped type, determinism, atomicity, DDL splits, hostile names, memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import gc
+import hashlib
+import logging
+import os
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_core import staging
+from cdc_core.changes import RowChange, SourceColumn, TableSchema
+from cdc_core.errors import StagingError, UnsupportedType
+from cdc_core.manifest import MANIFEST_NAME, STAGED_META_COLUMNS
+from cdc_core.positions import BinlogPosition, ServerIdentity
+from cdc_core.window_plan import WindowPlan
+
+pytestmark = pytest.mark.unit
+
+SERVER = ServerIdentity("mariadb", 1)
+UTC = dt.UTC
+D = decimal.Decimal
+
+
+def make_plan(seq: int = 1, pipeline: str = "demo", end: int = 9000, events: int = 0, nbytes: int = 0) -> WindowPlan:
+    return WindowPlan(
+        pipeline,
+        seq,
+        BinlogPosition("mysql-bin.000001", 4, SERVER),
+        BinlogPosition("mysql-bin.000001", end, SERVER),
+        transactions=1,
+        events=events,
+        bytes=nbytes,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Ddl:
+    ordinal: int
+    schema: str
+    query: str
+    version: int
+
+
+def col(name: str, mysql_type: str, nullable: bool = True, **attrs: Any) -> SourceColumn:
+    return SourceColumn(name, mysql_type, nullable, tuple(attrs.items()))
+
+
+# ------------------------------------------------------------------------------- every type, exactly
+
+U8 = {"charset": "utf8mb4"}
+BIN = {"charset": "binary"}
+ALL_TYPES = TableSchema(
+    "shop",
+    "all_types",
+    (
+        col("id", "int", False),
+        col("ti", "tinyint"),
+        col("tiu", "tinyint unsigned"),
+        col("si", "smallint"),
+        col("siu", "smallint unsigned"),
+        col("mi", "mediumint"),
+        col("miu", "mediumint unsigned"),
+        col("i", "int"),
+        col("iu", "int unsigned"),
+        col("bi", "bigint"),
+        col("biu", "bigint unsigned"),
+        col("d10", "decimal(10,2)"),
+        col("d38", "decimal(38,10)"),
+        col("d38s", "decimal(38,30)"),
+        col("d65", "decimal(65,30)"),
+        col("f", "float"),
+        col("db", "double"),
+        col("dt", "date"),
+        col("dtm", "datetime"),
+        col("dtm6", "datetime(6)"),
+        col("ts", "timestamp"),
+        col("ts6", "timestamp(6)"),
+        col("tm", "time"),
+        col("tm6", "time(6)"),
+        col("yr", "year"),
+        col("ch", "char(10)", **U8),
+        col("vc", "varchar(255)", **U8),
+        col("tx", "text", **U8),
+        col("ltx", "longtext", **U8),
+        col("bn", "binary(4)", **BIN),
+        col("vb", "varbinary(20)", **BIN),
+        col("bl", "blob", **BIN),
+        col("js", "json"),
+        col("en", "enum('a','b','ü')", labels=("a", "b", "ü")),
+        col("st", "set('x','y','z')", labels=("x", "y", "z")),
+        col("stn", "set('x','y')", False, labels=("x", "y")),
+        col("b1", "bit(1)"),
+        col("b5", "bit(5)"),
+        col("b64", "bit(64)"),
+    ),
+    ("id",),
+)
+
+D65_MAX = D("99999999999999999999999999999999999.999999999999999999999999999999")
+EMOJI = "héllo 🎉 wörld 𝄞 中文"
+ALL_BYTES = bytes(range(256))
+
+# (reader values, expected staged values) per row; reader values are what python-mysql-replication gives.
+ROWS: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    (
+        {
+            "id": 1,
+            "ti": -128,
+            "tiu": 255,
+            "si": -32768,
+            "siu": 65535,
+            "mi": -8388608,
+            "miu": 16777215,
+            "i": -2147483648,
+            "iu": 4294967295,
+            "bi": -(2**63),
+            "biu": 18446744073709551615,
+            "d10": D("-99999999.99"),
+            "d38": D("9999999999999999999999999999.9999999999"),
+            "d38s": D("-99999999.999999999999999999999999999999"),
+            "d65": D65_MAX,
+            "f": 3.4028234663852886e38,
+            "db": 1.7976931348623157e308,
+            "dt": dt.date(1000, 1, 1),
+            "dtm": dt.datetime(9999, 12, 31, 23, 59, 59),
+            "dtm6": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+            "ts": dt.datetime(2038, 1, 19, 3, 14, 7),
+            "ts6": dt.datetime(1970, 1, 1, 0, 0, 1, 1),
+            "tm": -dt.timedelta(hours=838, minutes=59, seconds=59),
+            "tm6": dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=999999),
+            "yr": 2155,
+            "ch": "ab",
+            "vc": EMOJI,
+            "tx": EMOJI * 10,
+            "ltx": "x" * 70000,
+            "bn": b"\xff\x00\xff",
+            "vb": b"\x00\xff\x00",
+            "bl": ALL_BYTES,
+            "js": '{"a": [1, 2.5, "é"], "b": null}',
+            "en": "ü",
+            "st": {"z", "x"},
+            "stn": {"y"},
+            "b1": "1",
+            "b5": "10101",
+            "b64": "1" * 64,
+        },
+        {
+            "biu": D(18446744073709551615),
+            "d65": str(D65_MAX),
+            "ts": dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC),
+            "ts6": dt.datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=UTC),
+            "tm": -3_020_399_000_000,
+            "tm6": 3_020_399_999_999,
+            "bn": b"\xff\x00\xff\x00",
+            "st": "x,z",
+            "stn": "y",
+            "b1": 1,
+            "b5": 21,
+            "b64": D(2**64 - 1),
+        },
+    ),
+    (
+        {
+            "id": 2,
+            "ti": 127,
+            "tiu": 0,
+            "si": 32767,
+            "siu": 0,
+            "mi": 8388607,
+            "miu": 0,
+            "i": 2147483647,
+            "iu": 0,
+            "bi": 2**63 - 1,
+            "biu": 0,
+            "d10": D("0.01"),
+            "d38": D("-9999999999999999999999999999.9999999999"),
+            "d38s": D("0.000000000000000000000000000001"),
+            "d65": D("-" + str(D65_MAX)),
+            "f": -1.401298464324817e-45,
+            "db": -2.2250738585072014e-308,
+            "dt": dt.date(9999, 12, 31),
+            "dtm": dt.datetime(1000, 1, 1),
+            "dtm6": dt.datetime(1000, 1, 1, 0, 0, 0, 1),
+            "ts": dt.datetime(1970, 1, 1, 0, 0, 1),
+            "ts6": dt.datetime(2038, 1, 19, 3, 14, 7, 999999),
+            "tm": -dt.timedelta(microseconds=500_000),
+            "tm6": -dt.timedelta(hours=1, microseconds=999_999),  # the library's -01:00:00.000001
+            "yr": 1901,
+            "ch": "",
+            "vc": "",
+            "tx": "",
+            "ltx": "",
+            "bn": b"\x00\x00\x00\x01",
+            "vb": b"",
+            "bl": b"",
+            "js": "[]",
+            "en": "",
+            "st": {"x", "y", "z"},
+            "stn": None,
+            "b1": "0",
+            "b5": "00000",
+            "b64": "0" * 64,
+        },
+        {
+            "biu": D(0),
+            "d65": "-" + str(D65_MAX),
+            "ts": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+            "ts6": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=UTC),
+            "tm": -500_000,
+            "tm6": -3_600_000_001,
+            "st": "x,y,z",
+            "stn": "",
+            "b1": 0,
+            "b5": 0,
+            "b64": D(0),
+        },
+    ),
+    (
+        # Zero dates (as the reader decodes them), YEAR 0000, and NULL in every nullable column.
+        {
+            **{c.name: None for c in ALL_TYPES.columns},
+            "id": 3,
+            "dt": None,
+            "dtm": None,
+            "ts": dt.datetime(1970, 1, 1),
+            "ts6": dt.datetime(1970, 1, 1),
+            "yr": 1900,
+            "stn": set(),
+        },
+        {"ts": None, "ts6": None, "yr": 0, "stn": ""},
+    ),
+]
+
+
+def expected_row(reader: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in reader.items()}
+    out.update(overrides)
+    # Exact decimals come back at the column's scale: compare as numbers.
+    return out
+
+
+def changes_for(rows: list[dict[str, Any]], table: TableSchema = ALL_TYPES, ops: str = "I") -> list[RowChange]:
+    return [RowChange(ops[i % len(ops)], table, r, 1000 + i, i + 1, 1_700_000_000.0 + i) for i, r in enumerate(rows)]
+
+
+def test_every_mapped_type_round_trips_exactly(tmp_path: Path) -> None:
+    root = str(tmp_path / "staging")
+    manifest = staging.stage_window(make_plan(), iter(changes_for([r for r, _ in ROWS], ops="IUD")), root)
+    t = manifest.table("shop.all_types")
+    assert (t.inserts, t.updates, t.deletes) == (1, 1, 1)
+    assert t.key == ("id",)
+    assert [c.name for c in t.columns] == list(ALL_TYPES.column_names)
+    got = staging.read_table_changes(root, manifest, "shop.all_types").to_pylist()
+    assert len(got) == len(ROWS)
+    for i, (row, (reader, overrides)) in enumerate(zip(got, ROWS, strict=True)):
+        assert row["_cdc_op"] == "IUD"[i]
+        assert row["_cdc_version"] == 1000 + i
+        assert row["_cdc_ordinal"] == i + 1
+        assert row["_cdc_commit_ts"] == dt.datetime.fromtimestamp(1_700_000_000 + i, UTC)
+        want = expected_row(reader, overrides)
+        for name in ALL_TYPES.column_names:
+            assert row[name] == want[name], f"row {i} column {name}: {row[name]!r} != {want[name]!r}"
+            assert type(row[name]) is type(want[name]) or want[name] is None, name
+    # The wide decimals' text is exact to the last digit and parses back to the same number.
+    assert D(got[0]["d65"]) == D65_MAX
+    assert got[0]["f"] == 3.4028234663852886e38  # float32 max survives FLOAT
+
+
+def test_staged_file_is_self_describing(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    m = staging.stage_window(make_plan(), iter(changes_for([ROWS[0][0]])), root)
+    f = m.tables[0].files[0]
+    assert f.path == "tables/shop/all_types/part-00000.parquet"
+    path = Path(staging.window_dir(root, "demo", 1)) / f.path
+    data = path.read_bytes()
+    assert (len(data), hashlib.sha256(data).hexdigest()) == (f.bytes, f.sha256)
+    schema = pq.read_schema(path)
+    assert schema.names == [*STAGED_META_COLUMNS, *ALL_TYPES.column_names]
+    assert str(schema.field("_cdc_commit_ts").type) == "timestamp[us, tz=UTC]"
+    for c in m.tables[0].columns:
+        assert str(schema.field(c.name).type) == c.arrow_type
+    assert f.columns == ALL_TYPES.column_names
+
+
+# ------------------------------------------------------------------------------------------ determinism
+
+T1 = TableSchema(
+    "db", "t1", (col("id", "bigint", False), col("v", "varchar(20)", **U8), col("n", "decimal(12,3)")), ("id",)
+)
+T2 = TableSchema("db", "t2", (col("k", "int unsigned", False), col("ts", "timestamp(6)")), ("k",))
+
+
+def mixed_stream(n: int) -> Iterator[Any]:
+    for i in range(n):
+        if i % 3 == 0:
+            yield RowChange(
+                "I", T2, {"k": i, "ts": dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=i)}, 5000 + i, i, 1.7e9
+            )
+        else:
+            yield RowChange("UD"[i % 2], T1, {"id": i, "v": f"v{i}", "n": D(i) / 1000}, 5000 + i, i, 1.7e9 + i)
+
+
+def tree_bytes(top: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*")) if p.is_file()}
+
+
+def test_restaging_gives_byte_identical_files_and_manifest(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    ma = staging.stage_window(make_plan(), mixed_stream(5000), str(a), row_group_rows=700)
+    mb = staging.stage_window(make_plan(), mixed_stream(5000), str(b), row_group_rows=700)
+    assert ma == mb
+    ta, tb = tree_bytes(a), tree_bytes(b)
+    assert ta == tb
+    assert "demo/w0000000001/manifest.json" in ta
+    assert [t.name for t in ma.tables] == ["db.t1", "db.t2"]  # sorted, whatever the order of arrival
+    # Several row groups were cut (by row count only).
+    pf = pq.ParquetFile(a / "demo/w0000000001" / ma.table("db.t1").files[0].path)
+    assert pf.num_row_groups > 1
+
+
+def test_staging_an_already_staged_window_returns_it_untouched(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    m1 = staging.stage_window(make_plan(), mixed_stream(300), root)
+    mpath = Path(staging.window_dir(root, "demo", 1)) / MANIFEST_NAME
+    before = mpath.stat().st_ino, mpath.stat().st_mtime_ns
+
+    def boom() -> Iterator[Any]:
+        raise AssertionError("an already staged window must not read the source again")
+        yield
+
+    assert staging.stage_window(make_plan(), boom(), root) == m1
+    assert (mpath.stat().st_ino, mpath.stat().st_mtime_ns) == before
+
+
+def test_a_different_plan_in_the_window_directory_is_refused(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    staging.stage_window(make_plan(end=9000), mixed_stream(10), root)
+    with pytest.raises(StagingError, match="different plan"):
+        staging.stage_window(make_plan(end=9500), mixed_stream(10), root)
+
+
+# ------------------------------------------------------------------------------------------ atomicity
+
+
+def test_leftover_temp_dir_and_manifestless_window_are_not_staged_and_get_replaced(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    wdir = Path(staging.window_dir(root, "demo", 1))
+    tmp_left = wdir.parent / f".{wdir.name}.tmp-deadbeef"
+    (tmp_left / "tables/db/t1").mkdir(parents=True)
+    (tmp_left / MANIFEST_NAME).write_text("{}")  # even a manifest in a temp dir does not count
+    (wdir / "tables/db/t1").mkdir(parents=True)
+    (wdir / "tables/db/t1/part-00000.parquet").write_bytes(b"half a file")
+    (wdir / "tables/db/junk.parquet").write_bytes(b"junk")
+    assert staging.read_manifest(root, "demo", 1) is None
+    assert staging.list_windows(root, "demo") == []
+
+    m = staging.stage_window(make_plan(), mixed_stream(100), root)
+    assert staging.read_manifest(root, "demo", 1) == m
+    staging.verify_window(root, m)
+    assert not tmp_left.exists()
+    assert not (wdir / "tables/db/junk.parquet").exists()
+    assert sorted(p.name for p in wdir.parent.iterdir()) == [wdir.name]
+    assert staging.list_windows(root, "demo") == [1]
+
+
+def test_unreadable_manifest_counts_as_not_staged(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    staging.stage_window(make_plan(), mixed_stream(10), root)
+    mpath = Path(staging.window_dir(root, "demo", 1)) / MANIFEST_NAME
+    mpath.write_text('{"format": 1, "pla')
+    assert staging.read_manifest(root, "demo", 1) is None
+    m = staging.stage_window(make_plan(), mixed_stream(10), root)
+    assert staging.read_manifest(root, "demo", 1) == m
+
+
+def test_corrupt_file_is_detected_and_the_window_restaged(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    m = staging.stage_window(make_plan(), mixed_stream(1000), root)
+    wdir = Path(staging.window_dir(root, "demo", 1))
+    good = tree_bytes(wdir)
+    victim = wdir / m.table("db.t2").files[0].path
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(StagingError) as e:
+        staging.verify_window(root, m)
+    assert "tables/db/t2/part-00000.parquet" in str(e.value) and "re-staged" in str(e.value)
+    victim.unlink()
+    with pytest.raises(StagingError, match="is missing"):
+        staging.verify_window(root, m)
+
+    assert staging.stage_window(make_plan(), mixed_stream(1000), root) == m
+    staging.verify_window(root, m)
+    assert tree_bytes(wdir) == good
+
+
+def test_interrupted_staging_leaves_nothing_staged(tmp_path: Path) -> None:
+    root = str(tmp_path)
+
+    def dies() -> Iterator[Any]:
+        yield from mixed_stream(2000)
+        raise ConnectionError("source went away")
+
+    with pytest.raises(ConnectionError):
+        staging.stage_window(make_plan(), dies(), root, row_group_rows=100)
+    assert staging.read_manifest(root, "demo", 1) is None
+    pdir = Path(staging.window_dir(root, "demo", 1)).parent
+    assert not pdir.exists() or list(pdir.iterdir()) == []
+
+
+def test_delete_window(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    staging.stage_window(make_plan(), mixed_stream(10), root)
+    assert staging.delete_window(root, "demo", 1) is True
+    assert staging.read_manifest(root, "demo", 1) is None
+    assert not Path(staging.window_dir(root, "demo", 1)).exists()
+    assert staging.delete_window(root, "demo", 1) is False
+
+
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_fsspec_urls_use_the_same_code(tmp_path: Path, scheme: str) -> None:
+    root = f"memory://stg-{uuid.uuid4().hex[:8]}" if scheme == "memory" else f"file://{tmp_path}/stg"
+    local = str(tmp_path / "local")
+    assert staging.window_dir(root, "demo", 3).startswith(root + "/demo/w0000000003")
+    fs, _ = fsspec.core.url_to_fs(root)
+    wdir = fs._strip_protocol(staging.window_dir(root, "demo", 3))
+    fs.makedirs(f"{wdir}/tables/db/t1", exist_ok=True)
+    # A partial window left behind on an object store (no manifest) is not staged, and is replaced.
+    with fs.open(f"{wdir}/tables/db/t1/part-00000.parquet", "wb") as f:
+        f.write(b"partial")
+    with fs.open(f"{wdir}/tables/db/stale.parquet", "wb") as f:
+        f.write(b"stale")
+    assert staging.read_manifest(root, "demo", 3) is None
+
+    m = staging.stage_window(make_plan(seq=3), mixed_stream(500), root, row_group_rows=64)
+    ml = staging.stage_window(make_plan(seq=3), mixed_stream(500), local, row_group_rows=64)
+    assert m == ml
+    assert staging.read_manifest(root, "demo", 3) == m
+    staging.verify_window(root, m)
+    assert not fs.exists(f"{wdir}/tables/db/stale.parquet")
+    assert staging.read_table_changes(root, m, "db.t1").equals(staging.read_table_changes(local, ml, "db.t1"))
+    with fs.open(f"{wdir}/{m.tables[0].files[0].path}", "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == m.tables[0].files[0].sha256
+    assert staging.list_windows(root, "demo") == [3]
+    assert staging.delete_window(root, "demo", 3)
+    assert staging.read_manifest(root, "demo", 3) is None
+
+
+# ------------------------------------------------------------------------------------------- DDL split
+
+
+def test_ddl_mid_window_splits_a_table_into_two_files(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    v1 = TableSchema(
+        "db", "people", (col("id", "int", False), col("name", "varchar(10)", **U8), col("age", "tinyint")), ("id",)
+    )
+    v2 = TableSchema(
+        "db", "people", (col("id", "int", False), col("name", "varchar(10)", **U8), col("email", "text", **U8)), ("id",)
+    )
+    other = TableSchema("db", "other", (col("id", "int", False),), ("id",))
+    alter = Ddl(3, "db", "ALTER TABLE people DROP age, ADD email TEXT", 777)
+    stream = [
+        RowChange("I", v1, {"id": 1, "name": "ann", "age": 30}, 100, 1, 1.0),
+        RowChange("I", other, {"id": 9}, 101, 2, 1.0),
+        alter,
+        RowChange(
+            "U",
+            TableSchema(v2.schema, v2.table, v2.columns, v2.key),
+            {"id": 1, "name": "ann", "email": "a@x"},
+            102,
+            4,
+            2.0,
+        ),
+        RowChange("I", v2, {"id": 2, "name": "bob", "email": None}, 103, 5, 2.0),  # equal shape, another object
+        RowChange("D", v2, {"id": 2, "name": "bob", "email": None}, 104, 6, 2.0),
+    ]
+    m = staging.stage_window(make_plan(), iter(stream), root)
+    t = m.table("db.people")
+    assert [f.path for f in t.files] == ["tables/db/people/part-00000.parquet", "tables/db/people/part-00001.parquet"]
+    assert [f.columns for f in t.files] == [("id", "name", "age"), ("id", "name", "email")]
+    assert [f.rows for f in t.files] == [1, 3]
+    assert [c.name for c in t.columns] == ["id", "name", "age", "email"]  # the dropped column keeps its place
+    assert (t.inserts, t.updates, t.deletes) == (2, 1, 1)
+    assert [(e.ordinal, e.schema, e.query, e.version) for e in m.ddl] == [(3, "db", alter.query, 777)]
+    rows = staging.read_table_changes(root, m, "db.people").to_pylist()
+    assert [(r["_cdc_ordinal"], r["id"], r["age"], r["email"]) for r in rows] == [
+        (1, 1, 30, None),
+        (4, 1, None, "a@x"),
+        (5, 2, None, None),
+        (6, 2, None, None),
+    ]
+    assert m.table("db.other").rows == 1
+
+
+def test_tables_without_changes_do_not_appear_and_an_empty_window_has_a_manifest(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    m = staging.stage_window(make_plan(), iter([Ddl(1, "db", "CREATE TABLE x (id INT)", 5)]), root)
+    assert m.tables == () and len(m.ddl) == 1
+    assert staging.read_manifest(root, "demo", 1) == m
+
+
+# ------------------------------------------------------------------------------------------ hostile names
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "schema", "table"),
+    [
+        ("..", "..", "a/b"),
+        ("../../etc", ".", "`x``y`"),
+        ("p/q", "sch ema", ".."),
+        ("ok", "..%2F..", "a%2Fb"),
+        ("ok", "日本", "~x"),
+    ],
+)
+def test_hostile_names_stay_inside_the_root(tmp_path: Path, pipeline: str, schema: str, table: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    t = TableSchema(schema, table, (col("id", "int", False),), ("id",))
+    # A second table whose name is the first one's path encoding must not collide with it.
+    t_enc = TableSchema(schema, staging.path_component(table), (col("id", "int", False),), ("id",))
+    plan = make_plan(pipeline=pipeline)
+    m = staging.stage_window(
+        plan, iter([RowChange("I", t, {"id": 1}, 1, 1, 1.0), RowChange("I", t_enc, {"id": 2}, 2, 2, 1.0)]), str(root)
+    )
+    inside = str(root.resolve()) + os.sep
+    for p in tmp_path.rglob("*"):
+        assert p == root or os.path.realpath(p).startswith(inside), p
+    assert len({f.path for st in m.tables for f in st.files}) == 2
+    assert staging.read_manifest(str(root), pipeline, 1) == m
+    assert staging.read_table_changes(str(root), m, f"{schema}.{table}").column("id").to_pylist() == [1]
+    staging.verify_window(str(root), m)
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+def test_contract_violations_are_refused_clearly(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    with pytest.raises(StagingError, match="strictly"):
+        staging.stage_window(
+            make_plan(),
+            iter(
+                [
+                    RowChange("I", T2, {"k": 1, "ts": None}, 1, 5, 1.0),
+                    RowChange("I", T2, {"k": 2, "ts": None}, 1, 5, 1.0),
+                ]
+            ),
+            root,
+        )
+    with pytest.raises(StagingError, match=r"'ts'.*incomplete"):
+        staging.stage_window(make_plan(), iter([RowChange("I", T2, {"k": 1}, 1, 1, 1.0)]), root)
+    with pytest.raises(StagingError, match="operation 'X'"):
+        staging.stage_window(make_plan(), iter([RowChange("X", T2, {"k": 1, "ts": None}, 1, 1, 1.0)]), root)
+    tiny = TableSchema("db", "tiny", (col("v", "tinyint"),), ("v",))
+    with pytest.raises(StagingError, match=r"'db.tiny' column 'v'.*300"):
+        staging.stage_window(
+            make_plan(),
+            iter([RowChange("I", tiny, {"v": 1}, 1, 1, 1.0), RowChange("I", tiny, {"v": 300}, 1, 2, 1.0)]),
+            root,
+        )
+    geo = TableSchema("db", "geo", (col("id", "int"), col("g", "geometry")), ("id",))
+    with pytest.raises(UnsupportedType, match=r"'db\.geo' column 'g'"):
+        staging.stage_window(make_plan(), iter([RowChange("I", geo, {"id": 1, "g": b""}, 1, 1, 1.0)]), root)
+    with pytest.raises(StagingError, match="neither a RowChange"):
+        staging.stage_window(make_plan(), iter([object()]), root)
+    assert staging.read_manifest(root, "demo", 1) is None
+    assert list(Path(root).rglob("*.parquet")) == []
+
+
+# ------------------------------------------------------------------------------------ logs and progress
+
+
+def test_one_log_line_per_window_and_steady_progress(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[tuple[int, dict[str, Any]]] = []
+    caplog.set_level(logging.INFO, logger="cdc_core.staging")
+    staging.stage_window(
+        make_plan(seq=7),
+        mixed_stream(20_000),
+        str(tmp_path),
+        progress=lambda rows, **kw: calls.append((rows, kw)),
+        progress_every_rows=2048,
+        progress_every_secs=3600,
+    )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("window.staged")]
+    assert len(lines) == 1
+    assert lines[0].startswith("window.staged pipeline=demo seq=7 tables=2 changes=20000 bytes=")
+    assert " secs=" in lines[0]
+    rows = [r for r, _ in calls]
+    assert 8 <= len(calls) <= 12  # every ~2k rows, then once at the end; not per row
+    assert rows == sorted(rows) and rows[-1] == 20_000
+    assert calls[-1][1]["tables"] == 2 and calls[-1][1]["bytes"] > 0
+
+
+def test_row_groups_shrink_for_windows_of_big_events() -> None:
+    assert staging.effective_row_group_rows(make_plan(events=1000, nbytes=1000 * 200), 50_000, 64 << 20) == 50_000
+    assert staging.effective_row_group_rows(make_plan(events=10, nbytes=10 * (4 << 20)), 50_000, 64 << 20) == 64
+    assert staging.effective_row_group_rows(make_plan(events=10, nbytes=10 * (1 << 20)), 50_000, 64 << 20) == 64
+    assert staging.effective_row_group_rows(make_plan(events=10, nbytes=10 * (256 << 10)), 50_000, 64 << 20) == 256
+
+
+# ------------------------------------------------------------------------------------------ memory
+
+
+def small_changes(n: int) -> Iterator[RowChange]:
+    tables = [
+        TableSchema(
+            "db", f"m{j}", (col("id", "bigint", False), col("v", "varchar(30)", **U8), col("x", "double")), ("id",)
+        )
+        for j in range(3)
+    ]
+    for i in range(n):
+        yield RowChange("IUD"[i % 3], tables[i % 3], {"id": i, "v": f"value-{i}", "x": i * 0.5}, i, i, 1.7e9)
+
+
+def peak_staging_memory(tmp_path: Path, n: int) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        m = staging.stage_window(make_plan(seq=n), small_changes(n), str(tmp_path / f"mem{n}"), row_group_rows=5000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert m.changes == n
+    return peak
+
+
+def test_memory_does_not_grow_with_the_window(tmp_path: Path) -> None:
+    peak_staging_memory(tmp_path, 20_000)  # warm-up: first-use allocations (lazy imports, caches) are not per row
+    small = peak_staging_memory(tmp_path, 50_000)
+    large = peak_staging_memory(tmp_path, 300_000)
+    # Six times the changes; a buffer-everything implementation would need about six times the memory.
+    assert large < small * 1.5 + (1 << 20), (small, large)
+    assert small < 64 << 20, small  # and the bound itself is small (rows buffered for a few row groups)
