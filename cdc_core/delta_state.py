@@ -1,0 +1,153 @@
+"""Read a Delta table's state without Spark: idempotent-write versions, existence, a summary.
+
+The ack step asks Delta itself whether a window landed: the merge job commits each table with
+`txnAppId` = pipeline and `txnVersion` = window seq, so `last_txn_version(table, pipeline) >= seq`
+means the window's commit to that table is in the log. The `deltalake` package (delta-rs) replays
+`_delta_log` for us: the last checkpoint (classic, multi-part or v2) plus the JSON commits after it,
+which is exactly where `txn` actions live once old commits are cleaned up.
+
+An answer is either the truth or a `LakeError`: a table that does not exist reads as None/False,
+but an I/O error, a corrupt commit or an unsupported protocol is never taken as "not there".
+For local paths, "not there" is decided by the file system (no `_delta_log` with a commit or
+checkpoint in it); for object stores it is deltalake's `TableNotFoundError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_core.errors import LakeError
+
+# Commit files, checkpoints (classic, multi-part, v2) and compacted commit ranges: any one of them
+# means the table has been created. `_last_checkpoint` alone does not.
+_LOG_ENTRY_RE = re.compile(r"^\d{20}\.(json|crc|checkpoint\..*|\d{20}\.compacted\.json)$")
+
+
+def _local_path(table_uri: str) -> Path | None:
+    """The local directory of a local table URI (plain path or file://), None for an object store."""
+    parsed = urlparse(table_uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and table_uri[1:3] in (":\\", ":/")):  # C:\ on Windows
+        return Path(table_uri)
+    return None
+
+
+def _local_log_present(table_uri: str, path: Path) -> bool:
+    log_dir = path / "_delta_log"
+    try:
+        entries = os.listdir(log_dir)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        raise LakeError(
+            f"Delta table location {table_uri}: {path} or its _delta_log is a file, not a table directory; "
+            "something else occupies the table's path"
+        ) from None
+    except OSError as e:
+        raise LakeError(
+            f"cannot list {log_dir} ({type(e).__name__}: {e}); check the lake's permissions and storage"
+        ) from None
+    return any(_LOG_ENTRY_RE.match(name) for name in entries)
+
+
+def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
+    """The latest snapshot of the table, None when there is no table at `table_uri`."""
+    local = _local_path(table_uri)
+    if local is not None and not _local_log_present(table_uri, local):
+        return None
+    try:
+        return DeltaTable(table_uri, storage_options=storage_options)
+    except TableNotFoundError as e:
+        if local is None:
+            return None
+        raise LakeError(
+            f"Delta table {table_uri} has a transaction log that cannot be loaded ({e}); "
+            "check the files under _delta_log (permissions, truncated or deleted commits)"
+        ) from None
+    except Exception as e:  # delta-rs raises DeltaError, DeltaProtocolError, OSError, ...
+        raise LakeError(
+            f"cannot read Delta table {table_uri} ({type(e).__name__}: {e}); the answer is unknown, not "
+            "'absent': fix the storage or the log and retry"
+        ) from None
+
+
+def table_exists(table_uri: str, *, storage_options: dict[str, str] | None = None) -> bool:
+    """True when a Delta table has been created at `table_uri` (its log holds a commit or checkpoint)."""
+    local = _local_path(table_uri)
+    if local is not None:
+        return _local_log_present(table_uri, local)
+    return _open(table_uri, storage_options) is not None
+
+
+def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """The latest `txn` version committed by `app_id` (Delta's idempotent-write id), or None when the
+    table does not exist or `app_id` never committed to it."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        version = table.transaction_version(app_id)
+    except Exception as e:
+        raise LakeError(
+            f"cannot read the transaction versions of Delta table {table_uri} ({type(e).__name__}: {e})"
+        ) from None
+    return None if version is None else int(version)
+
+
+def table_summary(
+    table_uri: str, *, app_id: str | None = None, storage_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Version, live files, bytes and the last commit of a table, for monitoring.
+
+    With `app_id`, also that writer's last txn version. A missing table gives `exists: False`.
+    """
+    out: dict[str, Any] = {
+        "uri": table_uri,
+        "exists": False,
+        "version": None,
+        "files": None,
+        "size_bytes": None,
+        "last_commit_ms": None,
+        "last_commit_at": None,
+        "last_operation": None,
+    }
+    if app_id is not None:
+        out["txn_version"] = None
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return out
+    try:
+        adds = pa.table(table.get_add_actions(flatten=True))
+        history = table.history(1)
+        txn = table.transaction_version(app_id) if app_id is not None else None
+        version = table.version()
+    except Exception as e:
+        raise LakeError(f"cannot summarise Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    last = history[0] if history else {}
+    ts = last.get("timestamp")
+    out.update(
+        exists=True,
+        version=int(version),
+        files=adds.num_rows,
+        size_bytes=int(pc.sum(adds["size_bytes"]).as_py() or 0) if adds.num_rows else 0,
+        last_commit_ms=int(ts) if ts is not None else None,
+        last_commit_at=(
+            datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            if ts is not None else None
+        ),
+        last_operation=last.get("operation"),
+    )
+    if app_id is not None:
+        out["txn_version"] = None if txn is None else int(txn)
+    return out
