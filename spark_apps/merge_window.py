@@ -1,0 +1,906 @@
+"""Spark job: MERGE one staged window into Delta tables, exactly once.
+
+Run by the DAG (and `cdc` CLI) as
+
+    spark-submit [--master local[2] --jars <delta jars> --conf ...] spark_apps/merge_window.py \
+        --window-dir <uri> --lake-root <uri> --pipeline <name> --seq <n> --token <fencing token> \
+        --report <path-or-uri> [--delete-mode hard|soft] [--table-options <json>] \
+        [--zk-hosts h:p --zk-root /x]
+
+and importable as `merge_window(spark, manifest, window_dir, lake_root, pipeline, seq, token, ...)`.
+Secrets never appear on the command line: a ZooKeeper ACL credential comes from the environment
+variable CDC_ZK_AUTH (`scheme:credential`, e.g. `digest:user:password`) and is never logged.
+
+Lake layout (local paths and object-store URLs alike; Spark resolves the scheme):
+
+    <lake_root>/<path_component(schema)>/<path_component(table)>            one Delta table per source table
+    <lake_root>/_cdc_tombstones/<path_component(schema)>/<path_component(table)>   hard-delete tombstones
+
+Columns of a lake table: the source columns (exact types from the manifest's `delta_type`), then
+
+    _cdc_op          STRING     'I' | 'U' | 'D' of the change that wrote the row
+    _cdc_version     BIGINT     `positions.change_version` of that change ("only newer wins")
+    _cdc_commit_ts   TIMESTAMP  commit time of that change's source transaction
+    _cdc_window_seq  BIGINT     the window that wrote the row
+    _cdc_deleted     BOOLEAN    soft-delete mode only: the row was deleted at the source
+    _cdc_deleted_at  TIMESTAMP  soft-delete mode only: commit time of the delete
+
+How one table of a window lands:
+
+1. If the table's last idempotent-write version for app id `<pipeline>` (Delta `txn` action) is >= seq,
+   the table already holds this window: report 'already committed' and touch nothing.
+2. Read the table's staged Parquet files (each file has the column subset in force when it was
+   written; union by name, missing columns NULL, widening casts to the manifest's type) and keep the
+   last change per key by `_cdc_ordinal` (a MERGE must not see two source rows for one target row).
+3. Create the Delta table on first sight (manifest types + metadata columns + --table-options), or
+   align it: new source columns arrive through `MERGE WITH SCHEMA EVOLUTION` (per statement, never
+   session-wide autoMerge); a column the source no longer sends stays and is NULL in every row image
+   written after that (inserts and updates alike); a widening type change (INT -> BIGINT,
+   DECIMAL(10,2) -> DECIMAL(12,2), FLOAT -> DOUBLE, DATE -> TIMESTAMP_NTZ, ...) uses Delta's type
+   widening table feature (`delta.enableTypeWidening`); anything else (e.g. STRING -> INT) fails the
+   window with a SchemaConflict naming table and column. A source type narrower than Delta's is cast up.
+4. Hard deletes (default): first MERGE the window's deletes into the tombstone table (key columns +
+   `_cdc_version`, max version per key), then drop every source change older than its key's
+   tombstone, then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
+   re-run of an old window under a new seq) would find no row to compare versions with and resurrect
+   a row deleted later. Tombstones are written first so a crash between the two commits leaves only
+   the harmless half (re-running finds the tombstone commit done and finishes the main table).
+   Soft deletes: the row is its own tombstone (`_cdc_deleted=true`, version kept), so no side table.
+5. One MERGE per table: a change applies only when `s._cdc_version >= t._cdc_version` (>= so that
+   re-applying the identical change is harmless and a backfill can repair a damaged row).
+
+Exactly once: each MERGE (main and tombstone) runs with the session confs
+`spark.databricks.delta.write.txnAppId=<pipeline>` / `txnVersion=<seq>`, set right before and unset
+right after (they are session-wide), so the commit carries a `txn` action and Delta itself skips a
+MERGE whose (app id, version) it already holds. A concurrent duplicate run that loses the commit race
+(ConcurrentTransactionException, ConcurrentAppendException, ...) re-reads the txn version: if it is
+now >= seq the window landed (reported 'already committed'), otherwise it retries once. Every commit
+also carries `commitInfo.userMetadata` = {"pipeline", "seq", "token", "run"} for lineage.
+
+The txn version is read with `cdc_core.delta_state.last_txn_version` when that module exists, else
+from the Delta log through Spark's own DeltaLog (same filesystem configuration as the writes,
+checkpoints included).
+
+Fencing: with --zk-hosts, each table's writes are preceded by a check that the lease node
+`<zk-root>/pipelines/<pipeline>/lease` still has czxid == token; a failed check exits with
+`Fenced.exit_code` and a message starting with 'fenced'. Correctness does not depend on it (the window
+is immutable and the commits idempotent); it only narrows what a zombie run does.
+
+Output: a JSON report `{pipeline, seq, token, tables: {name: {status, inserted, updated, deleted,
+delta_version, seconds}}, seconds}` written to --report and printed as the last stdout line. In soft
+mode soft deletes count as `updated` (Delta reports per statement, not per clause).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import cdc_core  # noqa: F401
+except ImportError:  # spark-submit of a checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import delta.exceptions as delta_exceptions
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from cdc_core import faults
+from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LakeError, SchemaConflict, StagingError
+from cdc_core.manifest import (
+    COL_COMMIT_TS,
+    COL_DELETED,
+    COL_DELETED_AT,
+    COL_OP,
+    COL_ORDINAL,
+    COL_VERSION,
+    COL_WINDOW_SEQ,
+    MANIFEST_NAME,
+    OP_DELETE,
+    Manifest,
+    StagedTable,
+)
+from cdc_core.naming import path_component, quote_spark
+
+log = logging.getLogger("cdc.merge")
+
+TOMBSTONE_DIR = "_cdc_tombstones"
+DELETE_HARD, DELETE_SOFT = "hard", "soft"
+DELETE_MODES = (DELETE_HARD, DELETE_SOFT)
+
+STATUS_COMMITTED = "committed"
+STATUS_ALREADY = "already committed"
+STATUS_EMPTY = "empty"
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+ZK_AUTH_ENV = "CDC_ZK_AUTH"
+
+TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties")
+
+# Characters Delta refuses in column names unless column mapping is on.
+_DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
+
+_STAGED_META = ((COL_OP, StringType()), (COL_VERSION, LongType()), (COL_ORDINAL, LongType()), (COL_COMMIT_TS, TimestampType()))
+
+_CONFLICTS = tuple(
+    getattr(delta_exceptions, n)
+    for n in (
+        "DeltaConcurrentModificationException",
+        "ConcurrentWriteException",
+        "MetadataChangedException",
+        "ProtocolChangedException",
+        "ConcurrentAppendException",
+        "ConcurrentDeleteReadException",
+        "ConcurrentDeleteDeleteException",
+        "ConcurrentTransactionException",
+    )
+)
+_CONFLICT_MARKERS = (
+    "io.delta.exceptions.Concurrent",
+    "ConcurrentAppendException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "DELTA_CONCURRENT_",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+)
+
+
+def kv(**fields: Any) -> str:
+    parts = []
+    for k, v in fields.items():
+        s = str(v)
+        parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ layout
+
+
+def table_uri(lake_root: str, schema: str, table: str) -> str:
+    return f"{lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
+
+
+def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
+    return f"{lake_root.rstrip('/')}/{TOMBSTONE_DIR}/{path_component(schema)}/{path_component(table)}"
+
+
+def metadata_columns(delete_mode: str) -> list[tuple[str, DataType]]:
+    cols: list[tuple[str, DataType]] = [
+        (COL_OP, StringType()),
+        (COL_VERSION, LongType()),
+        (COL_COMMIT_TS, TimestampType()),
+        (COL_WINDOW_SEQ, LongType()),
+    ]
+    if delete_mode == DELETE_SOFT:
+        cols += [(COL_DELETED, BooleanType()), (COL_DELETED_AT, TimestampType())]
+    return cols
+
+
+# ------------------------------------------------------------------------------------ type rules
+
+_INT_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
+_INT_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 20}
+
+
+def can_widen(frm: DataType, to: DataType) -> bool:
+    """True when every value of `frm` fits `to` exactly and Delta's type widening allows frm -> to."""
+    if frm == to:
+        return True
+    f, t = type(frm), type(to)
+    if f in _INT_RANK:
+        if t in _INT_RANK:
+            return _INT_RANK[f] < _INT_RANK[t]
+        if t is DoubleType:
+            return f is not LongType  # a long does not fit a double's 53-bit mantissa
+        if isinstance(to, DecimalType):
+            return to.precision - to.scale >= _INT_DIGITS[f]
+        return False
+    if f is FloatType:
+        return t is DoubleType
+    if isinstance(frm, DecimalType) and isinstance(to, DecimalType):
+        return to.scale >= frm.scale and (to.precision - to.scale) >= (frm.precision - frm.scale)
+    if f is DateType:
+        return t is TimestampNTZType
+    return False
+
+
+def needs_column_mapping(name: str) -> bool:
+    return any(ch in _DELTA_INVALID_NAME_CHARS for ch in name)
+
+
+def _parse_type(ddl: str, where: str) -> DataType:
+    try:
+        return DataType.fromDDL(ddl)
+    except Exception as e:
+        raise StagingError(f"{where}: delta_type {ddl!r} is not a Spark SQL type ({_one_line(e)}); fix the type map and re-stage") from e
+
+
+# ------------------------------------------------------------------------------------ delta state
+
+
+def _jvm_last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
+    """The table's last txn version for `app_id` from Delta's own snapshot (None: no table or never written)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    pair = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)  # type: ignore[attr-defined]
+    snapshot = pair._2()
+    if snapshot.version() < 0:
+        return None
+    found = snapshot.transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
+
+def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
+    try:
+        from cdc_core import delta_state  # written separately; optional until it lands
+    except ImportError:
+        delta_state = None  # type: ignore[assignment]
+    reader = getattr(delta_state, "last_txn_version", None)
+    if reader is not None:
+        try:
+            v = reader(uri, app_id)
+            return None if v is None else int(v)
+        except CdcError:
+            raise
+        except Exception as e:  # e.g. a table feature the standalone reader does not know yet
+            log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=_one_line(e)))
+    return _jvm_last_txn_version(spark, uri, app_id)
+
+
+def _is_commit_conflict(e: BaseException) -> bool:
+    if isinstance(e, _CONFLICTS):
+        return True
+    text = f"{type(e).__name__} {e}"
+    return any(m in text for m in _CONFLICT_MARKERS)
+
+
+# ------------------------------------------------------------------------------- staged window in
+
+
+def read_manifest(window_dir: str) -> Manifest:
+    import fsspec
+
+    uri = f"{window_dir.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        with fsspec.open(uri, "rb") as f:
+            return Manifest.from_json(f.read())
+    except FileNotFoundError as e:
+        raise StagingError(f"no {MANIFEST_NAME} in {window_dir}: the window is not (completely) staged; run the stage step") from e
+
+
+def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable) -> DataFrame:
+    """All staged changes of one table, every manifest column present (NULL where a file lacks it)."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    types = {c.name: _parse_type(c.delta_type, f"table {st.name} column {c.name!r}") for c in st.columns}
+    out_schema = StructType()
+    for name, t in (*_STAGED_META, *types.items()):
+        out_schema.add(name, t, True)
+    if not st.files:
+        return spark.createDataFrame([], out_schema)
+
+    # Group files by their physical schema so one Spark read serves each group (usually one per table).
+    fs, root = fsspec.core.url_to_fs(window_dir)
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for f in st.files:
+        unknown = [c for c in f.columns if c not in types]
+        missing_key = [k for k in st.key if k not in f.columns]
+        if unknown or missing_key:
+            raise StagingError(
+                f"table {st.name} file {f.path}: columns {unknown} are not in the manifest's table columns and/or "
+                f"key columns {missing_key} are missing; the manifest is inconsistent, re-stage the window"
+            )
+        with fs.open(f"{root.rstrip('/')}/{f.path}", "rb") as fh:
+            arrow_schema = pq.read_schema(fh)
+        sig = (f.columns, tuple((fld.name, str(fld.type)) for fld in arrow_schema))
+        groups.setdefault(sig, []).append(f"{window_dir.rstrip('/')}/{f.path}")
+
+    parts: list[DataFrame] = []
+    for (cols, _), paths in groups.items():
+        df = spark.read.parquet(*paths)
+        present = {fld.name: fld.dataType for fld in df.schema.fields}
+        select = []
+        for name, want in (*_STAGED_META, *types.items()):
+            if name in types and name not in cols:
+                select.append(F.lit(None).cast(want).alias(name))  # not a column when this file was written
+                continue
+            if name not in present:
+                raise StagingError(f"table {st.name} file(s) {paths}: column {name!r} is missing; re-stage the window")
+            have = present[name]
+            if have != want and not can_widen(have, want):
+                raise SchemaConflict(
+                    f"table {st.name} column {name!r}: staged file(s) {paths} hold {have.simpleString()} but the window's "
+                    f"type is {want.simpleString()}, which is not a widening; the change cannot be applied exactly"
+                )
+            select.append(F.col(quote_spark(name)).cast(want).alias(name))
+        parts.append(df.select(*select))
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def latest_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The last change of each key in the window (by _cdc_ordinal), without _cdc_ordinal."""
+    w = Window.partitionBy(*[F.col(quote_spark(k)) for k in key]).orderBy(F.col(COL_ORDINAL).desc())
+    return df.withColumn("__cdc_rn", F.row_number().over(w)).where(F.col("__cdc_rn") == 1).drop("__cdc_rn", COL_ORDINAL)
+
+
+# --------------------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    partition_by: tuple[str, ...] = ()
+    change_data_feed: bool = False
+    properties: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict[str, Any]) -> TableOptions:
+        if not isinstance(d, dict):
+            raise ConfigError(f"--table-options[{name!r}] must be an object with keys {TABLE_OPTION_KEYS}")
+        unknown = sorted(set(d) - set(TABLE_OPTION_KEYS))
+        if unknown:
+            raise ConfigError(f"--table-options[{name!r}]: unknown keys {unknown}; allowed: {TABLE_OPTION_KEYS}")
+        parts = d.get("partition_by") or []
+        props = d.get("properties") or {}
+        if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+            raise ConfigError(f"--table-options[{name!r}].partition_by must be a list of column names")
+        if not isinstance(props, dict):
+            raise ConfigError(f"--table-options[{name!r}].properties must be an object of strings")
+        return cls(tuple(parts), bool(d.get("change_data_feed", False)), tuple(sorted((str(k), str(v)) for k, v in props.items())))
+
+    def table_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.change_data_feed:
+            props["delta.enableChangeDataFeed"] = "true"
+        return props
+
+
+def parse_table_options(raw: str | dict[str, Any] | None) -> dict[str, TableOptions]:
+    if not raw:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--table-options is not valid JSON ({e}); expected {{\"schema.table\": {{...}}}}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError('--table-options must be a JSON object {"schema.table": {...}}')
+    return {name: v if isinstance(v, TableOptions) else TableOptions.from_dict(name, v) for name, v in raw.items()}
+
+
+# ------------------------------------------------------------------------------------------ merge
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:500]
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass
+class _Run:
+    spark: SparkSession
+    window_dir: str
+    lake_root: str
+    pipeline: str
+    seq: int
+    token: int
+    delete_mode: str
+    table_options: dict[str, TableOptions]
+    fence: Callable[[], None]
+    run_id: str
+
+    def label(self) -> str:
+        return f"pipeline {self.pipeline!r} window {self.seq}"
+
+    def log(self, event: str, **fields: Any) -> None:
+        log.info("%s", kv(event=event, pipeline=self.pipeline, seq=self.seq, token=f"{self.token:#x}", **fields))
+
+    # ---------------------------------------------------------------------------- table lifecycle
+
+    def ensure_table(
+        self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions | None = None
+    ) -> StructType:
+        """Create the Delta table, or align its schema with `columns`; returns the schema to merge into."""
+        spark = self.spark
+        if not DeltaTable.isDeltaTable(spark, uri):
+            self.create_table(uri, label, columns, options or TableOptions())
+        target = spark.read.format("delta").load(uri).schema
+        by_name = {f.name.lower(): f for f in target.fields}
+        new_cols = [(n, t) for n, t in columns if n.lower() not in by_name]
+        widen: list[tuple[str, DataType, DataType]] = []
+        for name, want in columns:
+            have_field = by_name.get(name.lower())
+            if have_field is None or have_field.dataType == want or can_widen(want, have_field.dataType):
+                continue  # absent (schema evolution adds it), equal, or the source is narrower (cast up)
+            if can_widen(have_field.dataType, want):
+                widen.append((have_field.name, have_field.dataType, want))
+                continue
+            raise SchemaConflict(
+                f"{self.label()}: table {label} column {name!r} is {have_field.dataType.simpleString()} in Delta "
+                f"({uri}) but {want.simpleString()} in the source, which is not a widening Delta can apply. "
+                "Rebuild the Delta table (drop it, then backfill or re-snapshot) or map the column to a compatible type"
+            )
+        if not new_cols and not widen:
+            return target
+
+        detail = DeltaTable.forPath(spark, uri).detail().collect()[0].asDict()
+        props = dict(detail.get("properties") or {})
+        features = set(detail.get("tableFeatures") or [])
+        set_props: dict[str, str] = {}
+        if any(needs_column_mapping(n) for n, _ in new_cols) and props.get("delta.columnMapping.mode", "none") == "none":
+            set_props["delta.columnMapping.mode"] = "name"
+        wants_ntz = any(isinstance(t, TimestampNTZType) for _, t in new_cols) or any(
+            isinstance(t, TimestampNTZType) for _, _, t in widen
+        )
+        if wants_ntz and "timestampNtz" not in features:
+            set_props["delta.feature.timestampNtz"] = "supported"
+        if widen and props.get("delta.enableTypeWidening") != "true":
+            set_props["delta.enableTypeWidening"] = "true"
+        self.fence()
+        if set_props:
+            spark.sql(
+                f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ("
+                + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(set_props.items()))
+                + ")"
+            )
+            self.log("merge.table_properties", table=label, properties=",".join(sorted(set_props)))
+        for col, have, want in widen:
+            try:
+                spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} ALTER COLUMN {quote_spark(col)} TYPE {want.simpleString()}")
+            except Exception as e:
+                raise SchemaConflict(
+                    f"{self.label()}: table {label} column {col!r}: Delta refused to widen {have.simpleString()} to "
+                    f"{want.simpleString()} ({_one_line(e)}); rebuild the table or map the column to a compatible type"
+                ) from e
+            self.log("merge.type_widened", table=label, column=col, old=have.simpleString(), new=want.simpleString())
+        return spark.read.format("delta").load(uri).schema
+
+    def create_table(self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions) -> None:
+        names = {n for n, _ in columns}
+        bad = [p for p in options.partition_by if p not in names]
+        if bad:
+            raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
+        props = options.table_properties()
+        if any(needs_column_mapping(n) for n in names):
+            props.setdefault("delta.columnMapping.mode", "name")
+        ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
+            f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
+        ) + ") USING DELTA"
+        if options.partition_by:
+            ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
+        if props:
+            ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+        self.fence()
+        try:
+            self.spark.sql(ddl)
+        except Exception:
+            if not DeltaTable.isDeltaTable(self.spark, uri):  # a concurrent run creating the same table is fine
+                raise
+        self.log("merge.table_created", table=label, uri=uri)
+
+    # ------------------------------------------------------------------------------ idempotent MERGE
+
+    def idempotent_merge(self, uri: str, label: str, source: DataFrame, sql: Callable[[str], str]) -> tuple[str, dict[str, int], int | None]:
+        """Run one MERGE as the commit (pipeline, seq); returns (status, metrics, delta version)."""
+        spark = self.spark
+        view = f"cdc_src_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        meta = json.dumps({"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label}, sort_keys=True)
+        try:
+            for attempt in (1, 2):
+                self.fence()
+                try:
+                    rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect())
+                except Exception as e:
+                    if not _is_commit_conflict(e):
+                        raise
+                    landed = last_txn_version(spark, uri, self.pipeline)
+                    if landed is not None and landed >= self.seq:
+                        self.log("merge.lost_race", table=label, landed=landed)
+                        return STATUS_ALREADY, {}, None
+                    if attempt == 2:
+                        raise LakeError(
+                            f"{self.label()}: MERGE into {label} ({uri}) lost two commit races ({_one_line(e)}); "
+                            "another writer is changing the table; the merge is safe to retry"
+                        ) from e
+                    self.log("merge.retry", table=label, reason=_one_line(e))
+                    continue
+                if not rows:  # Delta itself found (pipeline, seq) already committed and skipped the MERGE
+                    return STATUS_ALREADY, {}, None
+                r = rows[0].asDict()
+                metrics = {
+                    "inserted": int(r.get("num_inserted_rows") or 0),
+                    "updated": int(r.get("num_updated_rows") or 0),
+                    "deleted": int(r.get("num_deleted_rows") or 0),
+                }
+                return STATUS_COMMITTED, metrics, self._commit_version(uri, meta)
+            raise AssertionError("unreachable")
+        finally:
+            spark.catalog.dropTempView(view)
+
+    def _with_txn(self, meta: str, action: Callable[[], Any]) -> Any:
+        conf = self.spark.conf
+        conf.set(TXN_APP_ID_CONF, self.pipeline)
+        conf.set(TXN_VERSION_CONF, str(self.seq))
+        conf.set(USER_METADATA_CONF, meta)
+        try:
+            return action()
+        finally:
+            for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
+                conf.unset(k)
+
+    def _commit_version(self, uri: str, meta: str) -> int | None:
+        rows = (
+            DeltaTable.forPath(self.spark, uri).history(20).where(F.col("userMetadata") == meta).select("version").collect()
+        )
+        return int(rows[0]["version"]) if rows else None
+
+    # ------------------------------------------------------------------------------------ one table
+
+    def merge_table(self, st: StagedTable) -> dict[str, Any]:
+        t0 = time.monotonic()
+        spark = self.spark
+        uri = table_uri(self.lake_root, st.schema, st.table)
+        result: dict[str, Any] = {"status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None}
+        landed = last_txn_version(spark, uri, self.pipeline)
+        if landed is not None and landed >= self.seq:
+            result["seconds"] = round(time.monotonic() - t0, 3)
+            self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
+            return result
+        self.fence()
+        options = self.table_options.get(st.name, TableOptions())
+        columns = [(c.name, _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")) for c in st.columns]
+        target = self.ensure_table(uri, st.name, [*columns, *metadata_columns(self.delete_mode)], options)
+
+        changes = latest_per_key(read_staged_table(spark, self.window_dir, st), st.key)
+        changes = changes.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
+        if self.delete_mode == DELETE_SOFT:
+            is_delete = F.col(COL_OP) == OP_DELETE
+            changes = changes.withColumn(COL_DELETED, is_delete).withColumn(
+                COL_DELETED_AT, F.when(is_delete, F.col(COL_COMMIT_TS)).otherwise(F.lit(None).cast(TimestampType()))
+            )
+        source = conform(changes, target)
+
+        cached: DataFrame | None = None
+        try:
+            if self.delete_mode == DELETE_HARD:
+                tomb = tombstone_uri(self.lake_root, st.schema, st.table)
+                if _may_have_deletes(st):
+                    cached = source = source.persist()  # read by the tombstone MERGE and the main MERGE
+                    self.write_tombstones(st, tomb, source)
+                if DeltaTable.isDeltaTable(spark, tomb):
+                    source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
+            status, metrics, version = self.idempotent_merge(
+                uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode)
+            )
+        finally:
+            if cached is not None:
+                cached.unpersist()
+        if status == STATUS_COMMITTED and st.rows == 0:
+            status = STATUS_EMPTY
+        result.update(status=status, delta_version=version, **metrics)
+        result["seconds"] = round(time.monotonic() - t0, 3)
+        self.log("merge.table", table=st.name, **{k: v for k, v in result.items()})
+        return result
+
+    def write_tombstones(self, st: StagedTable, uri: str, source: DataFrame) -> None:
+        label = f"tombstones of {st.name}"
+        landed = last_txn_version(self.spark, uri, self.pipeline)
+        if landed is not None and landed >= self.seq:
+            return
+        src_types = {f.name: f.dataType for f in source.schema.fields}
+        target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in st.key), (COL_VERSION, LongType())])
+        deletes = conform(
+            source.where(F.col(COL_OP) == OP_DELETE).select(*[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)), target
+        )
+        status, metrics, _ = self.idempotent_merge(uri, label, deletes, lambda view: tombstone_merge_sql(uri, view, st.key))
+        self.log("merge.tombstones", table=st.name, status=status, **metrics)
+
+
+def _may_have_deletes(st: StagedTable) -> bool:
+    """False only when the manifest's counters are complete and say there is no delete."""
+    counted = st.inserts + st.updates + st.deletes
+    return st.deletes > 0 or counted != st.rows
+
+
+def conform(df: DataFrame, target: StructType) -> DataFrame:
+    """Cast source columns to the (equal or wider) target types; NULL for target columns the source lacks."""
+    by_name = {f.name.lower(): f for f in target.fields}
+    present = {f.name.lower() for f in df.schema.fields}
+    cols = []
+    for f in df.schema.fields:
+        t = by_name.get(f.name.lower())
+        c = F.col(quote_spark(f.name))
+        cols.append(c.cast(t.dataType).alias(t.name) if t is not None and t.dataType != f.dataType else c)
+    cols += [F.lit(None).cast(t.dataType).alias(t.name) for t in target.fields if t.name.lower() not in present]
+    return df.select(*cols)
+
+
+def drop_superseded(source: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Drop changes older than their key's tombstone (a replayed insert must not resurrect a deleted row)."""
+    tomb = tombstones.select(
+        *[F.col(quote_spark(k)).alias(f"__cdc_tk{i}") for i, k in enumerate(key)], F.col(COL_VERSION).alias("__cdc_tv")
+    )
+    cond = functools.reduce(
+        lambda a, b: a & b, [source[quote_spark(k)].eqNullSafe(tomb[f"__cdc_tk{i}"]) for i, k in enumerate(key)]
+    )
+    kept = source.join(tomb, cond, "left").where(F.col("__cdc_tv").isNull() | (F.col(COL_VERSION) >= F.col("__cdc_tv")))
+    return kept.select(*[source[quote_spark(f.name)] for f in source.schema.fields])
+
+
+def merge_sql(uri: str, view: str, key: Sequence[str], delete_mode: str) -> str:
+    q = quote_spark
+    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
+    newer = f"(t.{COL_VERSION} IS NULL OR s.{COL_VERSION} >= t.{COL_VERSION})"
+    is_delete = f"s.{COL_OP} = '{OP_DELETE}'"
+    if delete_mode == DELETE_HARD:
+        clauses = [
+            f"WHEN MATCHED AND {is_delete} AND {newer} THEN DELETE",
+            f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
+            f"WHEN NOT MATCHED AND s.{COL_OP} <> '{OP_DELETE}' THEN INSERT *",
+        ]
+    else:
+        sets = ", ".join(f"t.{c} = s.{c}" for c in (COL_OP, COL_VERSION, COL_COMMIT_TS, COL_WINDOW_SEQ))
+        clauses = [
+            # The row stays as the tombstone: only metadata changes, the source columns keep the last image.
+            f"WHEN MATCHED AND {is_delete} AND {newer} THEN UPDATE SET {sets}, "
+            f"t.{COL_DELETED} = true, t.{COL_DELETED_AT} = s.{COL_COMMIT_TS}",
+            f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
+            # A delete of a row the lake never saw still lands, as a tombstone row.
+            "WHEN NOT MATCHED THEN INSERT *",
+        ]
+    return f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
+
+
+def tombstone_merge_sql(uri: str, view: str, key: Sequence[str]) -> str:
+    q = quote_spark
+    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
+    return (
+        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} "
+        f"WHEN MATCHED AND s.{COL_VERSION} > t.{COL_VERSION} THEN UPDATE SET t.{COL_VERSION} = s.{COL_VERSION} "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+def _no_fence() -> None:
+    return None
+
+
+def merge_window(
+    spark: SparkSession,
+    manifest: Manifest,
+    window_dir: str,
+    lake_root: str,
+    pipeline: str,
+    seq: int,
+    token: int,
+    *,
+    delete_mode: str = DELETE_HARD,
+    table_options: dict[str, Any] | str | None = None,
+    fence_check: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """MERGE every table of the staged window into the lake, exactly once; returns the report."""
+    t0 = time.monotonic()
+    if delete_mode not in DELETE_MODES:
+        raise ConfigError(f"--delete-mode must be one of {DELETE_MODES}, got {delete_mode!r}")
+    if manifest.plan.pipeline != pipeline or manifest.plan.seq != seq:
+        raise StagingError(
+            f"the manifest in {window_dir} is window {manifest.plan.seq} of pipeline {manifest.plan.pipeline!r}, "
+            f"not window {seq} of {pipeline!r}; check --window-dir"
+        )
+    for st in manifest.tables:
+        if path_component(st.schema) == TOMBSTONE_DIR:
+            raise ConfigError(f"source schema {st.schema!r} collides with the lake's tombstone directory {TOMBSTONE_DIR!r}")
+    run = _Run(
+        spark=spark,
+        window_dir=window_dir,
+        lake_root=lake_root,
+        pipeline=pipeline,
+        seq=seq,
+        token=token,
+        delete_mode=delete_mode,
+        table_options=parse_table_options(table_options),
+        fence=fence_check or _no_fence,
+        run_id=uuid.uuid4().hex,
+    )
+    tables: dict[str, Any] = {}
+    for st in manifest.tables:
+        try:
+            tables[st.name] = run.merge_table(st)
+            if len(tables) == 1 and len(manifest.tables) > 1:
+                faults.point("mid_merge")  # crash suite: some tables committed, others not
+        except CdcError:
+            raise
+        except Exception as e:
+            raise LakeError(
+                f"{run.label()}: merging table {st.name} into {table_uri(lake_root, st.schema, st.table)} failed: "
+                f"{_one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
+            ) from e
+    report = {"pipeline": pipeline, "seq": seq, "token": token, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+    run.log("merge.window", tables=len(tables), secs=report["seconds"])
+    return report
+
+
+# --------------------------------------------------------------------------------------- fencing
+
+
+def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A check that this run still holds the pipeline's lease (lease node czxid == token), and a closer."""
+    from kazoo.client import KazooClient, KazooState
+    from kazoo.exceptions import KazooException, NoNodeError
+
+    auth_data = None
+    auth = os.environ.get(ZK_AUTH_ENV)
+    if auth:
+        scheme, sep, cred = auth.partition(":")
+        if not sep or not scheme:
+            raise ConfigError(f"{ZK_AUTH_ENV} must look like 'scheme:credential' (e.g. digest:user:password)")
+        auth_data = [(scheme, cred)]
+    client = KazooClient(hosts=hosts, auth_data=auth_data, timeout=10)
+    try:
+        client.start(timeout=15)
+    except Exception as e:
+        client.close()
+        raise CoordinationError(f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {_one_line(e)}") from e
+    path = f"{root.rstrip('/')}/pipelines/{pipeline}/lease"
+
+    def check() -> None:
+        if client.state != KazooState.CONNECTED:
+            raise CoordinationError(
+                f"ZooKeeper session is {client.state}: cannot confirm the lease of {pipeline!r}, so not writing; retry"
+            )
+        try:
+            _, stat = client.get(path)
+        except NoNodeError as e:
+            raise Fenced(f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing") from e
+        except KazooException as e:
+            raise CoordinationError(f"reading the lease {path} failed: {_one_line(e)}; retry") from e
+        if stat.czxid != token:
+            raise Fenced(
+                f"fenced: pipeline {pipeline!r} lease {path} is now held with token {stat.czxid:#x}, not this run's "
+                f"{token:#x}; this run stopped writing (the holder will land the window)"
+            )
+
+    def close() -> None:
+        client.stop()
+        client.close()
+
+    return check, close
+
+
+# ------------------------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="merge_window.py", description="MERGE one staged window into Delta, exactly once")
+    p.add_argument("--window-dir", required=True, help="staged window directory (holds manifest.json)")
+    p.add_argument("--lake-root", required=True)
+    p.add_argument("--pipeline", required=True)
+    p.add_argument("--seq", required=True, type=int)
+    p.add_argument("--token", required=True, type=lambda s: int(s, 0), help="fencing token (lease czxid)")
+    p.add_argument("--report", required=True, help="where to write the JSON report (path or fsspec URL)")
+    p.add_argument("--delete-mode", choices=DELETE_MODES, default=DELETE_HARD)
+    p.add_argument("--table-options", default=None, help='JSON {"schema.table": {"partition_by": [...], ...}}')
+    p.add_argument("--zk-hosts", default=None)
+    p.add_argument("--zk-root", default=None)
+    return p.parse_args(argv)
+
+
+def build_session(app_name: str) -> SparkSession:
+    """The spark-submit session, with the project's defaults for any conf the submitter did not set."""
+    from pyspark import SparkConf
+
+    from cdc_core.spark_conf import spark_confs
+
+    submitted = SparkConf()
+    try:
+        defaults = spark_confs()
+    except ConfigError:  # jars supplied another way (e.g. --packages on a cluster)
+        defaults = {}
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in defaults.items():
+        if k != "spark.jars" and not submitted.contains(k):
+            builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
+        raise ConfigError("the Spark session has no Delta extension: submit with the Delta jars and cdc_core.spark_conf confs")
+    return spark
+
+
+def write_report(target: str, report: dict[str, Any]) -> None:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(target)
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "w") as f:
+        f.write(json.dumps(report, sort_keys=True, indent=1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # spark-submit merges the driver's stderr into stdout, and the report must be the last stdout line:
+    # keep py4j's shutdown chatter quiet, and print the report only after every client is closed.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    report = None
+    try:
+        report = _run(argv)
+    except CdcError as e:
+        print(f"merge_window: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except Exception as e:
+        print(f"merge_window: unexpected {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps(report, sort_keys=True), flush=True)
+    return 0
+
+
+def _run(argv: Sequence[str] | None) -> dict[str, Any]:
+    close_zk: Callable[[], None] | None = None
+    spark: SparkSession | None = None
+    try:
+        args = parse_args(argv)
+        if args.zk_hosts and not args.zk_root:
+            raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
+        options = parse_table_options(args.table_options)
+        manifest = read_manifest(args.window_dir)
+        fence = None
+        if args.zk_hosts:
+            fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
+            fence()  # fail before paying for anything when already fenced
+        spark = build_session(f"cdc-merge-{args.pipeline}-{args.seq}")
+        spark.sparkContext.setLogLevel("WARN")
+        report = merge_window(
+            spark, manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
+            delete_mode=args.delete_mode, table_options=options, fence_check=fence,
+        )
+        write_report(args.report, report)
+        return report
+    finally:
+        if close_zk is not None:
+            close_zk()
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

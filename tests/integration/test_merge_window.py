@@ -1,0 +1,532 @@
+"""spark_apps/merge_window.py against real Spark + Delta (and ZooKeeper for fencing).
+
+Windows are built with `staged_builder` (manifest.py's contract), one with the real
+`cdc_core.staging.stage_window`; one test runs the job through `spark-submit` exactly as the DAG does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from delta.tables import DeltaTable
+
+from cdc_core.errors import Fenced, SchemaConflict
+from cdc_core.manifest import (
+    COL_COMMIT_TS,
+    COL_DELETED,
+    COL_DELETED_AT,
+    COL_OP,
+    COL_VERSION,
+    COL_WINDOW_SEQ,
+    Manifest,
+)
+from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
+from spark_apps.merge_window import (
+    STATUS_ALREADY,
+    STATUS_COMMITTED,
+    can_widen,
+    last_txn_version,
+    merge_window,
+    table_uri,
+    tombstone_uri,
+)
+from staged_builder import Col, VersionClock, WindowBuilder, make_plan
+
+pytestmark = pytest.mark.integration
+
+PIPE = "orders"
+TOKEN = 0x1A2B
+ID = Col("id", pa.int32(), "INT")
+NOTE = Col("note", pa.string(), "STRING")
+QTY = Col("qty", pa.int32(), "INT")
+META = {COL_OP, COL_VERSION, COL_COMMIT_TS, COL_WINDOW_SEQ, COL_DELETED, COL_DELETED_AT}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def run(spark, built: tuple[Manifest, str], lake: Path, **kw: Any) -> dict[str, Any]:
+    manifest, wdir = built
+    return merge_window(spark, manifest, wdir, str(lake), manifest.plan.pipeline, manifest.plan.seq, TOKEN, **kw)
+
+
+def uri(lake: Path, schema: str, table: str) -> str:
+    return table_uri(str(lake), schema, table)
+
+
+def contents(spark, lake: Path, schema: str, table: str, key: tuple[str, ...] = ("id",), meta: bool = False) -> dict:
+    """{key tuple: row dict} of a lake table (metadata columns dropped unless asked for)."""
+    out = {}
+    for r in spark.read.format("delta").load(uri(lake, schema, table)).collect():
+        d = r.asDict()
+        out[tuple(d[k] for k in key)] = d if meta else {k: v for k, v in d.items() if k not in META}
+    return out
+
+
+def version(spark, table: str) -> int:
+    return DeltaTable.forPath(spark, table).history(1).collect()[0]["version"]
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {name: t["status"] for name, t in report["tables"].items()}
+
+
+# ------------------------------------------------------------------------------------- pure rules
+
+
+def test_widening_rules_follow_delta():
+    from pyspark.sql.types import (
+        DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType, ShortType, StringType, TimestampNTZType,
+        TimestampType,
+    )
+
+    assert can_widen(IntegerType(), LongType())
+    assert can_widen(ShortType(), IntegerType())
+    assert can_widen(IntegerType(), DoubleType())
+    assert not can_widen(LongType(), DoubleType())
+    assert can_widen(LongType(), DecimalType(20, 0))
+    assert not can_widen(LongType(), DecimalType(19, 0))
+    assert can_widen(DecimalType(10, 2), DecimalType(12, 4))
+    assert not can_widen(DecimalType(10, 2), DecimalType(10, 4))  # loses integer digits
+    assert can_widen(FloatType(), DoubleType())
+    assert can_widen(DateType(), TimestampNTZType())
+    assert not can_widen(DateType(), TimestampType())
+    assert not can_widen(StringType(), IntegerType())
+    assert not can_widen(LongType(), IntegerType())
+    assert not can_widen(TimestampNTZType(), TimestampType())
+
+
+# ---------------------------------------------------------------------------------------- types
+
+
+def test_each_type_lands_exactly(spark, staging_dir, lake_dir):
+    cols = [
+        ID,
+        Col("i8", pa.int8(), "TINYINT"),
+        Col("i16", pa.int16(), "SMALLINT"),
+        Col("i64", pa.int64(), "BIGINT"),
+        Col("ubig", pa.decimal128(20, 0), "DECIMAL(20,0)", "bigint unsigned"),
+        Col("d38", pa.decimal128(38, 10), "DECIMAL(38,10)"),
+        Col("f32", pa.float32(), "FLOAT"),
+        Col("f64", pa.float64(), "DOUBLE"),
+        Col("day", pa.date32(), "DATE"),
+        Col("dtm", pa.timestamp("us"), "TIMESTAMP_NTZ", "datetime(6)"),
+        Col("ts", pa.timestamp("us", tz="UTC"), "TIMESTAMP", "timestamp(6)"),
+        Col("s", pa.string(), "STRING"),
+        Col("b", pa.binary(), "BINARY"),
+        Col("odd name, (x)", pa.string(), "STRING"),  # needs Delta column mapping
+    ]
+    utc = dt.timezone.utc
+    rows = [
+        {
+            "id": 1, "i8": -128, "i16": -32768, "i64": -(2**63), "ubig": Decimal("18446744073709551615"),
+            "d38": Decimal("9999999999999999999999999999.9999999999"), "f32": -3.4028234663852886e38,
+            "f64": 1.7976931348623157e308, "day": dt.date(1000, 1, 1), "dtm": dt.datetime(1000, 1, 1, 0, 0, 0),
+            "ts": dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=utc), "s": "🙂 héllo \u0000 end", "b": b"\x00\xff",
+            "odd name, (x)": "odd",
+        },
+        {
+            "id": 2, "i8": 127, "i16": 32767, "i64": 2**63 - 1, "ubig": Decimal(0), "d38": Decimal("-0.0000000001"),
+            "f32": 1.5, "f64": 2.2250738585072014e-308, "day": dt.date(9999, 12, 31),
+            "dtm": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+            "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=utc), "s": "", "b": b"", "odd name, (x)": "",
+        },
+        {"id": 3},  # every other column NULL
+    ]
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("shop", "types", ("id",), cols, [("I", r) for r in rows])
+    report = run(spark, w.build(), lake_dir, table_options={"shop.types": {"change_data_feed": True}})
+    assert statuses(report) == {"shop.types": STATUS_COMMITTED}
+    assert report["tables"]["shop.types"]["inserted"] == 3
+
+    table = uri(lake_dir, "shop", "types")
+    df = spark.read.format("delta").load(table)
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    assert types == {
+        "id": "int", "i8": "tinyint", "i16": "smallint", "i64": "bigint", "ubig": "decimal(20,0)",
+        "d38": "decimal(38,10)", "f32": "float", "f64": "double", "day": "date", "dtm": "timestamp_ntz",
+        "ts": "timestamp", "s": "string", "b": "binary", "odd name, (x)": "string", COL_OP: "string",
+        COL_VERSION: "bigint", COL_COMMIT_TS: "timestamp", COL_WINDOW_SEQ: "bigint",
+    }
+    # TIMESTAMP is an instant: compare microseconds since the epoch, independent of any time zone.
+    got = {
+        r["id"]: r.asDict()
+        for r in df.selectExpr("*", "unix_micros(ts) AS ts_us", f"unix_micros({COL_COMMIT_TS}) AS commit_us").collect()
+    }
+    for want in rows:
+        have = got[want["id"]]
+        for c in cols:
+            if c.name == "ts":
+                exp = want.get("ts")
+                assert have["ts_us"] == (None if exp is None else round(exp.timestamp() * 1_000_000)), c.name
+            elif c.name == "b":
+                assert (None if have["b"] is None else bytes(have["b"])) == want.get("b"), c.name
+            else:
+                assert have[c.name] == want.get(c.name), c.name
+                assert type(have[c.name]) is type(want.get(c.name)), c.name  # values, not their string forms
+        assert have[COL_OP] == "I" and have[COL_WINDOW_SEQ] == 1
+    detail = DeltaTable.forPath(spark, table).detail().collect()[0]
+    assert detail["properties"]["delta.enableChangeDataFeed"] == "true"
+    assert detail["properties"]["delta.columnMapping.mode"] == "name"
+
+
+def test_window_through_real_staging(spark, staging_dir, lake_dir):
+    """The staging module's files (type map, zstd, segments per shape) land exactly too."""
+    from cdc_core.changes import RowChange, SourceColumn, TableSchema
+    from cdc_core.staging import stage_window
+
+    shape = TableSchema(
+        "shop", "real",
+        (SourceColumn("id", "bigint unsigned", False), SourceColumn("amount", "decimal(10,2)"),
+         SourceColumn("at", "datetime(6)"), SourceColumn("label", "varchar(20)", attrs=(("charset", "utf8mb4"),))),
+        ("id",),
+    )
+    shape2 = TableSchema("shop", "real", (*shape.columns, SourceColumn("extra", "int")), ("id",))  # ADD COLUMN
+    clock = VersionClock()
+    changes = [
+        RowChange("I", shape, {"id": 18446744073709551615, "amount": Decimal("-12.50"),
+                               "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456), "label": "ünï 🙂"}, clock(), 1, 1.7e9),
+        RowChange("I", shape, {"id": 7, "amount": None, "at": None, "label": None}, clock(), 2, 1.7e9),
+        RowChange("U", shape2, {"id": 7, "amount": Decimal("1.00"), "at": None, "label": "x", "extra": 5}, clock(), 3, 1.7e9),
+    ]
+    manifest = stage_window(make_plan(PIPE, 1, events=3), changes, str(staging_dir))
+    from cdc_core.staging import window_dir
+
+    report = run(spark, (manifest, window_dir(str(staging_dir), PIPE, 1)), lake_dir)
+    assert statuses(report) == {"shop.real": STATUS_COMMITTED}
+    got = contents(spark, lake_dir, "shop", "real")
+    assert got == {
+        (Decimal("18446744073709551615"),): {"id": Decimal("18446744073709551615"), "amount": Decimal("-12.50"),
+                                            "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456), "label": "ünï 🙂",
+                                            "extra": None},
+        (Decimal(7),): {"id": Decimal(7), "amount": Decimal("1.00"), "at": None, "label": "x", "extra": 5},
+    }
+
+
+# ------------------------------------------------------------------------------------ exactly once
+
+
+def test_rerun_of_the_same_window_changes_nothing(spark, staging_dir, lake_dir):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}),
+                                              ("D", {"id": 2, "note": "y"})])
+    w.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 3})])
+    built = w.build()
+    first = run(spark, built, lake_dir)
+    assert statuses(first) == {"shop.a": STATUS_COMMITTED, "shop.b": STATUS_COMMITTED}
+    tables = [uri(lake_dir, "shop", "a"), uri(lake_dir, "shop", "b"), tombstone_uri(str(lake_dir), "shop", "a")]
+    versions = [version(spark, t) for t in tables]
+    assert first["tables"]["shop.a"]["delta_version"] == versions[0]
+    before = (contents(spark, lake_dir, "shop", "a", meta=True), contents(spark, lake_dir, "shop", "b", meta=True))
+
+    again = run(spark, built, lake_dir)
+    assert statuses(again) == {"shop.a": STATUS_ALREADY, "shop.b": STATUS_ALREADY}
+    assert [version(spark, t) for t in tables] == versions
+    assert (contents(spark, lake_dir, "shop", "a", meta=True), contents(spark, lake_dir, "shop", "b", meta=True)) == before
+    assert contents(spark, lake_dir, "shop", "a") == {(1,): {"id": 1, "note": "x"}}
+    assert last_txn_version(spark, tables[0], PIPE) == 1
+
+
+def test_interrupted_window_commits_only_the_remaining_tables(spark, staging_dir, lake_dir):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"})])
+    w.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 3}), ("D", {"id": 1, "qty": 3})])
+    manifest, wdir = w.build()
+    only_a = Manifest(plan=manifest.plan, tables=(manifest.table("shop.a"),))
+    assert statuses(run(spark, (only_a, wdir), lake_dir)) == {"shop.a": STATUS_COMMITTED}
+    a_version = version(spark, uri(lake_dir, "shop", "a"))
+
+    report = run(spark, (manifest, wdir), lake_dir)
+    assert statuses(report) == {"shop.a": STATUS_ALREADY, "shop.b": STATUS_COMMITTED}
+    assert version(spark, uri(lake_dir, "shop", "a")) == a_version
+    assert contents(spark, lake_dir, "shop", "b") == {}
+
+
+def test_two_concurrent_runs_land_the_window_once(spark, staging_dir, lake_dir):
+    clock = VersionClock()
+    w1 = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w1.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": i, "note": f"n{i}"}) for i in range(1, 6)])
+    run(spark, w1.build(), lake_dir)
+    w2 = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w2.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "u"}), ("D", {"id": 2, "note": "n2"}),
+                                              ("I", {"id": 9, "note": "new"})])
+    w2.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 1})])
+    built = w2.build()
+
+    reports: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def one_run() -> None:
+        session = spark.newSession()  # own SQL conf: the txn confs are per session
+        try:
+            barrier.wait()
+            reports.append(run(session, built, lake_dir))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=one_run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for name in ("shop.a", "shop.b"):
+        assert sorted(r["tables"][name]["status"] for r in reports) == sorted([STATUS_COMMITTED, STATUS_ALREADY])
+    assert contents(spark, lake_dir, "shop", "a") == {
+        (1,): {"id": 1, "note": "u"}, (3,): {"id": 3, "note": "n3"}, (4,): {"id": 4, "note": "n4"},
+        (5,): {"id": 5, "note": "n5"}, (9,): {"id": 9, "note": "new"},
+    }
+    # Exactly one commit of window 2 per table (main and tombstones).
+    for table in (uri(lake_dir, "shop", "a"), uri(lake_dir, "shop", "b"), tombstone_uri(str(lake_dir), "shop", "a")):
+        metas = [
+            json.loads(r["userMetadata"]) for r in DeltaTable.forPath(spark, table).history().collect() if r["userMetadata"]
+        ]
+        assert [m["seq"] for m in metas].count(2) == 1, table
+        assert last_txn_version(spark, table, PIPE) == 2
+
+
+# --------------------------------------------------------------------------------- change semantics
+
+
+def test_replayed_older_windows_change_nothing(spark, staging_dir, lake_dir):
+    """Windows 1..3, then their content again under seq 4, 5, 6 (a backfill): no deleted row comes back."""
+    clock = VersionClock()
+    specs = []
+    w = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": k, "note": f"v1-{k}"}) for k in (1, 2, 3)])
+    specs.append(w)
+    w = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "v2-1"}), ("D", {"id": 2, "note": "v1-2"})])
+    specs.append(w)
+    w = WindowBuilder(staging_dir, PIPE, 3, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("D", {"id": 3, "note": "v1-3"}), ("I", {"id": 4, "note": "v3-4"}),
+                                              ("D", {"id": 1, "note": "v2-1"}), ("I", {"id": 1, "note": "v3-1"})])
+    specs.append(w)
+    for w in specs:
+        run(spark, w.build(), lake_dir)
+    expected = {(1,): {"id": 1, "note": "v3-1"}, (4,): {"id": 4, "note": "v3-4"}}
+    assert contents(spark, lake_dir, "shop", "a") == expected
+    settled = contents(spark, lake_dir, "shop", "a", meta=True)
+
+    for seq, old in zip((4, 5, 6), specs):
+        replay = WindowBuilder(staging_dir, PIPE, seq, clock, kind="backfill").extend(old.files)
+        assert statuses(run(spark, replay.build(), lake_dir)) == {"shop.a": STATUS_COMMITTED}
+        assert contents(spark, lake_dir, "shop", "a") == expected, f"after replaying window {old.seq}"
+    # Rows keep the version of the change that last wrote them: no older change won. (Re-applying the
+    # identical change is allowed, `>=`, so _cdc_window_seq may name the replay.)
+    now = contents(spark, lake_dir, "shop", "a", meta=True)
+    assert {k: v[COL_VERSION] for k, v in now.items()} == {k: v[COL_VERSION] for k, v in settled.items()}
+
+
+def test_key_lifecycle_inside_and_across_windows(spark, staging_dir, lake_dir):
+    clock = VersionClock()
+    w = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [
+        ("I", {"id": 1, "note": "a"}), ("U", {"id": 1, "note": "b"}), ("D", {"id": 1, "note": "b"}),
+        ("I", {"id": 1, "note": "c"}),  # insert/update/delete/re-insert inside one window
+        ("I", {"id": 2, "note": "x"}), ("U", {"id": 2, "note": "y"}), ("D", {"id": 2, "note": "y"}),
+        ("I", {"id": 5, "note": "pk"}),
+        ("D", {"id": 5, "note": "pk"}), ("I", {"id": 6, "note": "pk"}),  # UPDATE of the key 5 -> 6
+    ])
+    report = run(spark, w.build(), lake_dir)
+    assert report["tables"]["shop.a"]["inserted"] == 2 and report["tables"]["shop.a"]["deleted"] == 0
+    assert contents(spark, lake_dir, "shop", "a") == {(1,): {"id": 1, "note": "c"}, (6,): {"id": 6, "note": "pk"}}
+
+    w = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("D", {"id": 1, "note": "c"}), ("I", {"id": 2, "note": "back"})])
+    report = run(spark, w.build(), lake_dir)
+    assert (report["tables"]["shop.a"]["deleted"], report["tables"]["shop.a"]["inserted"]) == (1, 1)
+    w = WindowBuilder(staging_dir, PIPE, 3, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "again"}), ("U", {"id": 6, "note": "u"})])
+    run(spark, w.build(), lake_dir)
+    assert contents(spark, lake_dir, "shop", "a") == {
+        (1,): {"id": 1, "note": "again"}, (2,): {"id": 2, "note": "back"}, (6,): {"id": 6, "note": "u"},
+    }
+
+
+def test_composite_keys(spark, staging_dir, lake_dir):
+    cols = [Col("tenant", pa.string(), "STRING"), ID, NOTE]
+    key = ("tenant", "id")
+    clock = VersionClock()
+    w = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w.file("shop", "c", key, cols, [("I", {"tenant": t, "id": i, "note": f"{t}{i}"}) for t in "ab" for i in (1, 2)])
+    run(spark, w.build(), lake_dir)
+    w = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w.file("shop", "c", key, cols, [("D", {"tenant": "a", "id": 1, "note": "a1"}),
+                                    ("U", {"tenant": "b", "id": 1, "note": "B1"})])
+    run(spark, w.build(), lake_dir)
+    assert contents(spark, lake_dir, "shop", "c", key) == {
+        ("a", 2): {"tenant": "a", "id": 2, "note": "a2"},
+        ("b", 1): {"tenant": "b", "id": 1, "note": "B1"},
+        ("b", 2): {"tenant": "b", "id": 2, "note": "b2"},
+    }
+
+
+def test_table_first_seen_mid_stream(spark, staging_dir, lake_dir):
+    clock = VersionClock()
+    w = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"})])
+    run(spark, w.build(), lake_dir)
+    w = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "y"})])
+    w.file("shop", "late", ("id",), [ID, QTY, Col("region", pa.string(), "STRING")],
+           [("I", {"id": 1, "qty": 1, "region": "eu"}), ("D", {"id": 0, "qty": None, "region": "us"})])
+    report = run(spark, w.build(), lake_dir, table_options={"shop.late": {"partition_by": ["region"]}})
+    assert statuses(report) == {"shop.a": STATUS_COMMITTED, "shop.late": STATUS_COMMITTED}
+    assert contents(spark, lake_dir, "shop", "late") == {(1,): {"id": 1, "qty": 1, "region": "eu"}}
+    detail = DeltaTable.forPath(spark, uri(lake_dir, "shop", "late")).detail().collect()[0]
+    assert list(detail["partitionColumns"]) == ["region"]
+    assert last_txn_version(spark, uri(lake_dir, "shop", "late"), PIPE) == 2
+
+
+def test_columns_added_dropped_and_widened(spark, staging_dir, lake_dir):
+    clock = VersionClock()
+    a = Col("a", pa.string(), "STRING")
+    w = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w.file("shop", "t", ("id",), [ID, a, QTY], [("I", {"id": 1, "a": "a1", "qty": 1}), ("I", {"id": 2, "a": "a2", "qty": 2})])
+    run(spark, w.build(), lake_dir)
+
+    # Between windows: ADD COLUMN c (odd name), qty INT -> BIGINT.
+    c = Col("c c", pa.string(), "STRING")
+    qty64 = Col("qty", pa.int64(), "BIGINT")
+    w = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w.file("shop", "t", ("id",), [ID, a, qty64, c], [("U", {"id": 1, "a": "a1", "qty": 2**40, "c c": "c1"})])
+    run(spark, w.build(), lake_dir)
+    assert contents(spark, lake_dir, "shop", "t") == {
+        (1,): {"id": 1, "a": "a1", "qty": 2**40, "c c": "c1"},
+        (2,): {"id": 2, "a": "a2", "qty": 2, "c c": None},
+    }
+
+    # Inside one window: ADD COLUMN d, then DROP COLUMN a, with DECIMAL widening of d in between.
+    d1, d2 = Col("d", pa.decimal128(10, 2), "DECIMAL(10,2)"), Col("d", pa.decimal128(12, 4), "DECIMAL(12,4)")
+    w = WindowBuilder(staging_dir, PIPE, 3, clock)
+    w.file("shop", "t", ("id",), [ID, a, qty64, c, d1], [("I", {"id": 3, "a": "a3", "qty": 3, "c c": "c3", "d": Decimal("1.25")})])
+    w.file("shop", "t", ("id",), [ID, a, qty64, c, d2], [("U", {"id": 2, "a": "a2", "qty": 2, "c c": "c2", "d": Decimal("2.1234")})])
+    w.file("shop", "t", ("id",), [ID, qty64, c, d2], [("I", {"id": 4, "qty": 4, "c c": "c4", "d": None}),
+                                                     ("U", {"id": 3, "qty": 33, "c c": "c3", "d": Decimal("3.5")})])
+    run(spark, w.build(), lake_dir)
+    table = uri(lake_dir, "shop", "t")
+    types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(table).schema.fields}
+    assert (types["qty"], types["d"], types["a"]) == ("bigint", "decimal(12,4)", "string")
+    assert contents(spark, lake_dir, "shop", "t") == {
+        (1,): {"id": 1, "a": "a1", "qty": 2**40, "c c": "c1", "d": None},
+        (2,): {"id": 2, "a": "a2", "qty": 2, "c c": "c2", "d": Decimal("2.1234")},
+        (3,): {"id": 3, "a": None, "qty": 33, "c c": "c3", "d": Decimal("3.5000")},  # written after DROP a
+        (4,): {"id": 4, "a": None, "qty": 4, "c c": "c4", "d": None},
+    }
+
+    # Next window without column a at all: a stays in Delta, NULL for rows written now.
+    w = WindowBuilder(staging_dir, PIPE, 4, clock)
+    w.file("shop", "t", ("id",), [ID, qty64, c, d2], [("U", {"id": 1, "qty": 1, "c c": "c1", "d": None})])
+    run(spark, w.build(), lake_dir)
+    assert contents(spark, lake_dir, "shop", "t")[(1,)] == {"id": 1, "a": None, "qty": 1, "c c": "c1", "d": None}
+
+    # An incompatible change fails the window, naming table and column, and commits nothing.
+    before = version(spark, table)
+    w = WindowBuilder(staging_dir, PIPE, 5, clock)
+    w.file("shop", "t", ("id",), [ID, Col("a", pa.int32(), "INT"), qty64], [("I", {"id": 9, "a": 1, "qty": 1})])
+    with pytest.raises(SchemaConflict, match=r"shop\.t column 'a'"):
+        run(spark, w.build(), lake_dir)
+    assert version(spark, table) == before
+
+
+def test_soft_delete_mode(spark, staging_dir, lake_dir):
+    clock = VersionClock()
+    w1 = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w1.file("shop", "s", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"})])
+    run(spark, w1.build(), lake_dir, delete_mode="soft")
+    w2 = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w2.file("shop", "s", ("id",), [ID, NOTE], [("D", {"id": 1, "note": "x"}), ("D", {"id": 7, "note": "never seen"})])
+    built2 = w2.build()
+    report = run(spark, built2, lake_dir, delete_mode="soft")
+    assert report["tables"]["shop.s"]["updated"] == 1
+    del_version = w2.files[0].changes[0][2]
+
+    got = contents(spark, lake_dir, "shop", "s", meta=True)
+    assert got[(1,)][COL_DELETED] is True and got[(1,)]["note"] == "x"
+    assert got[(1,)][COL_VERSION] == del_version
+    assert got[(1,)][COL_DELETED_AT] == got[(1,)][COL_COMMIT_TS]
+    assert got[(2,)][COL_DELETED] is False and got[(2,)][COL_DELETED_AT] is None
+    assert got[(7,)][COL_DELETED] is True  # the row is its own tombstone
+    assert not DeltaTable.isDeltaTable(spark, tombstone_uri(str(lake_dir), "shop", "s"))
+
+    # Replaying window 1 (older insert) leaves the row deleted; a newer re-insert revives it.
+    run(spark, WindowBuilder(staging_dir, PIPE, 3, clock).extend(w1.files).build(), lake_dir, delete_mode="soft")
+    assert contents(spark, lake_dir, "shop", "s", meta=True)[(1,)][COL_DELETED] is True
+    w4 = WindowBuilder(staging_dir, PIPE, 4, clock)
+    w4.file("shop", "s", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "again"})])
+    run(spark, w4.build(), lake_dir, delete_mode="soft")
+    row = contents(spark, lake_dir, "shop", "s", meta=True)[(1,)]
+    assert (row["note"], row[COL_DELETED], row[COL_DELETED_AT], row[COL_WINDOW_SEQ]) == ("again", False, None, 4)
+
+
+def test_fence_check_stops_before_the_next_table(spark, staging_dir, lake_dir):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("shop", "a", ("id",), [ID], [("I", {"id": 1})])
+    w.file("shop", "b", ("id",), [ID], [("I", {"id": 1})])
+    checks = {"n": 0}
+
+    def fence() -> None:
+        checks["n"] += 1
+        if DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "a")) and last_txn_version(
+            spark, uri(lake_dir, "shop", "a"), PIPE
+        ):
+            raise Fenced("fenced: lease lost (test)")
+
+    with pytest.raises(Fenced, match="fenced"):
+        run(spark, w.build(), lake_dir, fence_check=fence)
+    assert last_txn_version(spark, uri(lake_dir, "shop", "a"), PIPE) == 1
+    assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "b"))
+
+
+# ------------------------------------------------------------------------------------ spark-submit
+
+
+def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_path, zk_client, zk_root):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}),
+                                              ("D", {"id": 2, "note": "y"})])
+    manifest, wdir = w.build()
+    lease = f"{zk_root}/pipelines/{PIPE}/lease"
+    zk_client.ensure_path(f"{zk_root}/pipelines/{PIPE}")
+    zk_client.create(lease, b"{}")
+    token = zk_client.exists(lease).czxid
+
+    confs = {k: v for k, v in spark_confs().items() if k != "spark.jars"}
+    cmd = ["spark-submit", "--master", "local[2]", "--jars", ",".join(delta_jars())]
+    for k, v in sorted(confs.items()):
+        cmd += ["--conf", f"{k}={v}"]
+    report_path = tmp_path / "reports" / "w1.json"
+
+    def submit(tok: int) -> subprocess.CompletedProcess[str]:
+        args = [
+            str(PROJECT_ROOT / "spark_apps" / "merge_window.py"), "--window-dir", wdir, "--lake-root", str(lake_dir),
+            "--pipeline", PIPE, "--seq", "1", "--token", str(tok), "--report", str(report_path),
+            "--zk-hosts", services.zk_hosts,
+            "--zk-root", zk_root,
+        ]
+        env = {**os.environ, **spark_env()}
+        return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, check=False, cwd=tmp_path)
+
+    proc = submit(token)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == json.loads(report_path.read_text())
+    assert report["pipeline"] == PIPE and report["seq"] == 1 and report["token"] == token
+    assert report["tables"]["shop.a"]["status"] == STATUS_COMMITTED
+    assert report["tables"]["shop.a"]["inserted"] == 1
+
+    fenced = submit(token + 1)
+    assert fenced.returncode == Fenced.exit_code
+    # spark-submit merges the Python driver's stderr into its own stdout.
+    assert "merge_window: Fenced: fenced" in fenced.stdout + fenced.stderr
