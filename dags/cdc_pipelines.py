@@ -1,0 +1,121 @@
+"""CDC DAGs, two per pipeline in the configuration file ($CDC_CONFIG):
+
+cdc_<name>            scheduled (the pipeline's `schedule`), one run at a time, no catch-up:
+                      acquire_lease -> plan_window -> stage_window -> merge_window -> ack_window
+                      (+ release_lease, the teardown of acquire_lease)
+cdc_<name>_backfill   manual, with a form (start_ts, end_ts, tables, dry_run):
+                      acquire_lease -> begin_backfill -> plan_window -> ... -> ack_window (+ release_lease)
+
+The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
+- release_lease is a teardown: it runs after everything else whether the run succeeded or failed, is
+  skipped when acquire_lease was skipped (another run holds the lease: the whole run skips), and does
+  not decide the run's state (a failed merge still fails the run).
+- merge_window is skipped for an empty window; ack_window then still runs (it records the empty
+  window), but never after a failed merge.
+- Every task retries `retries` times with exponential back-off, starting from Airflow's
+  `[core] default_task_retry_delay` and capped at half the lease, so a retry comes while the lease is
+  still ours.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param, TriggerRule
+from cdc_airflow import tasks
+from cdc_airflow.operators import CdcMergeOperator
+
+from cdc_core.config import PipelineConfig, load_config
+
+START_DATE = datetime(2024, 1, 1)
+
+
+def task_defaults(pc: PipelineConfig) -> dict[str, object]:
+    return {
+        "owner": "cdc",
+        "retries": pc.retries,
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(seconds=max(30, pc.lease_seconds // 2)),
+    }
+
+
+def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # type: ignore[no-untyped-def]
+    """plan -> stage -> merge -> ack after `first_step`, and release as the teardown of `lease`."""
+    plan = tasks.plan_window(pc.name, **(plan_kwargs or {}))
+    stage = tasks.stage_window(pc.name)
+    merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id)
+    ack = tasks.ack_window.override(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)(pc.name)
+    release = tasks.release_lease(pc.name)
+
+    first_step >> plan >> stage >> merge >> ack
+    stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
+    ack >> release.as_teardown(setups=lease)
+
+
+def pipeline_dag(pc: PipelineConfig) -> DAG:
+    with DAG(
+        dag_id=f"cdc_{pc.name}",
+        description=f"CDC {pc.name}: binlog window -> Delta, exactly once",
+        schedule=pc.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=task_defaults(pc),
+        tags=["cdc", f"cdc:{pc.name}"],
+        doc_md=__doc__,
+    ) as dag:
+        lease = tasks.acquire_lease(pc.name)
+        window_steps(pc, lease, first_step=lease)
+    return dag
+
+
+def backfill_dag(pc: PipelineConfig) -> DAG:
+    with DAG(
+        dag_id=f"cdc_{pc.name}_backfill",
+        description=f"CDC {pc.name}: replay the binlog from a timestamp into Delta",
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=task_defaults(pc),
+        tags=["cdc", f"cdc:{pc.name}", "backfill"],
+        doc_md=__doc__,
+        params={
+            "start_ts": Param(
+                type="string",
+                format="date-time",
+                title="Replay from (UTC)",
+                description="Replay every change committed at or after this instant, e.g. 2026-11-20T08:00:00Z.",
+            ),
+            "end_ts": Param(
+                None,
+                type=["null", "string"],
+                format="date-time",
+                title="Replay until (UTC, optional)",
+                description="Default: up to the pipeline's current cursor.",
+            ),
+            "tables": Param(
+                None,
+                type=["null", "array"],
+                items={"type": "string"},
+                title="Tables (optional)",
+                description="schema.table names to replay; default: every table of the pipeline.",
+            ),
+            "dry_run": Param(
+                False,
+                type="boolean",
+                title="Dry run",
+                description="Only report the resolved positions and the number of changes.",
+            ),
+        },
+    ) as dag:
+        lease = tasks.acquire_lease(pc.name)
+        begin = tasks.begin_backfill(pc.name)
+        lease >> begin
+        window_steps(pc, lease, first_step=begin, plan_kwargs={"skip_if_dry_run": True})
+    return dag
+
+
+for _pc in load_config().pipelines:
+    globals()[f"cdc_{_pc.name}"] = pipeline_dag(_pc)
+    globals()[f"cdc_{_pc.name}_backfill"] = backfill_dag(_pc)

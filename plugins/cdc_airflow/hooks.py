@@ -1,0 +1,103 @@
+"""Where the Airflow side gets a pipeline from: its configuration, its source credentials, its ZooKeeper.
+
+The configuration file names an Airflow connection (`source.conn_id`), never credentials. Inside
+Airflow the connection is resolved by Airflow itself (`BaseHook.get_connection`: the metadata
+database, `AIRFLOW_CONN_*` variables or a secrets backend), so the same DAG works with any of them.
+ZooKeeper digest credentials come from the environment variable named by `zookeeper.auth_env`
+(`Pipeline.from_config` reads it); they are checked here first so a missing variable fails the task
+with a message instead of an authentication error deep in kazoo.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from cdc_core.config import load_config
+from cdc_core.connections import ConnectionInfo
+from cdc_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cdc_core.config import PipelineConfig
+    from cdc_core.pipeline import Pipeline
+    from cdc_core.source import SourceParams
+
+
+def connection_info(conn_id: str) -> ConnectionInfo:
+    """The Airflow connection `conn_id` as a `ConnectionInfo` (its repr hides the password)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise ConfigError(
+            f"Airflow connection {conn_id!r} (source.conn_id) is not defined; create it in the Airflow UI "
+            f"(Admin > Connections, type mysql) or set AIRFLOW_CONN_{conn_id.upper()} to its JSON or URI form"
+        ) from None
+    return ConnectionInfo.from_fields(
+        conn_id,
+        conn_type=conn.conn_type,
+        host=conn.host,
+        port=conn.port,
+        login=conn.login,
+        password=conn.password,
+        schema=conn.schema,
+        extra=conn.extra,
+        where=f"Airflow connection {conn_id!r}",
+    )
+
+
+def source_params_from_info(info: ConnectionInfo) -> SourceParams:
+    """Pure: the replication source's parameters from a resolved connection."""
+    from cdc_core.source import SourceParams
+
+    return SourceParams(host=info.host, port=info.port, user=info.user, password=info.password)
+
+
+def source_params_from_connection(conn_id: str) -> SourceParams:
+    """The source's connection parameters from the Airflow connection `conn_id`."""
+    return source_params_from_info(connection_info(conn_id))
+
+
+def check_zookeeper_auth(pc: PipelineConfig, environ: dict[str, str] | None = None) -> None:
+    """Fail early, naming the variable, when `zookeeper.auth_env` is configured but not set."""
+    name = pc.zookeeper.auth_env
+    if not name:
+        return
+    value = (os.environ if environ is None else environ).get(name, "")
+    if ":" not in value:
+        raise ConfigError(
+            f"pipeline {pc.name!r}: zookeeper.auth_env names {name!r}, but that environment variable "
+            "is not set to 'user:password' in this Airflow process; set it for the scheduler, workers "
+            "and api-server"
+        )
+
+
+def pipeline_config(name: str) -> PipelineConfig:
+    """One pipeline's configuration, read fresh from $CDC_CONFIG (edits apply at the next task)."""
+    return load_config().pipeline(name)
+
+
+def secrets_of(pc: PipelineConfig, source: Any) -> list[str]:
+    """Values that must never appear in a command line, a log line or the monitor page."""
+    found = [getattr(source, "password", None)]
+    if pc.zookeeper.auth_env:
+        found.append(os.environ.get(pc.zookeeper.auth_env, "").partition(":")[2])
+    return [s for s in found if s]
+
+
+@contextmanager
+def open_pipeline(name: str) -> Iterator[Pipeline]:
+    """A `Pipeline` for one task (its own ZooKeeper session), closed when the block ends."""
+    from cdc_core.pipeline import Pipeline
+
+    pc = pipeline_config(name)
+    check_zookeeper_auth(pc)
+    p = Pipeline.from_config(pc, source_params_from_connection(pc.source.conn_id))
+    try:
+        yield p
+    finally:
+        p.close()

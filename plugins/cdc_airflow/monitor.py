@@ -1,0 +1,365 @@
+"""The CDC monitor: one page in Airflow's UI (and its JSON) showing where every pipeline stands.
+
+Served by `airflow api-server` under /cdc-monitor (a FastAPI app registered through the plugin
+below) and linked from the sidebar. For every configured pipeline it shows the cursor (binlog
+file:offset, GTID, commit time), the lag behind the source (seconds and bytes), the lease (holder,
+expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome) and
+the last error. The data is `Pipeline.status()`, gathered fresh on every request.
+
+Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
+sets); plugin routes are not protected otherwise. Nothing secret is shown: `status()` carries none,
+and as a second line of defence any known credential value is masked before rendering. Every value
+is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse
+
+URL_PREFIX = "/cdc-monitor"
+MASK = "***"
+
+# ------------------------------------------------------------------------------------ gathering
+
+
+def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
+    """Pure: a copy of `value` with every occurrence of a secret in any string replaced by ***."""
+    found = [s for s in secrets if s]
+    if not found:
+        return value
+    if isinstance(value, str):
+        for s in found:
+            value = value.replace(s, MASK)
+        return value
+    if isinstance(value, Mapping):
+        return {k: mask_secrets(v, found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_secrets(v, found) for v in value]
+    return value
+
+
+def pipeline_status(pc: Any) -> dict[str, Any]:
+    """`Pipeline.status()` for one configured pipeline, plus its configuration summary; never raises."""
+    from cdc_airflow.hooks import check_zookeeper_auth, secrets_of, source_params_from_connection
+
+    summary = {
+        "schedule": pc.schedule,
+        "tables": list(pc.tables.include),
+        "exclude": list(pc.tables.exclude),
+        "dags": [f"cdc_{pc.name}", f"cdc_{pc.name}_backfill"],
+        "lease_seconds": pc.lease_seconds,
+    }
+    secrets: list[str] = []
+    try:
+        source = source_params_from_connection(pc.source.conn_id)
+        secrets = secrets_of(pc, source)
+        check_zookeeper_auth(pc)
+        from cdc_core.pipeline import Pipeline
+
+        with Pipeline.from_config(pc, source) as p:
+            status = dict(p.status())
+    except Exception as e:  # one broken pipeline must not take the page down
+        status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
+    status["config"] = summary
+    return mask_secrets(status, secrets)
+
+
+def collect_statuses() -> list[dict[str, Any]]:
+    """Status of every pipeline in $CDC_CONFIG (a few in parallel: each waits on ZooKeeper and the source)."""
+    from cdc_core.config import load_config
+    from cdc_core.errors import ConfigError
+
+    try:
+        pipelines = list(load_config().pipelines)
+    except ConfigError as e:
+        return [{"pipeline": None, "error": f"ConfigError: {e}"}]
+    if not pipelines:
+        return []
+    with ThreadPoolExecutor(max_workers=min(4, len(pipelines))) as pool:
+        return list(pool.map(pipeline_status, pipelines))
+
+
+# ------------------------------------------------------------------------------------ rendering
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def fmt_time(ts: Any, now: float | None = None) -> str:
+    """Unix seconds -> '2026-01-02 03:04:05Z (12s ago)'; '-' when unknown."""
+    if ts is None or ts == "":
+        return "-"
+    try:
+        t = float(ts)
+    except (TypeError, ValueError):
+        return str(ts)
+    text = datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if now is not None:
+        delta = now - t
+        text += f" ({fmt_seconds(abs(delta))} {'ago' if delta >= 0 else 'from now'})"
+    return text
+
+
+def fmt_seconds(s: Any) -> str:
+    if s is None:
+        return "-"
+    s = float(s)
+    if s < 120:
+        return f"{s:.1f}s" if s < 10 else f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}min"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def fmt_bytes(n: Any) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _pos_label(pos: Any) -> str:
+    if isinstance(pos, Mapping):
+        if "file" in pos:
+            return f"{pos.get('file')}:{pos.get('offset')}"
+        if "label" in pos:
+            return str(pos["label"])
+    return "-" if pos is None else str(pos)
+
+
+def window_view(w: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: one window record (ZooKeeper's, as `status()` returns it) flattened for the table."""
+    plan = w.get("plan") if isinstance(w.get("plan"), Mapping) else w
+    result = w.get("result") if isinstance(w.get("result"), Mapping) else {}
+    tables: dict[str, dict[str, Any]] = {}
+    for source in (result.get("tables"), w.get("tables")):
+        if isinstance(source, Mapping):
+            for name, info in source.items():
+                entry = tables.setdefault(str(name), {})
+                if isinstance(info, Mapping):
+                    entry.update(info)
+                    if "delta_version" in info:  # the merge job's report names it so
+                        entry["version"] = info["delta_version"]
+                else:
+                    entry["changes"] = info
+    versions = result.get("delta_versions") or w.get("delta_versions") or {}
+    if isinstance(versions, Mapping):
+        for name, v in versions.items():
+            tables.setdefault(str(name), {})["version"] = v
+    times = {}
+    for key in ("planned_at", "staged_at", "merged_at", "acked_at", "failed_at"):
+        value = w.get(key, result.get(key, plan.get(key) if key == "planned_at" else None))
+        if value is not None:
+            times[key] = value
+    timings = w.get("timings") or result.get("timings") or result.get("durations") or {}
+    durations: dict[str, Any] = dict(timings) if isinstance(timings, Mapping) else {}
+    if not durations and "planned_at" in times:
+        end = times.get("acked_at") or times.get("failed_at")
+        if end is not None:
+            durations["total"] = float(end) - float(times["planned_at"])
+    error = result.get("error") or w.get("error")
+    state = w.get("state") or w.get("outcome") or ("failed" if error else None)
+    if result.get("recovered"):
+        state = f"{state or 'acked'} (recovered)"
+    return {
+        "seq": plan.get("seq", w.get("seq")),
+        "kind": plan.get("kind", w.get("kind")),
+        "start": _pos_label(plan.get("start")),
+        "end": _pos_label(plan.get("end")),
+        "transactions": plan.get("transactions"),
+        "changes": result.get("changes", w.get("changes")),
+        "tables": tables,
+        "times": times,
+        "durations": durations,
+        "state": state or "-",
+        "error": error,
+    }
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.2rem;color:#1d2733;background:#fff}
+h1{font-size:1.35rem;margin:0 0 .2rem} h2{font-size:1.15rem;margin:0 0 .6rem}
+.meta{color:#5b6775;font-size:.85rem;margin-bottom:1rem}
+section.pipeline{border:1px solid #d5dbe2;border-radius:8px;padding:1rem;margin-bottom:1.2rem}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0 0 .8rem}
+dt{color:#5b6775} dd{margin:0;font-family:ui-monospace,Menlo,monospace;font-size:.9rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem}
+th,td{border-bottom:1px solid #e6eaef;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f4f6f8} td.num{text-align:right}
+.error{background:#fdecea;color:#8a1c12;border-radius:6px;padding:.5rem .7rem;white-space:pre-wrap;
+font-family:ui-monospace,Menlo,monospace;font-size:.85rem;margin:.5rem 0}
+.ok{color:#1e7b34} .warn{color:#a15c00} .bad{color:#b42318} .muted{color:#8592a0}
+"""
+
+
+def _row(label: str, value_html: str, key: str) -> str:
+    return f'<dt>{esc(label)}</dt><dd data-field="{esc(key)}">{value_html}</dd>'
+
+
+def render_pipeline(s: Mapping[str, Any], now: float) -> str:
+    name = s.get("pipeline")
+    cfg = s.get("config") or {}
+    parts = [f'<section class="pipeline" data-pipeline="{esc(name)}">', f"<h2>Pipeline {esc(name)}</h2>"]
+    if s.get("error"):
+        parts.append(f'<div class="error" data-field="error">{esc(s["error"])}</div>')
+
+    cursor = s.get("cursor") or {}
+    pos = cursor.get("position") or {}
+    lease = s.get("lease") or {}
+    lag = s.get("lag") or {}
+    rows = []
+    if cfg:
+        dag_links = " ".join(f'<a href="/dags/{esc(d)}" target="_top">{esc(d)}</a>' for d in cfg.get("dags") or [])
+        rows.append(_row("DAGs", dag_links, "dags"))
+        rows.append(_row("schedule", esc(cfg.get("schedule") or "manual only"), "schedule"))
+        rows.append(_row("tables", esc(", ".join(cfg.get("tables") or [])), "tables"))
+    if cursor:
+        where = f"{pos.get('file')}:{pos.get('offset')}" if pos else "not started"
+        rows.append(_row("cursor", esc(where), "cursor"))
+        rows.append(_row("cursor GTID", esc(pos.get("gtid") or "-"), "gtid"))
+        rows.append(_row("last commit", esc(fmt_time(cursor.get("commit_ts") or pos.get("commit_ts"), now)), "commit"))
+        rows.append(_row("windows acked", esc(cursor.get("seq")), "seq"))
+        bf = cursor.get("backfill")
+        if bf:
+            rows.append(
+                _row(
+                    "backfill",
+                    esc(
+                        f"active: at {_pos_label(bf.get('position'))}, until {_pos_label(bf.get('until'))}"
+                        + (f", tables {', '.join(bf.get('tables') or [])}" if bf.get("tables") else "")
+                    ),
+                    "backfill",
+                )
+            )
+    if lag or s.get("source_end"):
+        secs = lag.get("seconds")
+        cls = "ok" if (secs or 0) < 900 else "warn" if secs < 3600 else "bad"
+        rows.append(_row("lag", f'<span class="{cls}">{esc(fmt_seconds(secs))}</span>', "lag_seconds"))
+        rows.append(_row("lag bytes", esc(fmt_bytes(lag.get("bytes"))), "lag_bytes"))
+        end = s.get("source_end") or {}
+        if end:
+            text = f"{end.get('file')}:{end.get('offset')} gtid={end.get('gtid') or '-'}"
+            rows.append(_row("source end", esc(text), "source_end"))
+    if s.get("source_error"):
+        rows.append(_row("source", f'<span class="bad">{esc(s["source_error"])}</span>', "source_error"))
+    if "lease" in s:
+        if lease:
+            expires = lease.get("expires_at")
+            live = expires is not None and float(expires) > now
+            state = '<span class="ok">held</span>' if live else '<span class="muted">expired</span>'
+            rows.append(_row("lease", f"{state} by {esc(lease.get('holder'))}", "lease"))
+            rows.append(_row("lease expires", esc(fmt_time(expires, now)), "lease_expires"))
+            if lease.get("token") is not None:
+                rows.append(_row("fencing token", esc(lease.get("token")), "token"))
+        else:
+            rows.append(_row("lease", '<span class="muted">free</span>', "lease"))
+    parts.append("<dl>" + "".join(rows) + "</dl>")
+
+    if s.get("last_error"):
+        parts.append(f'<div class="error" data-field="last_error">last error: {esc(s["last_error"])}</div>')
+
+    windows = [window_view(w) for w in (s.get("windows") or []) if isinstance(w, Mapping)]
+    if windows:
+        parts.append(
+            '<table data-field="windows"><thead><tr><th>seq</th><th>kind</th><th>range</th><th>txns</th>'
+            "<th>changes per table</th><th>Delta version</th><th>timing</th><th>outcome</th></tr></thead><tbody>"
+        )
+        for w in windows:
+            changes = "<br>".join(
+                f"{esc(t)}: {esc(info.get('changes', info.get('rows', '-')))}"
+                for t, info in sorted(w["tables"].items())
+            ) or esc(w["changes"] if w["changes"] is not None else "-")
+            versions = (
+                "<br>".join(
+                    f"{esc(t)}: {esc(info['version'])}" for t, info in sorted(w["tables"].items()) if "version" in info
+                )
+                or "-"
+            )
+            timing = "<br>".join(f"{esc(k)} {esc(fmt_seconds(v))}" for k, v in w["durations"].items() if v is not None)
+            if "planned_at" in w["times"]:
+                timing = esc(f"planned {fmt_time(w['times']['planned_at'])}") + ("<br>" + timing if timing else "")
+            outcome = esc(w["state"])
+            if w["error"]:
+                outcome += f'<div class="error">{esc(w["error"])}</div>'
+            parts.append(
+                f'<tr data-seq="{esc(w["seq"])}"><td class="num">{esc(w["seq"])}</td><td>{esc(w["kind"])}</td>'
+                f'<td>{esc(w["start"])} &rarr; {esc(w["end"])}</td><td class="num">{esc(w["transactions"])}</td>'
+                f"<td>{changes}</td><td>{versions}</td><td>{timing or '-'}</td><td>{outcome}</td></tr>"
+            )
+        parts.append("</tbody></table>")
+    elif "windows" in s:
+        parts.append('<p class="muted">No windows yet.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_page(statuses: Iterable[Mapping[str, Any]], now: float | None = None) -> str:
+    """Pure: the whole HTML page for these statuses (every value escaped)."""
+    now = time.time() if now is None else now
+    body = "".join(render_pipeline(s, now) for s in statuses) or '<p class="muted">No pipelines configured.</p>'
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="refresh" content="30">'
+        "<title>CDC pipelines</title>"
+        f"<style>{_CSS}</style></head><body>"
+        "<h1>CDC pipelines</h1>"
+        f'<div class="meta">Binlog &rarr; Delta. Generated {esc(fmt_time(now))}; refreshes every 30 s. '
+        f'JSON: <a href="{URL_PREFIX}/api/pipelines">{URL_PREFIX}/api/pipelines</a></div>'
+        f"{body}</body></html>"
+    )
+
+
+# ------------------------------------------------------------------------------------------ app
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="CDC monitor", docs_url=None, redoc_url=None, openapi_url=None)
+
+    # Sync handlers: FastAPI runs them in its thread pool, so ZooKeeper and MySQL calls never block the loop.
+    @app.get("/", response_class=HTMLResponse)
+    def index(user: GetUserDep) -> HTMLResponse:
+        return HTMLResponse(render_page(collect_statuses()), headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/pipelines")
+    def api_pipelines(user: GetUserDep) -> JSONResponse:
+        import json
+
+        payload = {"generated_at": time.time(), "pipelines": collect_statuses()}
+        # Round-trip through json with default=str so any odd value (Decimal, datetime) serialises.
+        return JSONResponse(json.loads(json.dumps(payload, default=str)), headers={"Cache-Control": "no-store"})
+
+    return app
+
+
+app = create_app()
+
+
+class CdcMonitorPlugin(AirflowPlugin):
+    name = "cdc_monitor"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "CDC monitor"}]
+    external_views = [
+        {
+            "name": "CDC pipelines",
+            "href": f"{URL_PREFIX}/",  # the trailing slash matters: without it Airflow's UI answers
+            "destination": "nav",
+            "url_route": "cdc-monitor",
+            "nav_top_level": True,
+        }
+    ]

@@ -1,0 +1,181 @@
+"""The DAG steps as TaskFlow tasks: each opens the pipeline, calls one `cdc_core.pipeline` step, returns.
+
+State between steps travels as two small XComs (the lease grant from `acquire_lease`, the window
+step from `plan_window`; no secrets in either); everything else lives in ZooKeeper and the staging
+area, so any single step can be retried or cleared. Each step renews the lease before acting (inside
+`Pipeline.plan/stage/ack`), and a lost lease fails the step without retries: retrying with a fenced
+grant can never succeed.
+
+Task states map CDC outcomes:
+- another run holds the lease -> `acquire_lease` is skipped (message names the holder and expiry),
+  and so is everything downstream, `release_lease` included: it only ever releases a grant this run
+  acquired.
+- a configuration error or a lost lease -> failed without retries (`AirflowFailException`).
+- anything else (source, ZooKeeper, staging, lake hiccups) -> failed, retried with back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from cdc_airflow.operators import LEASE_TASK, PLAN_TASK, pull_grant_and_seq
+from cdc_core.errors import ConfigError, Fenced, LeaseHeld
+
+log = logging.getLogger("cdc.airflow")
+
+
+def holder_for(dag_id: str, run_id: str) -> str:
+    """Who holds the lease, as shown on the monitor page: the DAG run."""
+    return f"{dag_id}/{run_id}"
+
+
+def _fmt_ts(value: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(value), tz=UTC).isoformat(timespec="seconds")
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def lease_held_message(pipeline: str, err: LeaseHeld) -> str:
+    holder = getattr(err, "holder", None)
+    until = getattr(err, "until", None)
+    if holder is None:
+        return f"pipeline {pipeline!r}: skipped, the lease is held by another run ({err})"
+    return (
+        f"pipeline {pipeline!r}: skipped, the lease is held by {holder} until {_fmt_ts(until)}; "
+        "the next scheduled run continues where that one stops"
+    )
+
+
+def form_utc(value: Any) -> Any:
+    """A timestamp from the backfill form, read as UTC when it carries no zone.
+
+    The form labels its fields UTC, and a browser's date-time picker sends local wall-clock text
+    without a zone ("2026-11-20T08:00"); anything else (a zone, unix seconds, garbage) is passed on
+    for `cdc_core` to accept or reject with its own message.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return value
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("z", "Z"))
+    except ValueError:
+        return value
+    return parsed.replace(tzinfo=UTC).isoformat() if parsed.tzinfo is None else value
+
+
+@contextmanager
+def _step(pipeline: str) -> Iterator[Any]:
+    """Open the pipeline for one step; map errors that retrying cannot fix to a failure without retries."""
+    from cdc_airflow.hooks import open_pipeline
+
+    try:
+        with open_pipeline(pipeline) as p:
+            yield p
+    except (ConfigError, Fenced) as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+
+
+def _grant(ti: Any) -> Any:
+    from cdc_core.coordination import LeaseGrant
+
+    data = ti.xcom_pull(task_ids=LEASE_TASK)
+    if not data:
+        raise AirflowFailException(
+            f"task {ti.task_id!r}: no lease grant from {LEASE_TASK!r} in XCom; clear the run from {LEASE_TASK!r}"
+        )
+    return LeaseGrant.from_dict(data)
+
+
+def _grant_and_seq(ti: Any) -> tuple[Any, int]:
+    from cdc_core.coordination import LeaseGrant
+
+    grant, seq = pull_grant_and_seq(ti)
+    return LeaseGrant.from_dict(grant), seq
+
+
+@task(task_id=LEASE_TASK)
+def acquire_lease(pipeline: str) -> dict[str, Any]:
+    """Take the pipeline's ZooKeeper lease for this run; skip the run when another run holds it."""
+    ctx = get_current_context()
+    holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
+    with _step(pipeline) as p:
+        try:
+            grant = p.acquire(holder)
+        except LeaseHeld as e:
+            raise AirflowSkipException(lease_held_message(pipeline, e)) from e
+    return dict(grant.to_dict())
+
+
+@task(task_id="begin_backfill")
+def begin_backfill(pipeline: str) -> dict[str, Any]:
+    """Start a backfill from the run's params (start_ts, end_ts, tables, dry_run); return its report."""
+    ctx = get_current_context()
+    params = ctx["params"]
+    grant = _grant(ctx["ti"])
+    with _step(pipeline) as p:
+        report = p.begin_backfill(
+            grant,
+            form_utc(params["start_ts"]),
+            form_utc(params.get("end_ts")) or None,
+            list(params.get("tables") or []) or None,
+            dry_run=bool(params.get("dry_run")),
+        )
+    log.info("backfill report: %s", report)
+    return dict(report)
+
+
+@task(task_id=PLAN_TASK)
+def plan_window(pipeline: str, skip_if_dry_run: bool = False) -> dict[str, Any]:
+    """Recover, then plan (or replay) the next window; returns {seq, kind, empty, start, end, ...}."""
+    ctx = get_current_context()
+    if skip_if_dry_run and ctx["params"].get("dry_run"):
+        raise AirflowSkipException(f"pipeline {pipeline!r}: dry run; the report is begin_backfill's result")
+    grant = _grant(ctx["ti"])
+    with _step(pipeline) as p:
+        return dict(p.plan(grant))
+
+
+@task(task_id="stage_window")
+def stage_window(pipeline: str) -> dict[str, Any]:
+    """Stage the planned window's row changes (Parquet + manifest), or verify an existing staged copy."""
+    ctx = get_current_context()
+    grant, seq = _grant_and_seq(ctx["ti"])
+    with _step(pipeline) as p:
+        return dict(p.stage(grant, seq))
+
+
+@task(task_id="ack_window")
+def ack_window(pipeline: str) -> dict[str, Any]:
+    """Move the cursor past the window once Delta holds it for every staged table."""
+    ctx = get_current_context()
+    grant, seq = _grant_and_seq(ctx["ti"])
+    with _step(pipeline) as p:
+        return dict(p.ack(grant, seq))
+
+
+@task(task_id="release_lease")
+def release_lease(pipeline: str) -> None:
+    """Give the lease back (teardown: runs whatever happened after a successful acquire)."""
+    ctx = get_current_context()
+    data = ctx["ti"].xcom_pull(task_ids=LEASE_TASK)
+    if not data:
+        # Not ours to release: this run never acquired a lease (skipped or failed acquire).
+        raise AirflowSkipException(f"pipeline {pipeline!r}: this run holds no lease")
+    from cdc_core.coordination import LeaseGrant
+
+    from cdc_airflow.hooks import open_pipeline
+
+    grant = LeaseGrant.from_dict(data)
+    with open_pipeline(pipeline) as p:
+        try:
+            p.release(grant)
+        except Fenced as e:
+            # The lease expired and someone else holds it now: theirs, not ours to touch.
+            log.warning("lease.not_released pipeline=%s reason=%s", pipeline, e)

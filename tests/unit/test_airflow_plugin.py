@@ -1,0 +1,298 @@
+"""The Airflow glue's pure pieces: what the merge task submits, how the monitor page renders (escaped,
+no secrets), that its routes demand a login, and that the plugin registers the way Airflow expects."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+if str(ROOT / "plugins") not in sys.path:
+    sys.path.insert(0, str(ROOT / "plugins"))
+
+from cdc_airflow import monitor, operators, tasks  # noqa: E402
+
+from cdc_core.errors import ConfigError, LeaseHeld  # noqa: E402
+
+# ------------------------------------------------------------------------------------ merge submit
+
+
+class StubPipeline:
+    name = "orders"
+
+    def __init__(self, args: list[str] | None = None, conf: dict[str, str] | None = None) -> None:
+        self._args = args if args is not None else ["--window-dir", "/stage/orders/w0000000007", "--seq", "7"]
+        self._conf = conf if conf is not None else {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}
+
+    def merge_application_args(self, grant: Any, seq: int) -> list[str]:
+        return [*self._args, "--token", str(grant["token"])]
+
+    def spark_conf(self) -> dict[str, str]:
+        return dict(self._conf)
+
+    def spark_jars(self) -> str:
+        return "/jars/delta-spark.jar,/jars/delta-storage.jar"
+
+
+def test_merge_submit_carries_the_pipelines_args_confs_and_jars() -> None:
+    submit = operators.build_merge_submit(
+        StubPipeline(),
+        {"token": 26},
+        7,
+        application="/repo/spark_apps/merge_window.py",
+        python="/venv/bin/python",
+        path="/usr/bin:/bin",
+        secrets=["s3cret"],
+    )
+    assert submit.application == "/repo/spark_apps/merge_window.py"
+    assert submit.application_args == ["--window-dir", "/stage/orders/w0000000007", "--seq", "7", "--token", "26"]
+    assert submit.conf == {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}
+    assert submit.jars == "/jars/delta-spark.jar,/jars/delta-storage.jar"
+    assert submit.name == "cdc-merge-orders-7"
+    assert submit.env_vars == {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": "/venv/bin/python",
+        "PATH": "/venv/bin:/usr/bin:/bin",
+    }
+
+
+def test_spark_env_does_not_repeat_the_venv_on_path() -> None:
+    env = operators.spark_submit_env("/venv/bin/python", "/usr/bin:/venv/bin")
+    assert env["PATH"] == "/usr/bin:/venv/bin"
+    assert "CDC_ZK_AUTH" not in env
+
+
+def test_zookeeper_credentials_reach_the_job_by_environment_only() -> None:
+    submit = operators.build_merge_submit(
+        StubPipeline(),
+        {"token": 2},
+        2,
+        application="a.py",
+        python="/v/bin/python",
+        path="",
+        secrets=["zkpw"],
+        zk_auth="cdc:zkpw",
+    )
+    assert submit.env_vars["CDC_ZK_AUTH"] == "digest:cdc:zkpw"
+    assert "zkpw" not in repr(submit)
+
+
+@pytest.mark.parametrize(
+    ("args", "conf"),
+    [
+        (["--source", "mysql://cdc:s3cret@db:3306"], None),
+        (None, {"spark.hadoop.fs.s3a.secret.key": "s3cret"}),
+    ],
+)
+def test_merge_submit_refuses_a_credential_on_the_command_line(args: Any, conf: Any) -> None:
+    with pytest.raises(ConfigError, match="credential"):
+        operators.build_merge_submit(
+            StubPipeline(args, conf),
+            {"token": 1},
+            1,
+            application="a.py",
+            python="/v/bin/python",
+            path="",
+            secrets=["s3cret"],
+        )
+
+
+class FakeTI:
+    task_id = "merge_window"
+
+    def __init__(self, xcoms: dict[str, Any]) -> None:
+        self.xcoms = xcoms
+
+    def xcom_pull(self, task_ids: str) -> Any:
+        return self.xcoms.get(task_ids)
+
+
+def test_grant_and_seq_come_from_the_lease_and_plan_xcoms() -> None:
+    grant, seq = operators.pull_grant_and_seq(FakeTI({"acquire_lease": {"token": 3}, "plan_window": {"seq": 9}}))
+    assert grant == {"token": 3} and seq == 9
+
+
+def test_missing_xcom_fails_without_retry_and_says_what_to_clear() -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="acquire_lease"):
+        operators.pull_grant_and_seq(FakeTI({"plan_window": {"seq": 9}}))
+
+
+# ------------------------------------------------------------------------------------------- tasks
+
+
+def test_lease_held_message_names_holder_and_expiry() -> None:
+    err = LeaseHeld("held")
+    err.holder = "cdc_orders/scheduled__2026"  # type: ignore[attr-defined]
+    err.until = 1_800_000_000  # type: ignore[attr-defined]
+    msg = tasks.lease_held_message("orders", err)
+    assert "cdc_orders/scheduled__2026" in msg and "2027-01-15T08:00:00+00:00" in msg
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("2026-11-20T08:00", "2026-11-20T08:00:00+00:00"),  # a browser's datetime-local: the form says UTC
+        ("2026-11-20T08:00:00Z", "2026-11-20T08:00:00Z"),
+        ("2026-11-20T09:00:00+01:00", "2026-11-20T09:00:00+01:00"),
+        ("yesterday", "yesterday"),  # left for cdc_core to reject with its message
+        (None, None),
+    ],
+)
+def test_form_timestamps_are_utc(given: Any, expected: Any) -> None:
+    assert tasks.form_utc(given) == expected
+
+
+# ----------------------------------------------------------------------------------------- monitor
+
+NOW = 1_790_000_000.0
+
+STATUS: dict[str, Any] = {
+    "pipeline": "orders",
+    "error": None,
+    "config": {"schedule": "*/10 * * * *", "tables": ["shop.*"], "dags": ["cdc_orders", "cdc_orders_backfill"]},
+    "cursor": {
+        "seq": 42,
+        "position": {"file": "mysql-bin.000007", "offset": 1337, "gtid": "0-1-99", "commit_ts": NOW - 65},
+        "label": "mysql-bin.000007:1337 gtid=0-1-99",
+        "commit_ts": NOW - 65,
+        "backfill": None,
+    },
+    "lease": {"holder": "cdc_orders/<script>alert(1)</script>", "expires_at": NOW + 300, "token": 17},
+    "windows": [
+        {
+            "plan": {
+                "seq": 42,
+                "kind": "stream",
+                "transactions": 3,
+                "start": {"file": "mysql-bin.000007", "offset": 100},
+                "end": {"file": "mysql-bin.000007", "offset": 1337},
+                "planned_at": NOW - 120,
+            },
+            "state": "acked",
+            "acked_at": NOW - 60,
+            "result": {"tables": {"shop.orders": {"changes": 12}}, "changes": 12, "delta_versions": {"shop.orders": 5}},
+        }
+    ],
+    "last_error": "LakeError: boom & <b>bad</b>",
+    "source_end": {"file": "mysql-bin.000007", "offset": 2000, "gtid": "0-1-101"},
+    "lag": {"bytes": 663, "seconds": 65.0},
+}
+
+
+def test_page_shows_cursor_lag_lease_and_windows() -> None:
+    page = monitor.render_page([STATUS], now=NOW)
+    for text in (
+        "Pipeline orders",
+        "mysql-bin.000007:1337",
+        "0-1-99",
+        "65s",
+        "663 B",
+        "held",
+        "token",
+        "17",
+        "shop.orders: 12",
+        "shop.orders: 5",
+        "acked",
+        "cdc_orders_backfill",
+    ):
+        assert text in page, text
+
+
+def test_page_escapes_everything() -> None:
+    page = monitor.render_page([STATUS], now=NOW)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>bad</b>" not in page and "boom &amp; &lt;b&gt;bad&lt;/b&gt;" in page
+
+
+def test_page_shows_an_unreachable_pipeline_as_an_error() -> None:
+    page = monitor.render_page([{"pipeline": "crm", "error": "CoordinationError: ZooKeeper unreachable"}], now=NOW)
+    assert "Pipeline crm" in page and "ZooKeeper unreachable" in page
+
+
+def test_secrets_are_masked_everywhere() -> None:
+    status = {"error": "login cdc:pw123@db failed", "nested": [{"x": "pw123"}], "n": 5}
+    masked = monitor.mask_secrets(status, ["pw123"])
+    assert masked == {"error": "login cdc:***@db failed", "nested": [{"x": "***"}], "n": 5}
+
+
+def test_window_view_flattens_a_window_record() -> None:
+    view = monitor.window_view(STATUS["windows"][0])
+    assert view["seq"] == 42 and view["start"] == "mysql-bin.000007:100" and view["end"] == "mysql-bin.000007:1337"
+    assert view["tables"] == {"shop.orders": {"changes": 12, "version": 5}}
+    assert view["durations"] == {"total": 60.0}
+    assert view["state"] == "acked"
+
+
+def test_routes_require_a_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setattr(monitor, "collect_statuses", lambda: [STATUS])
+    client = TestClient(monitor.app)
+    for path in ("/", "/api/pipelines"):
+        assert client.get(path).status_code == 401
+
+    monitor.app.dependency_overrides[get_user] = object
+    try:
+        page = client.get("/")
+        data = client.get("/api/pipelines")
+    finally:
+        monitor.app.dependency_overrides.clear()
+    assert page.status_code == 200 and "mysql-bin.000007:1337" in page.text
+    assert data.status_code == 200 and data.json()["pipelines"][0]["cursor"]["seq"] == 42
+
+
+def test_plugin_registers_the_app_and_a_top_level_nav_link() -> None:
+    from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
+
+    plugin = monitor.CdcMonitorPlugin
+    (app,) = plugin.fastapi_apps
+    assert app["url_prefix"] == "/cdc-monitor" and app["app"] is monitor.app
+    (view,) = plugin.external_views
+    parsed = ExternalViewResponse.model_validate(view)
+    assert parsed.nav_top_level is True and parsed.destination == "nav"
+    assert parsed.href == "/cdc-monitor/" and parsed.url_route == "cdc-monitor"
+    assert set(view) <= set(ExternalViewResponse.model_fields)  # no key Airflow would silently ignore
+
+
+# ------------------------------------------------------------------------------------------- hooks
+
+
+def test_source_connection_is_resolved_by_airflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_airflow import hooks
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SRC_UNIT", '{"conn_type": "mysql", "host": "db1", "port": 3307, "login": "cdc", "password": "pw"}'
+    )
+    info = hooks.connection_info("src_unit")
+    assert (info.host, info.port, info.user, info.password) == ("db1", 3307, "cdc", "pw")
+    assert "pw" not in repr(info)
+
+
+def test_missing_zookeeper_auth_variable_is_named() -> None:
+    from types import SimpleNamespace
+
+    from cdc_airflow import hooks
+
+    pc = SimpleNamespace(name="orders", zookeeper=SimpleNamespace(auth_env="CDC_ZK_AUTH"))
+    with pytest.raises(ConfigError, match="CDC_ZK_AUTH"):
+        hooks.check_zookeeper_auth(pc, environ={})  # type: ignore[arg-type]
+    hooks.check_zookeeper_auth(pc, environ={"CDC_ZK_AUTH": "u:p"})  # type: ignore[arg-type]
+
+
+def test_undefined_source_connection_says_how_to_define_it() -> None:
+    from cdc_airflow import hooks
+
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_NO_SUCH_CONN"):
+        hooks.connection_info("no_such_conn")

@@ -1,0 +1,194 @@
+"""The generated DAGs, parsed by Airflow's own DagBag from a temporary pipelines file: ids, task order,
+trigger rules, setup/teardown, one run at a time, retries with back-off, and the backfill form."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import tempfile
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Airflow reads AIRFLOW_HOME once, at first import: give this process a throwaway one unless a
+# caller already chose (never the user's ~/airflow).
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+if str(ROOT / "plugins") not in sys.path:
+    sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts the plugins folder on sys.path itself
+
+CONFIG = """
+defaults:
+  zookeeper: {hosts: "127.0.0.1:22181", root: /cdc-unit}
+  lease_seconds: 300
+  staging_root: staging
+  lake_root: lake
+  spark: {conn_id: spark_unit}
+  schedule: "*/5 * * * *"
+  retries: 4
+pipelines:
+  - name: orders
+    source: {conn_id: src_orders}
+    tables: {include: ["shop.orders", "shop.items"]}
+  - name: manual-only
+    source: {conn_id: src_other}
+    tables: {include: ["crm.*"]}
+    schedule: null
+    retries: 0
+    lease_seconds: 40
+"""
+
+WINDOW = ["plan_window", "stage_window", "merge_window", "ack_window", "release_lease"]
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    cfg = tmp_path_factory.mktemp("cfg") / "pipelines.yaml"
+    cfg.write_text(textwrap.dedent(CONFIG))
+    old = os.environ.get("CDC_CONFIG")
+    os.environ["CDC_CONFIG"] = str(cfg)
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(ROOT / "dags" / "cdc_pipelines.py"))
+    finally:
+        if old is None:
+            os.environ.pop("CDC_CONFIG", None)
+        else:
+            os.environ["CDC_CONFIG"] = old
+    return bag
+
+
+def test_every_pipeline_gets_a_scheduled_and_a_backfill_dag(dagbag) -> None:  # type: ignore[no-untyped-def]
+    assert dagbag.import_errors == {}
+    assert sorted(dagbag.dag_ids) == [
+        "cdc_manual-only",
+        "cdc_manual-only_backfill",
+        "cdc_orders",
+        "cdc_orders_backfill",
+    ]
+
+
+def test_scheduled_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk import TriggerRule
+
+    dag = dagbag.dags["cdc_orders"]
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert dag.schedule == "*/5 * * * *"
+    assert set(dag.task_ids) == {"acquire_lease", *WINDOW}
+    up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+    assert up == {
+        "acquire_lease": set(),
+        "plan_window": {"acquire_lease"},
+        "stage_window": {"plan_window"},
+        "merge_window": {"stage_window"},
+        "ack_window": {"stage_window", "merge_window"},
+        "release_lease": {"ack_window", "acquire_lease"},
+    }
+    tr = {t.task_id: t.trigger_rule for t in dag.tasks}
+    # ack after a skipped (empty) merge, never after a failed one
+    assert tr["ack_window"] == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    # release: a teardown of acquire_lease (runs after any outcome; skipped when acquire was skipped)
+    assert tr["release_lease"] == TriggerRule.ALL_DONE_SETUP_SUCCESS
+    assert dag.get_task("release_lease").is_teardown
+    assert dag.get_task("acquire_lease").is_setup
+    for task_id in ("plan_window", "stage_window", "merge_window"):
+        assert tr[task_id] == TriggerRule.ALL_SUCCESS
+
+
+def test_retries_with_exponential_backoff_capped_below_the_lease(dagbag) -> None:  # type: ignore[no-untyped-def]
+    dag = dagbag.dags["cdc_orders"]
+    for t in dag.tasks:
+        assert t.retries == 4
+        assert t.retry_exponential_backoff == 2.0
+        assert t.max_retry_delay == timedelta(seconds=150)
+    manual = dagbag.dags["cdc_manual-only"]
+    assert {t.retries for t in manual.tasks} == {0}
+    assert {t.max_retry_delay for t in manual.tasks} == {timedelta(seconds=30)}
+
+
+def test_merge_task_is_the_cdc_spark_operator(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    merge = dagbag.dags["cdc_orders"].get_task("merge_window")
+    assert isinstance(merge, SparkSubmitOperator)
+    assert type(merge).__name__ == "CdcMergeOperator"
+    assert merge.pipeline == "orders"
+    assert merge._conn_id == "spark_unit"
+    assert merge.application_args is None  # decided at execute time, from the staged window
+
+
+def test_manual_pipeline_has_no_schedule(dagbag) -> None:  # type: ignore[no-untyped-def]
+    assert dagbag.dags["cdc_manual-only"].schedule is None
+    assert dagbag.dags["cdc_manual-only"].max_active_runs == 1
+
+
+def test_backfill_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
+    dag = dagbag.dags["cdc_orders_backfill"]
+    assert dag.schedule is None
+    assert dag.max_active_runs == 1
+    up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+    assert up["begin_backfill"] == {"acquire_lease"}
+    assert up["plan_window"] == {"begin_backfill"}
+    assert up["ack_window"] == {"stage_window", "merge_window"}
+    assert up["release_lease"] == {"ack_window", "acquire_lease"}
+    assert dag.get_task("release_lease").is_teardown
+    # the backfill's plan step skips itself (and so the rest) on a dry run
+    assert dag.get_task("plan_window").op_kwargs == {"skip_if_dry_run": True}
+    assert dagbag.dags["cdc_orders"].get_task("plan_window").op_kwargs == {}
+
+
+def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.dags["cdc_orders_backfill"]
+    schema = {k: dag.params.get_param(k).schema for k in dag.params}
+    assert schema["start_ts"]["type"] == "string"
+    assert schema["start_ts"]["format"] == "date-time"
+    assert schema["end_ts"]["type"] == ["null", "string"]
+    assert schema["tables"]["items"] == {"type": "string"}
+    assert schema["dry_run"]["type"] == "boolean"
+
+    def validate(conf: dict[str, object]) -> dict[str, object]:
+        params = copy.deepcopy(dag.params)  # what a triggered run does: the form's values over the defaults
+        for key, value in conf.items():
+            params[key] = value
+        return params.validate()
+
+    ok = validate({"start_ts": "2026-11-20T08:00:00Z"})
+    assert ok == {"start_ts": "2026-11-20T08:00:00Z", "end_ts": None, "tables": None, "dry_run": False}
+    full = validate(
+        {
+            "start_ts": "2026-11-20T08:00:00Z",
+            "end_ts": "2026-11-21T00:00:00Z",
+            "tables": ["shop.orders"],
+            "dry_run": True,
+        }
+    )
+    assert full["tables"] == ["shop.orders"] and full["dry_run"] is True
+    with pytest.raises(ParamValidationError):
+        validate({})  # start_ts is required
+    with pytest.raises(ParamValidationError):
+        validate({"start_ts": "2026-11-20T08:00:00Z", "tables": "shop.orders"})
+    with pytest.raises(ParamValidationError):
+        validate({"start_ts": "2026-11-20T08:00:00Z", "dry_run": "yes"})
+
+
+def test_dag_file_reports_a_bad_config_as_an_import_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    cfg = tmp_path / "pipelines.yaml"
+    cfg.write_text("pipelines:\n  - name: Bad Name\n    source: {conn_id: x}\n    tables: {include: [a.b]}\n")
+    monkeypatch.setenv("CDC_CONFIG", str(cfg))
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "cdc_pipelines.py"))
+    assert not bag.dag_ids
+    (error,) = bag.import_errors.values()
+    assert "pipeline 'Bad Name'" in error and "name" in error
