@@ -88,6 +88,7 @@ class Pipeline:
         return cls(config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client)
 
     def close(self) -> None:
+        self.coordinator.close()  # stop listening first: closing our own session is not a lost session
         if self._owns_client and self._client is not None:
             self._client.stop()
             self._client.close()

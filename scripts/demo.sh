@@ -22,17 +22,18 @@ export PATH="$ROOT/.venv/bin:$PATH"
 step "Airflow metadata DB (SQLite in $AIRFLOW_HOME)"
 airflow db migrate >"$ROOT/.local/airflow-migrate.log" 2>&1 || { tail -20 "$ROOT/.local/airflow-migrate.log"; exit 1; }
 
-step "demo schema and first rows"
+step "demo schema (a re-run starts the demo pipeline over)"
+python scripts/demo_workload.py reset
 python scripts/demo_workload.py init
 
 step "validate the configuration"
 cdc validate
 
-step "DAG run 1: cdc_demo (first window starts at the configured start)"
+step "DAG run 1: cdc_demo (the first window starts at the configured start: the binlog's current end)"
 airflow dags test cdc_demo >"$ROOT/.local/demo-run1.log" 2>&1 || { tail -40 "$ROOT/.local/demo-run1.log"; exit 1; }
 grep -E "window\.(planned|staged|acked)|lease\.(acquired|released)" "$ROOT/.local/demo-run1.log" | sed 's/^.*\(window\.\|lease\.\)/\1/' | head -20 || true
 
-step "more changes: inserts, updates, deletes, a primary-key change, a large transaction, a rollback"
+step "changes: inserts, updates, deletes, a primary-key change, a large transaction, a rollback"
 python scripts/demo_workload.py changes
 
 step "DAG run 2"

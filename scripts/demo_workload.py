@@ -1,6 +1,7 @@
 """Demo workload for the embedded set-up: a small shop schema and a few rounds of changes.
 
-    python scripts/demo_workload.py init      # (re)create schema `demo` with rows
+    python scripts/demo_workload.py reset     # forget the demo pipeline: its ZooKeeper subtree, lake, staging
+    python scripts/demo_workload.py init      # (re)create schema `demo`, tables empty
     python scripts/demo_workload.py changes   # inserts, updates, deletes, a PK change, a big txn, a DDL
 """
 
@@ -59,7 +60,7 @@ def changes(cur: pymysql.cursors.Cursor, round_no: int) -> None:
             (base + i // 4, i % 4, base + 1 + i % 50, f"SKU{i:05d}", i % 7 + 1, i * 0.5, None if i % 5 else "gift"),
         )
     cur.execute("COMMIT")
-    cur.execute("UPDATE customers SET balance = balance + 10, tier = 'pro' WHERE id %% 7 = 0")
+    cur.execute("UPDATE customers SET balance = balance + 10, tier = 'pro' WHERE id % 7 = 0")
     cur.execute("DELETE FROM orders WHERE qty = 3")
     cur.execute("UPDATE customers SET id = id + 500 WHERE id = %s", (base + 2,))  # a primary-key change
     cur.execute("BEGIN")
@@ -67,18 +68,40 @@ def changes(cur: pymysql.cursors.Cursor, round_no: int) -> None:
     cur.execute("ROLLBACK")  # never reaches the binlog
 
 
+def reset() -> None:
+    """Start the demo over: a re-created schema would not match what an earlier demo landed."""
+    import shutil
+    from pathlib import Path
+
+    from cdc_core.config import load_config
+    from cdc_core.coordination import make_zk_client
+
+    pc = load_config().pipeline("demo")
+    zk = make_zk_client(pc.zookeeper.hosts)
+    try:
+        zk.delete(f"{pc.zookeeper.root}/pipelines/{pc.name}", recursive=True)
+    finally:
+        zk.stop()
+        zk.close()
+    for d in (Path(pc.lake_root) / SCHEMA, Path(pc.lake_root) / "_cdc_tombstones" / SCHEMA, Path(pc.staging_root) / pc.name):
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> int:
     what = sys.argv[1] if len(sys.argv) > 1 else "init"
+    if what == "reset":
+        reset()
+        print("demo workload: reset done")
+        return 0
     conn = connect()
     with conn.cursor() as cur:
         if what == "init":
             init(cur)
-            changes(cur, 0)
         elif what == "changes":
             cur.execute(f"SELECT COALESCE(MAX(id), 0) DIV 1000 + 1 FROM `{SCHEMA}`.customers WHERE id < 100000")
             changes(cur, int(cur.fetchone()[0]))
         else:
-            print(f"unknown step {what!r}: use init or changes", file=sys.stderr)
+            print(f"unknown step {what!r}: use reset, init or changes", file=sys.stderr)
             return 2
     conn.close()
     print(f"demo workload: {what} done")
