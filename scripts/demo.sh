@@ -48,6 +48,6 @@ cdc status demo | head -40
 
 echo
 echo "Done in $((SECONDS - t0))s. Delta tables: $ROOT/.local/lake/demo/"
-echo "Open the Airflow UI:  source scripts/airflow_env.sh && airflow standalone   (then http://127.0.0.1:8080,"
-echo "  user admin / password admin; the monitoring page is 'CDC pipelines' in the nav, or /cdc-monitor/)"
+echo "Open the Airflow UI:  scripts/ui.sh   (http://127.0.0.1:${CDC_AIRFLOW_PORT}, user admin / password admin;"
+echo "  the monitoring page is 'CDC pipelines' in the sidebar, or http://127.0.0.1:${CDC_AIRFLOW_PORT}/cdc-monitor/)"
 echo "Stop the services:    scripts/services.sh stop"
