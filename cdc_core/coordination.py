@@ -562,6 +562,7 @@ class PipelineCoordinator:
         self.cursor_path = f"{self.base}/cursor"
         self.windows_path = f"{self.base}/windows"
         self.snapshot_path = f"{self.base}/snapshot"
+        self.last_error_path = f"{self.base}/last_error"
         self._acl = _client_acl(client)
         self._state: str = client.state
         self._reverify = False
@@ -751,6 +752,36 @@ class PipelineCoordinator:
             if got is not None:  # pruned meanwhile
                 out.append(got[0])
         return out
+
+    def record_error(self, holder: str, step: str, seq: int | None, message: str) -> None:
+        """Note the last failure for the monitor (`last_error`). Best effort and not fenced: it is a note
+        for operators, not pipeline state (nothing reads it to decide anything), and recording it must
+        never hide the failure itself."""
+        data = _dumps(
+            {"format": COORDINATION_FORMAT, "holder": holder, "step": step, "seq": seq,
+             "message": message[:4000], "at": self._clock()}
+        )
+        try:
+            self._require_connected("record error")
+            with self._zk("recording the last error"):
+                if self.client.exists(self.last_error_path) is None:
+                    self.client.create(self.last_error_path, data, acl=self._acl, makepath=True)
+                else:
+                    self.client.set(self.last_error_path, data)
+        except Exception as e:  # never mask the error being recorded
+            log.warning("error.not_recorded %s", _kv(pipeline=self.pipeline, step=step, reason=type(e).__name__))
+
+    def read_last_error(self) -> dict[str, Any] | None:
+        """The last failure noted by `record_error`, or None."""
+        self._require_connected("read last error")
+        got = self._get(self.last_error_path, "reading the last error")
+        if got is None:
+            return None
+        try:
+            value: dict[str, Any] = json.loads(got[0])
+        except ValueError:
+            return None
+        return value
 
     # ------------------------------------------------------------------------------------- lease
     #

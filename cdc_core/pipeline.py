@@ -19,6 +19,7 @@ on retry, and the CLI may be killed between steps.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import fsspec
 
 from cdc_core import delta_state, faults, staging
 from cdc_core.binlog import BinlogScanner, read_changes
@@ -326,8 +329,12 @@ class Pipeline:
     def table_uri(self, schema: str, table: str) -> str:
         return f"{self.lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
 
+    def reports_dir(self) -> str:
+        """Where merge jobs write their reports: one per window and fencing token."""
+        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports"
+
     def report_uri(self, seq: int, token: int) -> str:
-        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports/w{seq:010d}-{token:x}.json"
+        return f"{self.reports_dir()}/w{seq:010d}-{token:x}.json"
 
     def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
         """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
@@ -343,8 +350,6 @@ class Pipeline:
             "--zk-root", self.config.zookeeper.root,
         ]
         if self.config.table_options:
-            import json
-
             args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
         return args
 
@@ -409,10 +414,44 @@ class Pipeline:
             )
         faults.point("before_ack")
         result = {"tables": {t.name: {"changes": t.rows} for t in manifest.tables}, "changes": manifest.changes}
+        merged = self.merge_report(seq)
+        if merged:
+            for name, info in (merged.get("tables") or {}).items():
+                if name in result["tables"] and isinstance(info, dict):
+                    result["tables"][name].update(
+                        {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
+                    )
+            result["durations"] = {"merge": merged.get("seconds")}
+        for name, info in result["tables"].items():
+            if info.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
+                t = manifest.table(name)
+                info["delta_version"] = delta_state.window_commit_version(self.table_uri(t.schema, t.table), self.name, seq)
         cursor = self.coordinator.ack_window(grant, seq, result)
         self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
         faults.point("after_ack")
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def merge_report(self, seq: int) -> dict[str, Any] | None:
+        """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
+        try:
+            fs, root = fsspec.core.url_to_fs(self.reports_dir())
+            found = fs.glob(f"{root}/w{seq:010d}-*.json")
+            if not found:
+                return None
+            # One report per fencing token: the newest token is the run that last merged the window.
+            newest = max(found, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0], 16))
+            with fs.open(newest, "r") as f:
+                report: dict[str, Any] = json.load(f)
+            return report
+        except (OSError, ValueError, IndexError) as e:
+            log.warning("%s", kv(event="merge.report_unreadable", pipeline=self.name, seq=seq, reason=str(e)))
+            return None
+
+    def note_failure(self, step: str, error: BaseException, *, seq: int | None = None, holder: str = "") -> None:
+        """Record a failed step for the monitor page (`status()["last_error"]`)."""
+        message = f"{type(error).__name__}: {error}"
+        self._log("step.failed", None, step=step, seq=seq, error=message[:500])
+        self.coordinator.record_error(holder, step, seq, message)
 
     def recover(self, grant: LeaseGrant) -> str | None:
         """Ack a pending window whose Delta commits all landed; never ack one that did not."""
@@ -435,16 +474,24 @@ class Pipeline:
         """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
         grant = self.acquire(holder)
         done: list[dict[str, Any]] = []
+        doing, seq = "plan_window", None
         try:
             for _ in range(max_windows):
+                doing, seq = "plan_window", None
                 step = self.plan(grant)
+                doing, seq = "stage_window", step["seq"]
                 staged = self.stage(grant, step["seq"])
                 if not staged["empty"]:
+                    doing = "merge_window"
                     (merge or self.merge_locally)(grant, step["seq"])
+                doing = "ack_window"
                 self.ack(grant, step["seq"])
                 done.append({**step, "changes": staged["changes"]})
                 if step["empty"]:
                     break
+        except Exception as e:
+            self.note_failure(doing, e, seq=seq, holder=holder)
+            raise
         finally:
             self.release(grant)
         return {"pipeline": self.name, "windows": done}
@@ -521,8 +568,11 @@ class Pipeline:
             }
             out["lease"] = lease.to_dict() if lease else None
             out["windows"] = [w.to_dict() for w in self.coordinator.recent_windows(10)]
-            failed = [w for w in out["windows"] if (w.get("result") or {}).get("error")]
-            out["last_error"] = failed[0]["result"]["error"] if failed else None
+            last_error = self.coordinator.read_last_error()
+            if last_error is not None:
+                # A window acked after the failure means the pipeline got past it.
+                last_error["resolved"] = bool(cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0))
+            out["last_error"] = last_error
         except CdcError as e:
             out["error"] = str(e)
             return out

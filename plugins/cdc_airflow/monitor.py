@@ -170,10 +170,10 @@ def window_view(w: Mapping[str, Any]) -> dict[str, Any]:
             times[key] = value
     timings = w.get("timings") or result.get("timings") or result.get("durations") or {}
     durations: dict[str, Any] = dict(timings) if isinstance(timings, Mapping) else {}
-    if not durations and "planned_at" in times:
+    if "planned_at" in times:
         end = times.get("acked_at") or times.get("failed_at")
         if end is not None:
-            durations["total"] = float(end) - float(times["planned_at"])
+            durations.setdefault("total", float(end) - float(times["planned_at"]))
     error = result.get("error") or w.get("error")
     state = w.get("state") or w.get("outcome") or ("failed" if error else None)
     if result.get("recovered"):
@@ -272,8 +272,24 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
             rows.append(_row("lease", '<span class="muted">free</span>', "lease"))
     parts.append("<dl>" + "".join(rows) + "</dl>")
 
-    if s.get("last_error"):
-        parts.append(f'<div class="error" data-field="last_error">last error: {esc(s["last_error"])}</div>')
+    last = s.get("last_error")
+    if isinstance(last, Mapping):
+        where = ", ".join(
+            x for x in (
+                f"step {last.get('step')}" if last.get("step") else "",
+                f"window {last.get('seq')}" if last.get("seq") is not None else "",
+                f"run {last.get('holder')}" if last.get("holder") else "",
+                fmt_time(last.get("at"), now),
+            ) if x
+        )
+        label = "last error (a later window was acked)" if last.get("resolved") else "last error"
+        css = "muted" if last.get("resolved") else "error"
+        parts.append(
+            f'<div class="{css}" data-field="last_error">{esc(label)} &mdash; {esc(where)}:<br>'
+            f"{esc(last.get('message'))}</div>"
+        )
+    elif last:
+        parts.append(f'<div class="error" data-field="last_error">last error: {esc(last)}</div>')
 
     windows = [window_view(w) for w in (s.get("windows") or []) if isinstance(w, Mapping)]
     if windows:

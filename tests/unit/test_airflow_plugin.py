@@ -181,10 +181,17 @@ STATUS: dict[str, Any] = {
             },
             "state": "acked",
             "acked_at": NOW - 60,
-            "result": {"tables": {"shop.orders": {"changes": 12}}, "changes": 12, "delta_versions": {"shop.orders": 5}},
+            "result": {
+                "tables": {"shop.orders": {"changes": 12, "delta_version": 5, "status": "committed"}},
+                "changes": 12,
+                "durations": {"merge": 4.25},
+            },
         }
     ],
-    "last_error": "LakeError: boom & <b>bad</b>",
+    "last_error": {
+        "step": "merge_window", "seq": 42, "holder": "cdc_orders/manual__1", "at": NOW - 90,
+        "message": "LakeError: boom & <b>bad</b>", "resolved": False,
+    },
     "source_end": {"file": "mysql-bin.000007", "offset": 2000, "gtid": "0-1-101"},
     "lag": {"bytes": 663, "seconds": 65.0},
 }
@@ -203,6 +210,8 @@ def test_page_shows_cursor_lag_lease_and_windows() -> None:
         "17",
         "shop.orders: 12",
         "shop.orders: 5",
+        "merge 4.2s",
+        "step merge_window, window 42, run cdc_orders/manual__1",
         "acked",
         "cdc_orders_backfill",
     ):
@@ -229,8 +238,8 @@ def test_secrets_are_masked_everywhere() -> None:
 def test_window_view_flattens_a_window_record() -> None:
     view = monitor.window_view(STATUS["windows"][0])
     assert view["seq"] == 42 and view["start"] == "mysql-bin.000007:100" and view["end"] == "mysql-bin.000007:1337"
-    assert view["tables"] == {"shop.orders": {"changes": 12, "version": 5}}
-    assert view["durations"] == {"total": 60.0}
+    assert view["tables"] == {"shop.orders": {"changes": 12, "delta_version": 5, "status": "committed", "version": 5}}
+    assert view["durations"] == {"merge": 4.25, "total": 60.0}
     assert view["state"] == "acked"
 
 
