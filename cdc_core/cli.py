@@ -142,6 +142,25 @@ def backfill(ctx: click.Context, pipeline: str, start_ts: str, end_ts: str | Non
         _emit(report)
 
 
+@cli.group()
+def lease() -> None:
+    """Inspect or break a pipeline's lease."""
+
+
+@lease.command("break")
+@click.argument("pipeline")
+@click.option("--holder", required=True, help="The holder shown by `cdc status` (the run known to be dead)")
+@click.pass_context
+def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
+    """Remove a live lease of a run known to be dead, so the next run need not wait for its expiry.
+
+    Safe even if the run is alive after all: it is fenced and can change nothing any more.
+    """
+    with _pipeline(ctx, pipeline) as p:
+        info = p.coordinator.break_lease(holder)
+    _emit({"pipeline": pipeline, "broken": info.to_dict()})
+
+
 @cli.command()
 @click.argument("pipeline")
 @click.pass_context

@@ -1010,6 +1010,41 @@ class PipelineCoordinator:
             return
         raise CoordinationError(f"pipeline {self.pipeline!r}: the lease kept changing while releasing it; retry")
 
+    def break_lease(self, holder: str) -> LeaseInfo:
+        """Operator action: remove a live lease held by `holder` (a run known to be dead) so that the next
+        run need not wait for its expiry. Safe even if that run is alive after all: the pipeline node's
+        version (the epoch) is bumped and the lease node deleted in one multi-op, so its every later
+        fenced operation fails. Naming the holder makes sure one breaks the lease one looked at."""
+        self._require_connected("break lease")
+        for _ in range(_RACE_ATTEMPTS):
+            current = self._lease()
+            if current is None:
+                raise StateConflict(f"pipeline {self.pipeline!r}: no lease to break (nobody holds it)")
+            rec, stat = current
+            if rec.holder != holder:
+                raise StateConflict(
+                    f"pipeline {self.pipeline!r}: the lease is held by {rec.holder!r}, not {holder!r}; "
+                    "check `cdc status` and name the holder shown there"
+                )
+            got = self._get(self.base, "reading the pipeline node")
+            if got is None:
+                continue
+            ops = [
+                ("set", self.base, self._pipeline_meta(f"broken:{holder}", self._clock()), got[1].version),
+                ("delete", self.lease_path, stat.version),
+            ]
+            if self._first_failure(self._multi(ops, "breaking the lease")) is not None:
+                continue  # renewed or released meanwhile: re-read decides
+            info = LeaseInfo(self.pipeline, rec.holder, stat.czxid, rec.acquired_at, rec.expires_at, rec.renewed_at,
+                             stat.version, rec.epoch)
+            log.warning(
+                "lease.broken %s",
+                _kv(pipeline=self.pipeline, holder=repr(holder), token=f"{stat.czxid:#x}",
+                    expires_at=_iso(rec.expires_at)),
+            )
+            return info
+        raise CoordinationError(f"pipeline {self.pipeline!r}: the lease kept changing while breaking it; retry")
+
     # ----------------------------------------------------------------------------- fenced writes
 
     def _fenced(self, grant: LeaseGrant, what: str, attempt: Callable[[], _Write | _Done]) -> Any:

@@ -597,6 +597,23 @@ def test_last_error_is_a_note_that_changes_no_state(coord: PipelineCoordinator, 
     coord.release(g)
 
 
+def test_breaking_a_dead_runs_lease_fences_it(coord: PipelineCoordinator) -> None:
+    dead = coord.acquire("run-dead", 600)
+    coord.set_start(dead, pos(4))
+    with pytest.raises(StateConflict, match="held by 'run-dead', not 'run-x'"):
+        coord.break_lease("run-x")  # one breaks the lease one looked at
+    broken = coord.break_lease("run-dead")
+    assert broken.holder == "run-dead" and broken.token == dead.token
+    assert coord.read_lease() is None
+    nxt = coord.acquire("run-next", 600)  # no waiting for the expiry
+    assert nxt.token > dead.token
+    with pytest.raises(Fenced):
+        coord.store_plan(dead, plan(1, 4, 50))  # the "dead" run, alive after all, changes nothing
+    coord.store_plan(nxt, plan(1, 4, 50))
+    with pytest.raises(StateConflict, match="no lease to break"):
+        coord.release(nxt) or coord.break_lease("run-next")
+
+
 def test_bad_names_are_refused(zk_client: KazooClient) -> None:
     with pytest.raises(ConfigError):
         PipelineCoordinator(zk_client, "/r", "Orders/x")
