@@ -127,6 +127,16 @@ class Pipeline:
             return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
         return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
 
+    def capture_settings(self, tables: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
+        """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
+        f = self.table_filter(tables)
+        return {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+
+    def _plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
+        """The table filter and full-row-key patterns a stored plan was planned with."""
+        c = plan.capture or self.capture_settings(plan.tables)
+        return TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"])), tuple(c.get("full_row_key", ()))
+
     def source_facts(self, refresh: bool = False) -> SourceFacts:
         if self._facts is None or refresh:
             conn = connect(self.source)
@@ -213,7 +223,10 @@ class Pipeline:
         scanner = self.scanner(facts)
         boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
-        plan = WindowPlan(**{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder}})
+        plan = WindowPlan(
+            **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
+               "capture": self.capture_settings(tables)}
+        )
         self.coordinator.store_plan(grant, plan)
         self._log(
             "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
@@ -249,8 +262,9 @@ class Pipeline:
         manifest = self._staged_manifest(plan)
         if manifest is None:
             t0 = time.time()
-            schemas = self._schema_lookup(plan)
-            changes = read_changes(self.source, plan.start.server, plan, self.table_filter(plan.tables), schemas)
+            table_filter, full_row_key = self._plan_capture(plan)
+            schemas = self._schema_lookup(full_row_key)
+            changes = read_changes(self.source, plan.start.server, plan, table_filter, schemas)
             faults.point("mid_stage_before")
             manifest = staging.stage_window(plan, changes, self.staging_root, progress=self._stage_progress(grant, plan))
             self._log(
@@ -280,7 +294,7 @@ class Pipeline:
 
         return progress
 
-    def _schema_lookup(self, plan: WindowPlan) -> Callable[[str, str], Any]:
+    def _schema_lookup(self, full_row_key: tuple[str, ...]) -> Callable[[str, str], Any]:
         cache: dict[str, Any] = {}
 
         def lookup(schema: str, table: str) -> Any:
@@ -289,10 +303,7 @@ class Pipeline:
                 conn = connect(self.source)
                 try:
                     cache.update(
-                        describe_tables(
-                            conn, TableFilter(include=(name,), exclude=()), self.name,
-                            tuple(self.config.tables.full_row_key),
-                        )
+                        describe_tables(conn, TableFilter(include=(name,), exclude=()), self.name, full_row_key)
                     )
                 finally:
                     conn.close()
