@@ -30,8 +30,7 @@ def source_params_for(pipeline_config: Any) -> Any:
     from cdc_core.connections import resolve_connection
     from cdc_core.source import SourceParams
 
-    info = resolve_connection(pipeline_config.source.conn_id)
-    return SourceParams(host=info.host, port=info.port, user=info.user, password=info.password)
+    return SourceParams.from_connection(resolve_connection(pipeline_config.source.conn_id))
 
 
 @contextmanager

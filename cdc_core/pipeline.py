@@ -424,19 +424,22 @@ class Pipeline:
                 + "; re-run the merge step (it is idempotent)"
             )
         faults.point("before_ack")
-        result = {"tables": {t.name: {"changes": t.rows} for t in manifest.tables}, "changes": manifest.changes}
+        tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
+        result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
         merged = self.merge_report(seq)
         if merged:
             for name, info in (merged.get("tables") or {}).items():
-                if name in result["tables"] and isinstance(info, dict):
-                    result["tables"][name].update(
+                if name in tables and isinstance(info, dict):
+                    tables[name].update(
                         {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
                     )
             result["durations"] = {"merge": merged.get("seconds")}
-        for name, info in result["tables"].items():
-            if info.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
+        for name, entry in tables.items():
+            if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
                 t = manifest.table(name)
-                info["delta_version"] = delta_state.window_commit_version(self.table_uri(t.schema, t.table), self.name, seq)
+                entry["delta_version"] = delta_state.window_commit_version(
+                    self.table_uri(t.schema, t.table), self.name, seq
+                )
         cursor = self.coordinator.ack_window(grant, seq, result)
         self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
         faults.point("after_ack")
@@ -589,7 +592,8 @@ class Pipeline:
             return out
         try:
             facts = self.source_facts(refresh=True)
-            out["source_end"] = {"file": facts.end.file, "offset": facts.end.offset, "gtid": facts.end.gtid}
+            end = facts.end
+            out["source_end"] = {"file": end.file, "offset": end.offset, "gtid": end.gtid} if end else None
             out["lag"] = lag(cursor.position, facts)
         except CdcError as e:
             out["source_error"] = str(e)
