@@ -21,17 +21,6 @@ from cdc_core.errors import ConfigError, LeaseHeld
 pytestmark = pytest.mark.integration
 
 
-def current_end(services: Any) -> dict[str, Any]:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return {"kind": "file", "file": file, "offset": int(pos)}
-
-
 @pytest.fixture
 def cli_env(
     services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -45,7 +34,7 @@ def cli_env(
         "name": name,
         "source": {"conn_id": "cdc_source_cli"},
         "tables": {"include": [f"{source_db}.*"]},
-        "start": current_end(services),
+        "start": services.binlog_end(),
         "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
         "staging_root": str(tmp_path / "staging"),
         "lake_root": str(tmp_path / "lake"),

@@ -20,17 +20,6 @@ from cdc_core.source import SourceParams
 pytestmark = pytest.mark.integration
 
 
-def _end(services: Any) -> dict[str, Any]:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return {"kind": "file", "file": file, "offset": int(pos)}
-
-
 def test_restaging_after_a_config_change_reads_the_planned_tables(
     services: Any, source_db: str, zk_root: str, tmp_path: Path
 ) -> None:
@@ -46,7 +35,7 @@ def test_restaging_after_a_config_change_reads_the_planned_tables(
         }]}))
         return Pipeline.from_config(load_config(config).pipeline(name), SourceParams(**services.source_params))
 
-    start = _end(services)
+    start = services.binlog_end()
     conn = services.root_connect(source_db)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v TEXT)")
