@@ -162,6 +162,44 @@ def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
 
 @cli.command()
 @click.argument("pipeline")
+@click.option("--table", "tables", multiple=True,
+              help="schema.table to (re-)load (repeatable); default: every captured table")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=None,
+              help="Rows per chunk (default: snapshot.chunk_rows)")
+@click.option("--windows", default=1000, show_default=True,
+              help="Run at most this many windows now (chunks, with stream windows in between); 0: only request")
+@click.option("--cancel", is_flag=True, help="Stop loading --table (default: every table not done); loaded rows stay")
+@click.pass_context
+def snapshot(  # noqa: PLR0917 - one parameter per CLI option
+    ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, windows: int, cancel: bool
+) -> None:
+    """Load existing rows of tables (initial load, a table added later, a rebuild), chunk by chunk, without locks."""
+    from cdc_core import snapshot as snap
+
+    with _pipeline(ctx, pipeline) as p:
+        grant = p.acquire(_holder("snapshot"))
+        done = []
+        try:
+            if cancel:
+                snap.cancel(p, grant, list(tables) or None)
+            else:
+                snap.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
+            for _ in range(windows):
+                if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
+                    break
+                step = p.plan(grant)
+                staged = p.stage(grant, step["seq"])
+                if not staged["empty"]:
+                    p.merge_locally(grant, step["seq"])
+                p.ack(grant, step["seq"])
+                done.append(step)
+        finally:
+            p.release(grant)
+        _emit({"pipeline": pipeline, "windows": done, "snapshot": snap.progress_view(p.coordinator.read_snapshot())})
+
+
+@cli.command()
+@click.argument("pipeline")
 @click.pass_context
 def verify(ctx: click.Context, pipeline: str) -> None:
     """Compare every captured table with its Delta table, value for value (run when the source is quiet)."""

@@ -6,7 +6,7 @@ Layout (several pipelines never share a node; see docs/zookeeper-layout.md)::
     <root>/pipelines/<name>/lease               the lease record (JSON); its czxid is the fencing token
     <root>/pipelines/<name>/cursor              last acked window seq + stream position + backfill (JSON)
     <root>/pipelines/<name>/windows/<seq:010d>  one immutable window plan + its state (planned|acked)
-    <root>/pipelines/<name>/snapshot/           reserved for the initial-load feature (created empty)
+    <root>/pipelines/<name>/snapshot            the initial load's progress per table (JSON; `cdc_core.snapshot`)
 
 `PipelineCoordinator` is the only object that touches ZooKeeper for a pipeline. The lease is a
 record, not an ephemeral node: Airflow tasks are separate processes, so no single ZooKeeper session
@@ -53,6 +53,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl, make_digest_acl_credential
 
+from cdc_core import snapshot
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.positions import BinlogPosition
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
@@ -355,8 +356,17 @@ def check_plan(pipeline: str, cursor: Cursor, pending: WindowRecord | None, plan
             "re-plan from the current cursor"
         )
     if plan.kind == KIND_SNAPSHOT:
-        raise StateConflict(f"{where}: snapshot windows are reserved for the initial-load feature")
-    if plan.kind == KIND_STREAM:
+        # Which chunk may come next is the snapshot record's business (`snapshot.check_chunk`); here, the
+        # stream's side of the DBLog argument: the stream must not be past the chunk's watermark.
+        if cursor.position is None:
+            raise StateConflict(f"{where}: a snapshot chunk needs the stream's start position set first")
+        if not plan.start.same_point(plan.end) or not plan.start.server.same_server(cursor.position.server) \
+                or plan.start < cursor.position:
+            raise StateConflict(
+                f"{where}: a snapshot chunk's watermark ({plan.start.label()} on {plan.start.server}) must be at or "
+                f"after the stream cursor {cursor.position.label()} on {cursor.position.server}; re-plan"
+            )
+    elif plan.kind == KIND_STREAM:
         if cursor.backfill is not None:
             raise StateConflict(
                 f"{where}: a backfill is active (next at {cursor.backfill.position.label()}, until "
@@ -408,6 +418,8 @@ def cursor_after_ack(pipeline: str, cursor: Cursor, plan: WindowPlan, now: float
             )
         rest = None if plan.end >= bf.until else replace(bf, position=plan.end)
         return Cursor(seq=plan.seq, position=cursor.position, backfill=rest, updated_at=now)
+    if plan.kind == KIND_SNAPSHOT:  # a chunk moves the seq only; its progress moves in the same multi-op
+        return Cursor(seq=plan.seq, position=cursor.position, backfill=cursor.backfill, updated_at=now)
     raise StateConflict(f"{where}: window kind {plan.kind!r} cannot be acked by this version")
 
 
@@ -1112,6 +1124,11 @@ class PipelineCoordinator:
             # Rewriting the cursor unchanged (CAS) both checks and bumps its version: every operation
             # that relies on "no pending window" writes the cursor too, so they serialise on it.
             ops = [("create", self.window_path(plan.seq), _dumps(record.to_dict())), self._cursor_op(cstat, raw)]
+            if plan.kind == KIND_SNAPSHOT:  # the chunk must be the snapshot's next one, still when committed
+                sstate, sstat = self._snapshot_state()
+                snapshot.check_chunk(self.pipeline, sstate, plan)
+                assert sstat is not None  # an active snapshot has a record
+                ops.append(("check", self.snapshot_path, sstat.version))
             return _Write(ops, record, "window.stored", {"seq": plan.seq, "kind": plan.kind})
 
         result: WindowRecord = self._fenced(grant, f"store plan {plan.seq}", attempt)
@@ -1147,6 +1164,8 @@ class PipelineCoordinator:
                 ("set", self.window_path(seq), _dumps(acked.to_dict()), wstat.version),
                 self._cursor_op(cstat, _dumps(new_cursor.to_dict())),
             ]
+            if record.plan.kind == KIND_SNAPSHOT:  # the chunk's progress moves with the ack, atomically
+                ops.append(self._snapshot_op(record.plan, result, now))
             fields = {"seq": seq, "kind": record.plan.kind}
             if new_cursor.position is not None:
                 fields["cursor"] = new_cursor.position.label().replace(" ", "_")
@@ -1175,6 +1194,53 @@ class PipelineCoordinator:
             return _Write([self._cursor_op(cstat, _dumps(new.to_dict()))], new, event, fields)
 
         result: Cursor = self._fenced(grant, what, attempt)
+        return result
+
+    # ---------------------------------------------------------------------------------- snapshot
+
+    def _snapshot_state(self) -> tuple[snapshot.SnapshotState, ZnodeStat | None]:
+        got = self._get(self.snapshot_path, "reading the snapshot record")
+        if got is None:
+            return snapshot.SnapshotState(), None
+        if not got[0]:  # created empty by the layout: no snapshot requested yet
+            return snapshot.SnapshotState(), got[1]
+        state: snapshot.SnapshotState = self._parse(got[0], self.snapshot_path, snapshot.SnapshotState.from_dict)
+        return state, got[1]
+
+    def _snapshot_op(self, plan: WindowPlan, result: dict[str, Any], now: float) -> tuple[Any, ...]:
+        state, stat = self._snapshot_state()
+        rows = int(result.get("changes") or 0)
+        data = snapshot.after_ack(state, plan, rows, now).to_json()
+        if stat is None:
+            return ("create", self.snapshot_path, data)
+        return ("set", self.snapshot_path, data, stat.version)
+
+    def read_snapshot(self) -> snapshot.SnapshotState:
+        """The snapshot record (tables, progress); empty when no snapshot was ever requested."""
+        self._require_connected("read snapshot")
+        return self._snapshot_state()[0]
+
+    def update_snapshot(
+        self,
+        grant: LeaseGrant,
+        what: str,
+        decide: Callable[[snapshot.SnapshotState], snapshot.SnapshotState | None],
+        event: str,
+        **fields: Any,
+    ) -> snapshot.SnapshotState:
+        """A fenced change of the snapshot record (request, cancel, restart); `decide` None = no-op."""
+
+        def attempt() -> _Write | _Done:
+            state, stat = self._snapshot_state()
+            new = decide(state)
+            if new is None:
+                return _Done(state)
+            data = new.to_json()
+            path = self.snapshot_path
+            op: tuple[Any, ...] = ("create", path, data) if stat is None else ("set", path, data, stat.version)
+            return _Write([op], new, event, fields)
+
+        result: snapshot.SnapshotState = self._fenced(grant, what, attempt)
         return result
 
     def start_backfill(

@@ -31,7 +31,7 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, staging
+from cdc_core import delta_state, faults, snapshot, staging
 from cdc_core.binlog import BinlogScanner, read_changes
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -42,7 +42,7 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.resolver import Resolution, StartSpec, resolve_start
 from cdc_core.source import SourceFacts, SourceParams, TableFilter, check_cdc_ready, connect, describe_tables, inspect_source
 from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
-from cdc_core.window_plan import KIND_BACKFILL, KIND_STREAM, WindowCaps, WindowPlan
+from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
 log = logging.getLogger("cdc.pipeline")
@@ -185,7 +185,11 @@ class Pipeline:
         self._log("lease.released", grant)
 
     def plan(self, grant: LeaseGrant) -> dict[str, Any]:
-        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one."""
+        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one.
+
+        While a snapshot is active, chunks and binlog windows alternate (`snapshot.chunk_turn`); a
+        binlog window with nothing in it gives its turn to the next chunk.
+        """
         grant = self.renew(grant)
         recovered = self.recover(grant)
         pending = self.coordinator.pending_window()
@@ -193,6 +197,35 @@ class Pipeline:
             self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
             return self._plan_info(pending.plan, recovered=recovered or "replay")
         cursor = self.coordinator.read_cursor()
+        first_rule = None
+        if cursor.position is None and cursor.backfill is None:
+            first_rule = self._first_start(grant)
+            cursor = self.coordinator.read_cursor()
+        snap = self.coordinator.read_snapshot()
+        if snapshot.chunk_turn(snap, cursor.seq):
+            chunk = snapshot.plan_chunk(self, grant, cursor, snap)
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
+        plan = self._binlog_plan(grant, cursor, first_rule)
+        if plan.is_empty and snap.active:
+            chunk = snapshot.plan_chunk(self, grant, cursor, self.coordinator.read_snapshot())
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
+        return self._store_plan(grant, plan, recovered, snap)
+
+    def _first_start(self, grant: LeaseGrant) -> str:
+        """A new pipeline: request the initial snapshot (when configured), then set the stream's start.
+
+        In this order, so that the start is at or before every chunk's watermark (see cdc_core.snapshot).
+        """
+        snapshot.on_first_start(self, grant)
+        resolution = self.resolve(None)
+        self.coordinator.set_start(grant, resolution.position)
+        self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
+        return resolution.rule
+
+    def _binlog_plan(self, grant: LeaseGrant, cursor: Any, first_rule: str | None = None) -> WindowPlan:
+        """The next stream or backfill window from the cursor (not stored yet)."""
         facts = self.source_facts(refresh=True)
         caps = WindowCaps(**self.config.caps.model_dump())
         seq = cursor.seq + 1
@@ -204,34 +237,35 @@ class Pipeline:
             tables = tuple(bf.tables) if bf.tables else None
             info: dict[str, Any] = {"backfill_until": bf.until.label()}
         else:
-            if cursor.position is None:
-                resolution = self.resolve(None)
-                self.coordinator.set_start(grant, resolution.position)
-                self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
-                start = resolution.position
-            else:
-                resolution = self.resolve(cursor.position)
-                start = resolution.position
-                if not start.same_point(cursor.position) or start.server != cursor.position.server:
-                    # Failover: the same logical point expressed on the new server.
-                    self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
-                    self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
+            resolution = self.resolve(cursor.position)
+            start = resolution.position
+            if not start.same_point(cursor.position) or start.server != cursor.position.server:
+                # Failover: the same logical point expressed on the new server.
+                self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
+                self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
             kind = KIND_STREAM
             stop = None
             tables = None
-            info = {"rule": resolution.rule}
+            info = {"rule": first_rule or resolution.rule}
         scanner = self.scanner(facts)
         boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
-        plan = WindowPlan(
+        return WindowPlan(
             **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
                "capture": self.capture_settings(tables)}
         )
+
+    def _store_plan(
+        self, grant: LeaseGrant, plan: WindowPlan, recovered: str | None, snap: snapshot.SnapshotState
+    ) -> dict[str, Any]:
         self.coordinator.store_plan(grant, plan)
-        self._log(
-            "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
-            transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
-        )
+        if plan.kind == KIND_SNAPSHOT:
+            snapshot.log_planned(self, grant, plan, snap)
+        else:
+            self._log(
+                "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
+                transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
+            )
         faults.point("after_plan")
         return self._plan_info(plan, recovered=recovered)
 
@@ -244,6 +278,7 @@ class Pipeline:
             "end": plan.end.label(),
             "transactions": plan.transactions,
             "recovered": recovered,
+            **({"snapshot": snapshot.chunk_label(plan)} if plan.kind == KIND_SNAPSHOT else {}),
         }
 
     def _window(self, seq: int) -> WindowRecord:
@@ -260,7 +295,9 @@ class Pipeline:
         record = self._window(seq)
         plan = record.plan
         manifest = self._staged_manifest(plan)
-        if manifest is None:
+        if manifest is None and plan.kind == KIND_SNAPSHOT:
+            manifest = snapshot.stage_chunk(self, grant, plan)
+        elif manifest is None:
             t0 = time.time()
             table_filter, full_row_key = self._plan_capture(plan)
             schemas = self._schema_lookup(full_row_key)
@@ -442,6 +479,8 @@ class Pipeline:
                 )
         cursor = self.coordinator.ack_window(grant, seq, result)
         self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        if record.plan.kind == KIND_SNAPSHOT:
+            snapshot.log_acked(self, grant, record.plan)
         faults.point("after_ack")
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
 
@@ -587,6 +626,7 @@ class Pipeline:
                 # A window acked after the failure means the pipeline got past it.
                 last_error["resolved"] = bool(cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0))
             out["last_error"] = last_error
+            out["snapshot"] = snapshot.progress_view(self.coordinator.read_snapshot())
         except CdcError as e:
             out["error"] = str(e)
             return out

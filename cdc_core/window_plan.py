@@ -63,7 +63,8 @@ class WindowPlan:
 
     @property
     def is_empty(self) -> bool:
-        return self.transactions == 0
+        # A snapshot chunk reads rows, not a binlog range: it is never "nothing to do".
+        return self.kind != KIND_SNAPSHOT and self.transactions == 0
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -139,6 +139,23 @@ def begin_backfill(pipeline: str) -> dict[str, Any]:
     return dict(report)
 
 
+@task(task_id="begin_snapshot")
+def begin_snapshot(pipeline: str) -> dict[str, Any]:
+    """Request a snapshot of the form's tables (default: every captured table); return the progress."""
+    ctx = get_current_context()
+    params = ctx["params"]
+    grant = _grant(ctx["ti"])
+    from cdc_core import snapshot
+
+    tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
+    chunk_rows = params.get("chunk_rows")
+    with _step(pipeline) as p:
+        state = snapshot.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
+    view = snapshot.progress_view(state)
+    log.info("snapshot requested: %s", view)
+    return dict(view)
+
+
 @task(task_id=PLAN_TASK)
 def plan_window(pipeline: str, skip_if_dry_run: bool = False) -> dict[str, Any]:
     """Recover, then plan (or replay) the next window; returns {seq, kind, empty, start, end, ...}."""
