@@ -360,8 +360,9 @@ def check_plan(pipeline: str, cursor: Cursor, pending: WindowRecord | None, plan
         # stream's side of the DBLog argument: the stream must not be past the chunk's watermark.
         if cursor.position is None:
             raise StateConflict(f"{where}: a snapshot chunk needs the stream's start position set first")
-        if not plan.start.same_point(plan.end) or not plan.start.server.same_server(cursor.position.server) \
-                or plan.start < cursor.position:
+        if not plan.start.same_point(plan.end):
+            raise StateConflict(f"{where}: a snapshot chunk is one point in the binlog (its watermark): start == end")
+        if not plan.start.server.same_server(cursor.position.server) or plan.start < cursor.position:
             raise StateConflict(
                 f"{where}: a snapshot chunk's watermark ({plan.start.label()} on {plan.start.server}) must be at or "
                 f"after the stream cursor {cursor.position.label()} on {cursor.position.server}; re-plan"

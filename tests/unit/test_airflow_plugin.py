@@ -305,3 +305,26 @@ def test_undefined_source_connection_says_how_to_define_it() -> None:
 
     with pytest.raises(ConfigError, match="AIRFLOW_CONN_NO_SUCH_CONN"):
         hooks.connection_info("no_such_conn")
+
+
+def test_page_shows_snapshot_progress_per_table() -> None:
+    from cdc_core import snapshot
+    from cdc_core.positions import BinlogPosition, ServerIdentity
+    from cdc_core.window_plan import WindowPlan
+
+    w = BinlogPosition("mysql-bin.000007", 1337, ServerIdentity("mariadb", 1))
+    state = snapshot.with_requests(
+        snapshot.SnapshotState(),
+        [snapshot.TableRequest("shop.orders", 250, 100), snapshot.TableRequest("shop.<b>items</b>", None, 100)],
+        now=NOW - 30,
+        by="cli",
+    )
+    spec = snapshot.ChunkSpec("shop.orders", ("id",), 1, 1, None, [100], last=False, chunk_rows=100)
+    plan = WindowPlan("orders", 43, w, w, kind="snapshot", info={"snapshot": spec.to_dict()})
+    state = snapshot.after_ack(state, plan, rows=100, now=NOW - 10)
+    page = monitor.render_page([{**STATUS, "snapshot": snapshot.progress_view(state)}], now=NOW)
+    assert "Snapshot (active: loading shop.orders)" in page
+    row = page.split('data-table="shop.orders"')[1].split("</tr>")[0]
+    assert "running" in row and "1 / 3" in row and ">100<" in row and ">250<" in row and "33.3%" in row
+    assert "<b>items</b>" not in page and "shop.&lt;b&gt;items&lt;/b&gt;" in page
+    assert "Snapshot" not in monitor.render_page([STATUS], now=NOW)  # no snapshot ever requested: no section
