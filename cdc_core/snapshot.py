@@ -774,16 +774,17 @@ def find_bounds(
 ) -> tuple[tuple[Any, ...] | None, bool]:
     """(upper bound, last) of the chunk after `lower`, in the open consistent read.
 
-    upper = the key of the chunk_rows-th row after lower; when fewer rows remain, the largest key
-    (the last chunk), or None when no row remains (an empty last chunk).
+    upper = the key of the chunk_rows-th row after lower; when no row follows it, or fewer rows remain,
+    the largest key (the last chunk); None when no row remains (an empty last chunk).
     """
     cols = key_columns(table)
     where, params = render(after(cols, lower)) if lower is not None else ("1=1", [])
     base = f"SELECT {key_select(cols)} FROM {_qualified(table)} WHERE {where}"
-    cur.execute(f"{base} ORDER BY {order_by(cols)} LIMIT 1 OFFSET {int(chunk_rows) - 1}", params)
-    row = cur.fetchone()
-    if row is not None:
-        return tuple(row), False
+    # Two rows from the chunk's end: the second one tells whether a further chunk is needed.
+    cur.execute(f"{base} ORDER BY {order_by(cols)} LIMIT 2 OFFSET {int(chunk_rows) - 1}", params)
+    rows = cur.fetchall()
+    if rows:
+        return tuple(rows[0]), len(rows) == 1
     cur.execute(f"{base} ORDER BY {order_by(cols, desc=True)} LIMIT 1", params)
     row = cur.fetchone()
     return (tuple(row) if row is not None else None), True
@@ -910,16 +911,17 @@ def read_chunk(
     commit_ts = spec.read_at
     conn = connect(params)
     try:
-        cur = conn.cursor(pymysql.cursors.SSCursor)
+        with conn.cursor() as setup:
+            read_at = _begin_consistent_read(setup, plan.start.server, plan.start.epoch)
+            _check_identity(setup, plan.start.server, f"pipeline {plan.pipeline!r}: snapshot chunk {plan.seq}")
+        if plan.start.server.flavor == "mariadb" and read_at < plan.start:
+            raise SourceError(
+                f"pipeline {plan.pipeline!r}: snapshot chunk {plan.seq} of {spec.table} was planned at "
+                f"{plan.start.label()} but the source's consistent read is at {read_at.label()} (earlier): the "
+                "binlog went backward (a restored or different server). Re-request the snapshot of this table"
+            )
+        cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows stream, memory stays bounded
         try:
-            read_at = _begin_consistent_read(cur, plan.start.server, plan.start.epoch)
-            _check_identity(cur, plan.start.server, f"pipeline {plan.pipeline!r}: snapshot chunk {plan.seq}")
-            if plan.start.server.flavor == "mariadb" and read_at < plan.start:
-                raise SourceError(
-                    f"pipeline {plan.pipeline!r}: snapshot chunk {plan.seq} of {spec.table} was planned at "
-                    f"{plan.start.label()} but the source's consistent read is at {read_at.label()} (earlier): the "
-                    "binlog went backward (a restored or different server). Re-request the snapshot of this table"
-                )
             cur.execute(sql, args)
             ordinal = 0
             while True:
