@@ -39,10 +39,11 @@ commit completes, so `SHOW MASTER STATUS` followed by a `SELECT` can see a posit
 transactions the SELECT does not see yet). On MariaDB, `START TRANSACTION WITH CONSISTENT SNAPSHOT`
 reports the binlog position that matches its read view exactly (`Binlog_snapshot_file/position`,
 kept consistent by the server's commit ordering; the same mechanism `mariadb-dump
---single-transaction --master-data` uses without FTWRL). MySQL has no such status: there the
-watermark is `SHOW BINARY LOG STATUS` read before the read view opens, and the chunk is read by the
-stage step (a later statement, after the plan was stored in ZooKeeper), which in practice leaves the
-commit that many microseconds to complete; see "Known limits" in the README.
+--single-transaction --master-data` uses without FTWRL). Stock MySQL has no such status (Percona
+Server has, and it is used when present): there the watermark is `SHOW BINARY LOG STATUS` read
+before the read view opens, and the chunk is read by the stage step (a later statement, after the
+plan was stored in ZooKeeper), which in practice leaves the commit that many microseconds to
+complete; see "Known limits" in the README.
 
 Replay of a planned chunk (why the staged copy need not be kept)
 ----------------------------------------------------------------
@@ -525,7 +526,8 @@ class SnapshotState:
     """The pipeline's snapshot record: tables in the order they are loaded, one at a time."""
 
     tables: tuple[TableProgress, ...] = ()
-    last_chunk_seq: int = 0  # the seq of the last acked chunk (interleaving: a stream window comes next)
+    # The seq of the last acked chunk (interleaving: a binlog window comes next); -1 right after a request.
+    last_chunk_seq: int = 0
     updated_at: float | None = None
 
     @property
@@ -600,7 +602,8 @@ def with_requests(state: SnapshotState, requests: Sequence[TableRequest], now: f
             if old is not None:
                 del tables[old]
             tables.append(fresh)
-    return replace(state, tables=tuple(tables), updated_at=now)
+    # -1: no window has that seq, so the next window is a chunk (what was asked for comes first).
+    return replace(state, tables=tuple(tables), last_chunk_seq=-1, updated_at=now)
 
 
 def cancelled(state: SnapshotState, tables: Sequence[str] | None, now: float) -> SnapshotState:
@@ -729,7 +732,8 @@ def _begin_consistent_read(cur: Any, identity: ServerIdentity, epoch: int) -> Bi
         row = cur.fetchone()
         gtid = str(row[0]) if row and row[0] is not None else None
         return BinlogPosition(file, int(pos), identity, gtid=gtid, epoch=epoch)
-    # MySQL: the position before the read view opens (see the module docstring for what that implies).
+    # MySQL: the position before the read view opens (see the module docstring for what that implies),
+    # unless the server reports the snapshot's own position (Percona Server ported MariaDB's feature).
     cur.execute("SELECT VERSION()")
     version = str(cur.fetchone()[0])
     major_minor = tuple(int(x) for x in version.split("-", maxsplit=1)[0].split(".")[:2])
@@ -739,6 +743,10 @@ def _begin_consistent_read(cur: Any, identity: ServerIdentity, epoch: int) -> Bi
         raise SourceError("the source reports no binlog position (is binary logging on?)")
     gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+    file = _status_value(cur, "binlog_snapshot_file")
+    pos = _status_value(cur, "binlog_snapshot_position")
+    if file and pos:
+        return BinlogPosition(file, int(pos), identity, epoch=epoch)
     return BinlogPosition(str(row[0]), int(row[1]), identity, gtid=gtid, epoch=epoch)
 
 

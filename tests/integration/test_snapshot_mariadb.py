@@ -373,7 +373,7 @@ class Writer(threading.Thread):
 
 
 def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_db: Any, source_db: str) -> None:  # type: ignore[no-untyped-def]
-    n = 1200
+    n = 900
     execute(root_db, RACE_DDL)
     values = ", ".join(f"({race_key(i)[0]}, '{race_key(i)[1]}', {i}, NULL)" for i in range(n))
     execute(root_db, f"INSERT INTO race VALUES {values}")
@@ -416,13 +416,13 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
         p.release(grant)
     assert writer.error is None, writer.error
     assert ops_during_snapshot > 20, "the writer barely ran while the snapshot did"
-    assert kinds.count("snapshot") >= 4 and "stream" in kinds, kinds  # chunks interleaved with the stream
+    assert kinds.count("snapshot") == 3 and "stream" in kinds, kinds  # chunks interleaved with the stream
     first_stream = kinds.index("stream")
     assert "snapshot" in kinds[first_stream:], f"the stream only ran after the snapshot: {kinds}"
     run_until_caught_up(p, merge, case.services)
     assert_lake_equals_source(root_db, p, source_db, "race", ("tenant", "code"))
     view = snap.progress_view(p.coordinator.read_snapshot())
-    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] >= 4
+    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] == 3
 
 
 # ------------------------------------------------------------------------------ kill and resume
@@ -510,6 +510,7 @@ def test_types_an_empty_table_and_a_table_added_later(spark, case: Case, root_db
     status = case.cli(config, "status", case.name)
     assert status.returncode == 0, status.stderr[-2000:]
     progress = {t["table"]: t for t in json.loads(status.stdout)["snapshot"]["tables"]}
-    assert progress[f"{source_db}.later"]["rows"] == 40 and progress[f"{source_db}.later"]["status"] == "done"
+    # 40 rows minus id 6, deleted before the chunk was read (its delete also arrives from the stream)
+    assert progress[f"{source_db}.later"]["rows"] == 39 and progress[f"{source_db}.later"]["status"] == "done"
     assert progress[f"{source_db}.nothing"]["rows"] == 0 and progress[f"{source_db}.all_types"]["rows"] == 3
 

@@ -300,3 +300,10 @@ def test_snapshot_on_start_defaults_to_the_start_kind() -> None:
     assert config().snapshot.chunk_rows == 100_000
     with pytest.raises(Exception, match="chunk_rows"):
         config(snapshot={"chunk_rows": 0})
+
+
+def test_a_request_puts_a_chunk_first() -> None:
+    state = snap.after_ack(requested("s.a"), chunk(5, spec("s.a", 1, None, ([10],))), rows=10, now=2.0)
+    assert not snap.chunk_turn(state, cursor_seq=5)
+    again = snap.with_requests(state, [snap.TableRequest("s.b")], now=3.0, by="cli")
+    assert snap.chunk_turn(again, cursor_seq=5)
