@@ -416,13 +416,13 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
         p.release(grant)
     assert writer.error is None, writer.error
     assert ops_during_snapshot > 20, "the writer barely ran while the snapshot did"
-    assert kinds.count("snapshot") == 3 and "stream" in kinds, kinds  # chunks interleaved with the stream
+    assert kinds.count("snapshot") >= 3 and "stream" in kinds, kinds  # chunks interleaved with the stream
     first_stream = kinds.index("stream")
     assert "snapshot" in kinds[first_stream:], f"the stream only ran after the snapshot: {kinds}"
     run_until_caught_up(p, merge, case.services)
     assert_lake_equals_source(root_db, p, source_db, "race", ("tenant", "code"))
     view = snap.progress_view(p.coordinator.read_snapshot())
-    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] == 3
+    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] >= 3
 
 
 # ------------------------------------------------------------------------------ kill and resume
