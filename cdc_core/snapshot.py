@@ -150,14 +150,16 @@ def decode_value(v: Any) -> Any:
     if not isinstance(v, dict):
         return v
     tag, raw = v.get("$"), v.get("v")
+    if not isinstance(raw, str | int):
+        raise ConfigError(f"malformed snapshot bound value {v!r}")
     if tag == "decimal":
-        return Decimal(raw)
+        return Decimal(str(raw))
     if tag == "bytes":
-        return base64.b64decode(raw)
+        return base64.b64decode(str(raw))
     if tag == "datetime":
-        return dt.datetime.fromisoformat(raw)
+        return dt.datetime.fromisoformat(str(raw))
     if tag == "date":
-        return dt.date.fromisoformat(raw)
+        return dt.date.fromisoformat(str(raw))
     if tag == "timedelta":
         return dt.timedelta(microseconds=int(raw))
     raise ConfigError(f"unknown snapshot bound value {v!r}")
@@ -327,7 +329,8 @@ def evaluate(expr: Expr, row: dict[str, Any]) -> bool | None:
             return a == b if a is not None and b is not None else (a is None and b is None)
         if a is None or b is None:
             return None
-        return {">": a > b, "<": a < b, "<=": a <= b, "=": a == b}[expr.op]
+        result: bool = {">": a > b, "<": a < b, "<=": a <= b, "=": a == b}[expr.op]
+        return result
     values = [evaluate(p, row) for p in expr.parts]
     if isinstance(expr, And):
         return False if False in values else (None if None in values else True)
@@ -1049,10 +1052,11 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
         return None  # a failover: the binlog path rebases the cursor first
     table = _describe_one(p, cur.table)
     if table is not None and cur.key and tuple(table.key) != tuple(cur.key):
-        p._log("snapshot.key_changed", grant, table=cur.table, old=",".join(cur.key), new=",".join(table.key))
+        name = cur.table
+        p._log("snapshot.key_changed", grant, table=name, old=",".join(cur.key), new=",".join(table.key))
         state = p.coordinator.update_snapshot(
-            grant, "restart a table whose key changed", lambda s: restarted(s, cur.table, time.time(), "key changed"),
-            "snapshot.restarted", table=cur.table,
+            grant, "restart a table whose key changed", lambda s: restarted(s, name, time.time(), "key changed"),
+            "snapshot.restarted", table=name,
         )
         cur = state.current()
         if cur is None:
