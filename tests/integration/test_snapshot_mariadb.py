@@ -373,11 +373,11 @@ class Writer(threading.Thread):
 
 
 def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_db: Any, source_db: str) -> None:  # type: ignore[no-untyped-def]
-    n = 900
+    n = 600
     execute(root_db, RACE_DDL)
     values = ", ".join(f"({race_key(i)[0]}, '{race_key(i)[1]}', {i}, NULL)" for i in range(n))
     execute(root_db, f"INSERT INTO race VALUES {values}")
-    p = case.pipeline([f"{source_db}.race"], snapshot={"chunk_rows": 300})  # start current: snapshot on start
+    p = case.pipeline([f"{source_db}.race"], snapshot={"chunk_rows": 350})  # start current: snapshot on start
     merge = in_process_merge(spark, p)
     writer = Writer(case.services, source_db, n)
     writer.start()
@@ -392,8 +392,8 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
                 # watermark and before its read, of a chunk already read, and of one not read yet.
                 spec = snap.chunk_of(p.coordinator.get_window(step["seq"]).plan)  # type: ignore[union-attr]
                 c = spec.chunk
-                done_key, this_key = race_key(0), race_key(c * 300 - 150)
-                later_key = race_key(min(n - 1, c * 300 + 150))
+                done_key, this_key = race_key(0), race_key(c * 350 - 175)
+                later_key = race_key(min(n - 1, c * 350 + 175))
                 execute(
                     root_db,
                     "UPDATE race SET note = 'after W' WHERE tenant = %s AND code = %s",
@@ -416,13 +416,13 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
         p.release(grant)
     assert writer.error is None, writer.error
     assert ops_during_snapshot > 20, "the writer barely ran while the snapshot did"
-    assert kinds.count("snapshot") >= 3 and "stream" in kinds, kinds  # chunks interleaved with the stream
+    assert kinds.count("snapshot") >= 2 and "stream" in kinds, kinds  # chunks interleaved with the stream
     first_stream = kinds.index("stream")
     assert "snapshot" in kinds[first_stream:], f"the stream only ran after the snapshot: {kinds}"
     run_until_caught_up(p, merge, case.services)
     assert_lake_equals_source(root_db, p, source_db, "race", ("tenant", "code"))
     view = snap.progress_view(p.coordinator.read_snapshot())
-    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] >= 3
+    assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] >= 2
 
 
 # ------------------------------------------------------------------------------ kill and resume
@@ -430,7 +430,7 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
 
 def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db: Any, source_db: str) -> None:  # type: ignore[no-untyped-def]
     execute(root_db, "CREATE TABLE k (id BIGINT NOT NULL PRIMARY KEY, s VARCHAR(20) NOT NULL, v INT)")
-    execute(root_db, "INSERT INTO k VALUES " + ", ".join(f"({i * 7}, 'row {i}', {i})" for i in range(900)))
+    execute(root_db, "INSERT INTO k VALUES " + ", ".join(f"({i * 7}, 'row {i}', {i})" for i in range(600)))
     include = [f"{source_db}.k"]
     extra = {"snapshot": {"chunk_rows": 300}, "lease_seconds": 3}
     config = case.write_config(include, **extra)
@@ -446,7 +446,7 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert pending is not None and pending.plan.kind == "snapshot"
     assert snap.chunk_of(pending.plan).chunk == 2
     assert staging.read_manifest(p.staging_root, p.name, pending.seq) is None
-    execute(root_db, "UPDATE k SET v = -v WHERE id IN (7, 2100, 6293)", "DELETE FROM k WHERE id IN (14, 2107)")
+    execute(root_db, "UPDATE k SET v = -v WHERE id IN (7, 2100, 4193)", "DELETE FROM k WHERE id IN (14, 2107)")
 
     # The next run takes the dead run's lease over once it expires, replays chunk 2 exactly, merges it,
     # and crashes before the ack (simulated: it stops there and gives the lease back).
@@ -471,7 +471,7 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert windows[0]["seq"] == pending.seq + 1
     t = p.coordinator.read_snapshot().table(f"{source_db}.k")
     # chunk 2 was read after id 2107 (in its range) was deleted: its bounds are fixed, its rows are current
-    assert t is not None and t.status == "done" and t.chunks == 3 and t.rows == 899
+    assert t is not None and t.status == "done" and t.chunks == 2 and t.rows == 599
     record = p.coordinator.get_window(pending.seq)
     assert record is not None and record.state == "acked" and record.result.get("recovered")
     assert_lake_equals_source(root_db, p, source_db, "k", ("id",))
