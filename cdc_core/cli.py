@@ -179,6 +179,7 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
     with _pipeline(ctx, pipeline) as p:
         grant = p.acquire(_holder("snapshot"))
         done = []
+        doing, seq = "begin_snapshot", None
         try:
             if cancel:
                 snap.cancel(p, grant, list(tables) or None)
@@ -187,12 +188,19 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
             for _ in range(windows):
                 if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
                     break
+                doing, seq = "plan_window", None
                 step = p.plan(grant)
+                doing, seq = "stage_window", step["seq"]
                 staged = p.stage(grant, step["seq"])
                 if not staged["empty"]:
+                    doing = "merge_window"
                     p.merge_locally(grant, step["seq"])
+                doing = "ack_window"
                 p.ack(grant, step["seq"])
                 done.append(step)
+        except Exception as e:
+            p.note_failure(doing, e, seq=seq, holder=grant.holder)  # for the monitor page, as `run` does
+            raise
         finally:
             p.release(grant)
         _emit({"pipeline": pipeline, "windows": done, "snapshot": snap.progress_view(p.coordinator.read_snapshot())})

@@ -1065,6 +1065,11 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
         p.source, facts.identity, epoch=cursor.position.epoch, pipeline=p.name, seq=cursor.seq + 1, progress=cur,
         table=table, now=time.time(), holder=grant.holder,
     )
+    if plan.start < cursor.position:
+        # Cannot happen on one server (the watermark is read after the cursor was written); should the
+        # server say otherwise, let a binlog window go first rather than fail the plan step.
+        p._log("snapshot.watermark_behind_cursor", grant, watermark=plan.start.label(), cursor=cursor.position.label())
+        return None
     return replace(plan, capture=p.capture_settings(plan.tables))  # re-staging describes the table the same way
 
 

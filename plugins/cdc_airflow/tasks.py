@@ -149,7 +149,7 @@ def begin_snapshot(pipeline: str) -> dict[str, Any]:
 
     tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
     chunk_rows = params.get("chunk_rows")
-    with _step(pipeline) as p:
+    with _step(pipeline, "begin_snapshot") as p:
         state = snapshot.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
     view = snapshot.progress_view(state)
     log.info("snapshot requested: %s", view)
