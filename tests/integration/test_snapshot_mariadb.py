@@ -365,7 +365,7 @@ class Writer(threading.Thread):
                         cur.execute("UPDATE IGNORE race SET code = %s WHERE tenant = %s AND code = %s",
                                     (code + "x", tenant, code))
                     self.ops += 1
-                    time.sleep(0.005)
+                    time.sleep(0.05)  # ~20 changes a second: concurrency, not volume
         except BaseException as e:  # surfaced by the test
             self.error = e
         finally:
