@@ -155,14 +155,8 @@ def run_window(p: Pipeline, grant: Any, merge: Callable[..., Any]) -> dict[str, 
 
 
 def source_end(services: Any) -> tuple[int, int]:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, offset = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return int(file.rpartition(".")[2]), int(offset)
+    end = services.binlog_end()
+    return int(str(end["file"]).rpartition(".")[2]), int(end["offset"])
 
 
 def run_until_caught_up(
