@@ -58,6 +58,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from cdc_core.changes import RowChange, SourceColumn, TableSchema
 from cdc_core.errors import MissingKey, PositionPurged, SourceError, UnknownTable
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_core.naming import table_id
 from cdc_core.positions import (
     BinlogPosition,
     GtidSet,
@@ -636,7 +637,7 @@ class _SchemaBuilder:
 
     def build(self, ev: TableMapEvent) -> TableSchema:
         schema, table = ev.schema, ev.table
-        name = f"{schema}.{table}"
+        name = table_id(schema, table)
         names = [c.name for c in ev.columns]
         if any(n is None or str(n).startswith("UNKNOWN_COL") for n in names) or not names:
             raise SourceError(

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cdc_core.naming import table_id
+
 
 @dataclass(frozen=True)
 class SourceColumn:
@@ -33,7 +35,7 @@ class TableSchema:
 
     @property
     def name(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return table_id(self.schema, self.table)
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -121,6 +121,8 @@ def backfill(ctx: click.Context, pipeline: str, start_ts: str, end_ts: str | Non
              dry_run: bool, windows: int) -> None:
     """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward)."""
     with _pipeline(ctx, pipeline) as p:
+        # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
+        p.check_backfill(start_ts, end_ts, list(tables) or None, dry_run=dry_run)
         grant = p.acquire(_holder("backfill"))
         try:
             report = p.begin_backfill(grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)

@@ -17,6 +17,7 @@ Relative storage roots are relative to the configuration file's directory; fsspe
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from pydantic import (
 from typing_extensions import TypedDict, is_typeddict
 
 from cdc_core.errors import ConfigError
+from cdc_core.naming import parse_table_pattern, table_id
 from cdc_core.positions import binlog_file_index, parse_gtid_set
 from cdc_core.window_plan import WindowCaps
 
@@ -60,8 +62,6 @@ _START_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 _CONN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# One dot between two non-empty parts; each part a name or an fnmatch glob.
-_TABLE_PATTERN_RE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 _MEMORY_RE = re.compile(r"^[0-9]+[kKmMgGtT]?[bB]?$")
 _CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
 _CRON_PRESETS = (
@@ -70,6 +70,8 @@ _CRON_PRESETS = (
 _ZK_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")
 # Keys that look like they hold a secret. Secrets live in Airflow connections or environment variables.
 _SECRET_KEY_RE = re.compile(r"pass(word|wd)|secret|private[_.-]?key|credential", re.IGNORECASE)
+# Timestamps a binlog can hold: 1970 .. 9999 (datetime's range; beyond it nothing can be formatted).
+_MIN_SECONDS, _MAX_SECONDS = 0.0, 253402300799.0
 _URL_CREDENTIALS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/@]*:[^/@]*@")
 
 
@@ -85,14 +87,24 @@ def parse_utc_timestamp(value: object, what: str = "timestamp") -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{what}: expected an ISO-8601 UTC timestamp such as 2026-11-20T08:00:00Z (got {value!r})")
     if isinstance(value, int | float):
-        return float(value)
+        seconds = float(value)
+        if not math.isfinite(seconds) or not _MIN_SECONDS <= seconds <= _MAX_SECONDS:
+            raise ConfigError(
+                f"{what}: {value!r} is not a usable point in time; write e.g. 2026-11-20T08:00:00Z (or unix seconds)"
+            )
+        return seconds
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ConfigError(
                 f"{what}: {value.isoformat()!r} has no timezone; write it in UTC with a Z suffix, "
                 f"e.g. {value.replace(microsecond=0).isoformat()}Z"
             )
-        return value.timestamp()
+        try:
+            return value.timestamp()
+        except (OverflowError, ValueError):
+            raise ConfigError(
+                f"{what}: {value.isoformat()!r} is out of range; write e.g. 2026-11-20T08:00:00Z"
+            ) from None
     if isinstance(value, date):
         raise ConfigError(
             f"{what}: {value.isoformat()!r} is a date without a time and timezone; "
@@ -101,15 +113,23 @@ def parse_utc_timestamp(value: object, what: str = "timestamp") -> float:
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-            return float(text)  # unix seconds
+            return parse_utc_timestamp(float(text), what)  # unix seconds
         try:
             parsed = datetime.fromisoformat(text.replace("z", "Z"))
         except ValueError:
             raise ConfigError(
-                f"{what}: {value!r} is not an ISO-8601 timestamp; write e.g. 2026-11-20T08:00:00Z"
+                f"{what}: {_shown(value)} is not an ISO-8601 timestamp; write e.g. 2026-11-20T08:00:00Z"
             ) from None
         return parse_utc_timestamp(parsed, what)
-    raise ConfigError(f"{what}: expected an ISO-8601 UTC timestamp such as 2026-11-20T08:00:00Z (got {value!r})")
+    raise ConfigError(
+        f"{what}: expected an ISO-8601 UTC timestamp such as 2026-11-20T08:00:00Z (got {_shown(value)})"
+    )
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """repr() for an error message, cut short: a form or flag may hold anything, megabytes included."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def _utc_datetime(value: object) -> datetime:
@@ -122,10 +142,9 @@ def _utc_datetime(value: object) -> datetime:
 
 
 def _check_table_pattern(pattern: object) -> str:
-    if not isinstance(pattern, str) or not _TABLE_PATTERN_RE.match(pattern):
-        raise ValueError(
-            f"{pattern!r} is not of the form schema.table (one dot; globs allowed, e.g. demo.orders or demo.*)"
-        )
+    if not isinstance(pattern, str):
+        raise ValueError(f"{pattern!r} is not of the form schema.table (e.g. demo.orders or demo.*)")
+    parse_table_pattern(pattern)  # ValueError saying how to write it
     return pattern
 
 
@@ -330,12 +349,14 @@ class PipelineSettings(_Model):
         out: dict[str, TableOptions] = {}
         for name, opts in v.items():
             _check_table_pattern(name)
-            if any(c in name for c in "*?["):
+            schema, table = parse_table_pattern(name)
+            if not (schema.is_literal and table.is_literal):
                 raise ValueError(f"{name!r}: table options name one table exactly (no globs)")
             columns = opts.get("partition_by", [])
             if any(not c.strip() for c in columns) or len(set(columns)) != len(columns):
                 raise ValueError(f"{name!r}: partition_by must list distinct, non-empty column names")
-            out[name] = cast(TableOptions, {**TABLE_OPTION_DEFAULTS, **opts})
+            # Keyed by the table's id (`naming.table_id`), the name the merge job looks options up by.
+            out[table_id(schema.text, table.text)] = cast(TableOptions, {**TABLE_OPTION_DEFAULTS, **opts})
         return out
 
 
@@ -622,9 +643,18 @@ def _describe_error(err: Mapping[str, Any], model: type[BaseModel] | None = None
         got = not isinstance(value, Mapping | list) and repr(value) not in msg
     else:
         msg = err["msg"]
+    if _may_be_secret(err):
+        got = False  # an error message ends up in logs and task output: never echo a credential
     if got and (value is None or isinstance(value, str | int | float | bool | datetime | date)):
         msg += f" (got {value!r})" if not isinstance(value, datetime | date) else f" (got {value.isoformat()})"
     return msg
+
+
+def _may_be_secret(err: Mapping[str, Any]) -> bool:
+    """A value that may be a credential: whatever sits in auth_env, or a URL with user:password@."""
+    loc = err.get("loc") or ()
+    value = err.get("input")
+    return bool(loc and loc[-1] == "auth_env") or (isinstance(value, str) and bool(_URL_CREDENTIALS_RE.match(value)))
 
 
 def _error_lines(e: ValidationError, model: type[BaseModel]) -> list[str]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc_core.errors import StagingError
+from cdc_core.naming import table_id
 from cdc_core.window_plan import WindowPlan
 
 MANIFEST_FORMAT = 1
@@ -43,6 +44,17 @@ COL_DELETED = "_cdc_deleted"  # soft-delete mode only
 COL_DELETED_AT = "_cdc_deleted_at"  # soft-delete mode only
 
 OP_INSERT, OP_UPDATE, OP_DELETE = "I", "U", "D"
+
+# Spark resolves column names case-insensitively, and the merge job names its scratch columns
+# `__cdc_*`: a source column spelled like one of these would be overwritten or dropped.
+METADATA_COLUMNS = (*STAGED_META_COLUMNS, COL_WINDOW_SEQ, COL_DELETED, COL_DELETED_AT)
+SCRATCH_PREFIX = "__cdc_"
+
+
+def is_reserved_column(name: str) -> bool:
+    """True for a source column name the lake tables cannot hold (a metadata or scratch column's name)."""
+    low = name.lower()
+    return low in METADATA_COLUMNS or low.startswith(SCRATCH_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -96,7 +108,7 @@ class StagedTable:
 
     @property
     def name(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return table_id(self.schema, self.table)
 
     @property
     def rows(self) -> int:

@@ -37,10 +37,11 @@ from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.errors import CdcError, ConfigError, LakeError, StagingError, StateConflict
 from cdc_core.manifest import Manifest
-from cdc_core.naming import path_component
+from cdc_core.naming import path_component, table_id
 from cdc_core.positions import BinlogPosition
 from cdc_core.resolver import Resolution, StartSpec, resolve_start
 from cdc_core.source import SourceFacts, SourceParams, TableFilter, check_cdc_ready, connect, describe_tables, inspect_source
+from cdc_core.source import check_privileges
 from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
@@ -69,6 +70,7 @@ class Pipeline:
     _owns_client: bool = False
     _client: Any = None
     _facts: SourceFacts | None = field(default=None, repr=False)
+    _privileges_checked: bool = field(default=False, repr=False)
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -141,6 +143,11 @@ class Pipeline:
         if self._facts is None or refresh:
             conn = connect(self.source)
             try:
+                if not self._privileges_checked:
+                    # First contact: name a missing grant (and the GRANT to run) before some statement
+                    # fails with a bare "access denied", or information_schema silently hides a table.
+                    check_privileges(conn, self.name, self.table_filter().literal_schemas() or ())
+                    self._privileges_checked = True
                 facts = inspect_source(conn)
                 check_cdc_ready(facts, self.name)
             finally:
@@ -335,7 +342,7 @@ class Pipeline:
         cache: dict[str, Any] = {}
 
         def lookup(schema: str, table: str) -> Any:
-            name = f"{schema}.{table}"
+            name = table_id(schema, table)
             if name not in cache:
                 conn = connect(self.source)
                 try:
@@ -401,6 +408,13 @@ class Pipeline:
             args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
         return args
 
+    def merge_secret_env(self) -> dict[str, str]:
+        """Credentials the merge job needs, for its environment (never its command line): the ZooKeeper
+        digest identity as CDC_ZK_AUTH, which the job's fence check reads (the lease node is ACL'd)."""
+        name = self.config.zookeeper.auth_env
+        value = os.environ.get(name) if name else None
+        return {"CDC_ZK_AUTH": f"digest:{value}"} if value else {}
+
     def spark_conf(self) -> dict[str, str]:
         extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
         confs = spark_confs(self.config.spark.shuffle_partitions, extra)
@@ -425,7 +439,7 @@ class Pipeline:
             return {"seq": seq, "skipped": "empty"}
         self.renew(grant)
         cmd = self.spark_submit_command(grant, seq)
-        env = {**os.environ, **spark_env()}
+        env = {**os.environ, **spark_env(), **self.merge_secret_env()}
         self._log("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
         t0 = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -551,6 +565,76 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------- backfill
 
+    def check_backfill(
+        self,
+        start_ts: Any,
+        end_ts: Any = None,
+        tables: list[str] | tuple[str, ...] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Validate a backfill request (form, CLI flags) without changing anything anywhere.
+
+        Reads the source and the cursor only, so it runs before the lease is taken: invalid input
+        leaves ZooKeeper, staging and the lake exactly as they were. Returns the request normalised
+        ({start_at, end_at, tables, start}); raises a CdcError naming the field, the value and the fix.
+        """
+        from cdc_core.config import parse_utc_timestamp
+        from cdc_core.naming import parse_table_pattern
+
+        who = f"pipeline {self.name!r}: backfill"
+        if start_ts is None or (isinstance(start_ts, str) and not start_ts.strip()):
+            raise ConfigError(f"{who} start_ts is required: the UTC instant to replay from, e.g. 2026-11-20T08:00:00Z")
+        start_at = parse_utc_timestamp(start_ts, what=f"{who} start_ts")
+        end_at = parse_utc_timestamp(end_ts, what=f"{who} end_ts") if end_ts not in (None, "") else None
+        now = time.time()
+        if start_at > now:
+            raise ConfigError(
+                f"{who} start_ts {_iso(start_at)} is in the future (now {_iso(now)}); a backfill replays changes "
+                "already committed: give a past instant"
+            )
+        if end_at is not None and end_at <= start_at:
+            raise ConfigError(
+                f"{who} end_ts {_iso(end_at)} is not after start_ts {_iso(start_at)}; give a later end_ts, or none "
+                "to replay up to the pipeline's cursor"
+            )
+        if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
+            raise ConfigError(f"{who} tables must be a list of schema.table names (got {tables!r:.80})")
+        for t in tables or ():
+            try:
+                parse_table_pattern(t)
+            except ValueError as e:
+                raise ConfigError(f"{who} tables: {e}") from None
+        chosen: list[str] = []
+        if tables:
+            captured = self.describe()
+            for t in tables:
+                flt = TableFilter(include=(t,))
+                hits = [name for name, s in captured.items() if flt.matches(s.schema, s.table)]
+                chosen += [h for h in hits if h not in chosen]
+                if not hits:
+                    shown = ", ".join(sorted(captured)[:20]) + (" ..." if len(captured) > 20 else "")
+                    raise ConfigError(
+                        f"{who} table {t!r} is not captured by this pipeline (it does not exist on the source, or "
+                        f"tables.include/exclude leave it out); the pipeline captures: {shown or 'no tables'}. "
+                        "Pick from these, or leave tables empty to replay every captured table"
+                    )
+        cursor = self.coordinator.read_cursor()
+        if cursor.position is None:
+            raise StateConflict(
+                f"pipeline {self.name!r} has never run; a backfill replays what it already landed: run the "
+                "pipeline first"
+            )
+        if cursor.backfill is not None and not dry_run:
+            raise StateConflict(
+                f"{who} cannot start: one is already in progress (next at {cursor.backfill.position.label()}, until "
+                f"{cursor.backfill.until.label()}, requested by {cursor.backfill.requested_by!r}); the pipeline's "
+                "next runs finish it, start another one after that"
+            )
+        start = self.resolve(None, StartSpec(kind="timestamp", at=start_at)).position  # PositionPurged if too old
+        # The concrete captured tables (table ids), never the patterns: a pattern could also match a
+        # table the pipeline does not capture, and the backfill would land it.
+        return {"start_at": start_at, "end_at": end_at, "tables": sorted(chosen), "start": start}
+
     def begin_backfill(
         self,
         grant: LeaseGrant,
@@ -559,26 +643,14 @@ class Pipeline:
         tables: list[str] | tuple[str, ...] | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        from cdc_core.config import parse_utc_timestamp
-
-        start_at = parse_utc_timestamp(start_ts, what="start_ts")
-        end_at = parse_utc_timestamp(end_ts, what="end_ts") if end_ts not in (None, "") else None
-        if end_at is not None and end_at <= start_at:
-            raise ConfigError(f"pipeline {self.name!r}: end_ts must be after start_ts")
-        if tables:
-            known = self.describe()
-            wanted = self.describe(tuple(tables))
-            unknown = sorted(set(wanted) - set(known))
-            if unknown:
-                raise ConfigError(
-                    f"pipeline {self.name!r}: tables {unknown} are not captured by this pipeline "
-                    f"(it captures {sorted(known)})"
-                )
+        checked = self.check_backfill(start_ts, end_ts, tables, dry_run=dry_run)
+        end_at = checked["end_at"]
         grant = self.renew(grant)
         cursor = self.coordinator.read_cursor()
         if cursor.position is None:
             raise StateConflict(f"pipeline {self.name!r} has never run; a backfill replays what it already landed")
-        start = self.resolve(None, StartSpec(kind="timestamp", at=start_at)).position
+        start = checked["start"]
+        tables = checked["tables"] or None
         until = cursor.position
         if end_at is not None:
             end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
@@ -638,6 +710,10 @@ class Pipeline:
         except CdcError as e:
             out["source_error"] = str(e)
         return out
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def lag(position: BinlogPosition | None, facts: SourceFacts) -> dict[str, Any]:

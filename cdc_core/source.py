@@ -16,7 +16,7 @@ kept (`int unsigned`, `decimal(10,2)`, `datetime(6)`, `enum('a','b')`); FLOAT/DO
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ import pymysql
 from cdc_core.changes import SourceColumn, TableSchema
 from cdc_core.connections import ConnectionInfo
 from cdc_core.errors import ConfigError, MissingKey, SourceError, UnknownTable
-from cdc_core.naming import quote_mysql
+from cdc_core.naming import NamePattern, parse_table_pattern, quote_mysql, table_id
 from cdc_core.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -297,7 +297,7 @@ def _mariadb_purged(cur: Any, binlogs: tuple[BinlogFile, ...]) -> str | None:
     if not binlogs:
         return None
     try:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{binlogs[0].name}' LIMIT 5")  # name from SHOW BINARY LOGS
+        cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 5", (binlogs[0].name,))  # bound: never trust a name in SQL
         for row in cur.fetchall():
             if str(row[2]) == "Gtid_list":
                 return str(mariadb_gtid_state(str(row[5])))
@@ -342,19 +342,46 @@ def check_cdc_ready(facts: SourceFacts, pipeline: str) -> None:
         )
 
 
-def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> None:
-    """Raise a SourceError naming each missing grant of the capture user.
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
-    REPLICATION SLAVE (read the binlog), REPLICATION CLIENT on MySQL / BINLOG MONITOR on MariaDB (SHOW
-    BINARY LOGS / MASTER STATUS), and SELECT (globally, or on each schema in `schemas`).
+
+def grant_schema_pattern(schema: str) -> str:
+    """A schema name as a GRANT ... ON `db`.* takes it: `_` and `%` are wildcards there, so escape them
+    (an unescaped `t_1` would also grant `tx1`, and `%x` every schema ending in x)."""
+    return quote_mysql(schema.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%"))
+
+
+def _grant_covers(pattern: str, schema: str) -> bool:
+    """Whether a grant on database `pattern` (LIKE wildcards, backslash escapes) covers `schema`."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.fullmatch("".join(out), schema, re.S) is not None
+
+
+def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> None:
+    """Raise a SourceError naming each missing grant of the capture user, with the GRANT statements to run.
+
+    Least privilege: REPLICATION SLAVE (read the binlog) and REPLICATION CLIENT on MySQL / BINLOG MONITOR
+    on MariaDB (SHOW BINARY LOGS / MASTER STATUS) are global; SELECT (describe the tables, verify) is
+    needed on the captured schemas only (`schemas`; empty when the include patterns name no schema
+    literally, then any SELECT grant is accepted).
     """
     address = _address(conn)
+    schemas = list(schemas)
     with conn.cursor() as cur:
         version = str(_scalar(cur, "SELECT VERSION()"))
         flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
         current = str(_scalar(cur, "SELECT CURRENT_USER()"))
         user, _, host = current.rpartition("@")
-        grantee = f"'{user}'@'{host}'"
+        grantee = f"'{user}'@'{host}'"  # information_schema's spelling (no escaping there)
         grantees = [grantee]
         try:
             cur.execute("SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES")
@@ -372,76 +399,95 @@ def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> N
             "AND PRIVILEGE_TYPE = 'SELECT'",
             grantees,
         )
-        schema_select = {str(r[0]) for r in cur.fetchall()}
+        schema_select = {str(r[0]) for r in cur.fetchall()}  # LIKE patterns, as granted
         cur.execute(
             f"SELECT DISTINCT TABLE_SCHEMA FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE IN ({marks}) "
             "AND PRIVILEGE_TYPE = 'SELECT'",
             grantees,
         )
-        table_select = {str(r[0]) for r in cur.fetchall()}
+        table_select = {str(r[0]) for r in cur.fetchall()}  # literal names
+    to = f"{_sql_string(user)}@{_sql_string(host)}"
     missing: list[str] = []
+    global_grants: list[str] = []
     if "REPLICATION SLAVE" not in global_privs:
         missing.append("REPLICATION SLAVE (to read the binlog)")
+        global_grants.append("REPLICATION SLAVE")
     monitor = {"REPLICATION CLIENT", "SUPER"} | ({"BINLOG MONITOR"} if flavor == "mariadb" else set())
     if not (global_privs & monitor):
         name = "BINLOG MONITOR" if flavor == "mariadb" else "REPLICATION CLIENT"
         missing.append(f"{name} (to list binlogs: SHOW BINARY LOGS / SHOW MASTER STATUS)")
+        global_grants.append(name)
+    statements = [f"GRANT {', '.join(global_grants)} ON *.* TO {to};"] if global_grants else []
     if "SELECT" not in global_privs:
-        wanted = [s for s in schemas if s not in schema_select and s not in table_select]
+        wanted = [
+            s for s in schemas if s not in table_select and not any(_grant_covers(p, s) for p in schema_select)
+        ]
         if wanted:
-            missing.append(f"SELECT on {', '.join(wanted)} (to describe the tables)")
-        elif not list(schemas) and not (schema_select or table_select):
-            missing.append("SELECT (to describe the tables)")
+            missing.append(f"SELECT on {', '.join(repr(s) for s in wanted)} (to describe the captured tables)")
+            statements += [f"GRANT SELECT ON {grant_schema_pattern(s)}.* TO {to};" for s in wanted]
+        elif not schemas and not (schema_select or table_select):
+            missing.append("SELECT on the captured schemas (to describe the captured tables)")
+            statements.append(f"GRANT SELECT ON `<schema>`.* TO {to};  -- once per captured schema")
     if missing:
-        grant_list = ", ".join(m.split(" (")[0].split(" on ")[0] for m in missing)
         raise SourceError(
             f"pipeline {pipeline!r}: the capture user {current} on {address} lacks "
             + "; ".join(missing)
-            + f". Run as an administrator: GRANT {grant_list} ON *.* TO {grantee}"
+            + ". Run as an administrator: "
+            + " ".join(statements)
         )
 
 
 # ------------------------------------------------------------------------------------------- tables
 
-_WILDCARDS = re.compile(r"[*?\[]")
+@functools.lru_cache(maxsize=256)
+def _parsed_patterns(patterns: tuple[str, ...]) -> tuple[tuple[NamePattern, NamePattern], ...]:
+    """Parsed once per distinct filter: the binlog reader asks `matches` for every table-map event."""
+    out = []
+    for p in patterns:
+        try:
+            out.append(parse_table_pattern(p))
+        except ValueError as e:
+            raise ConfigError(f"table pattern {e}") from None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class TableFilter:
-    """Which tables a pipeline captures: fnmatch patterns over 'schema.table' (case-sensitive)."""
+    """Which tables a pipeline captures: `schema.table` patterns, each side a name or an fnmatch glob
+    (case-sensitive), or a backtick-quoted literal name (`naming.parse_table_pattern`).
+
+    Schema and table are matched separately: `shop.*` never captures a table of a schema named `shop.x`.
+    """
 
     include: tuple[str, ...]
     exclude: tuple[str, ...] = ()
 
+    @staticmethod
+    def _parts(patterns: tuple[str, ...]) -> tuple[tuple[NamePattern, NamePattern], ...]:
+        return _parsed_patterns(tuple(patterns))
+
     def matches(self, schema: str, table: str) -> bool:
-        name = f"{schema}.{table}"
-        return any(fnmatch.fnmatchcase(name, p) for p in self.include) and not any(
-            fnmatch.fnmatchcase(name, p) for p in self.exclude
+        return any(s.matches(schema) and t.matches(table) for s, t in self._parts(self.include)) and not any(
+            s.matches(schema) and t.matches(table) for s, t in self._parts(self.exclude)
         )
 
     def literal_includes(self) -> tuple[tuple[str, str], ...]:
         """Include entries without wildcards, as (schema, table): these must exist."""
-        out = []
-        for p in self.include:
-            if not _WILDCARDS.search(p):
-                schema, _, table = p.partition(".")
-                out.append((schema, table))
-        return tuple(out)
+        return tuple((s.text, t.text) for s, t in self._parts(self.include) if s.is_literal and t.is_literal)
 
     def literal_schemas(self) -> tuple[str, ...] | None:
         """The schemas the includes can match, when every include names its schema literally (else None)."""
         schemas: list[str] = []
-        for p in self.include:
-            schema = p.partition(".")[0]
-            if _WILDCARDS.search(schema):
+        for s, _t in self._parts(self.include):
+            if not s.is_literal:
                 return None
-            if schema not in schemas:
-                schemas.append(schema)
+            if s.text not in schemas:
+                schemas.append(s.text)
         return tuple(schemas)
 
     def may_match_schema(self, schema: str) -> bool:
         """Whether some table of `schema` could be captured (for schema-wide DDL such as DROP DATABASE)."""
-        return any(fnmatch.fnmatchcase(schema, p.partition(".")[0]) for p in self.include)
+        return any(s.matches(schema) for s, _t in self._parts(self.include))
 
 
 _INT_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)")
@@ -549,12 +595,12 @@ def describe_tables(
                 row = cur.fetchone()
                 if not row or not row[0]:
                     raise UnknownTable(
-                        f"pipeline {pipeline!r}: table {schema}.{table} does not exist on {address}: there is no "
-                        f"schema {schema!r}. Fix tables.include, or create the table first"
+                        f"pipeline {pipeline!r}: table {table_id(schema, table)} does not exist on {address}: "
+                        f"there is no schema {schema!r}. Fix tables.include, or create the table first"
                     )
             shown = ", ".join(in_schema[:50]) + (" ..." if len(in_schema) > 50 else "") if in_schema else "none"
             raise UnknownTable(
-                f"pipeline {pipeline!r}: table {schema}.{table} does not exist on {address}; tables in schema "
+                f"pipeline {pipeline!r}: table {table_id(schema, table)} does not exist on {address}; tables in schema "
                 f"{schema!r}: {shown}. Fix tables.include (names are case-sensitive)"
             )
         selected = [(s, t) for s, t in existing if table_filter.matches(s, t)]
@@ -591,7 +637,7 @@ def describe_tables(
                             attrs=column_attrs(mysql_type, cs) if mysql_type != "json" else (),
                         )
                     )
-                name = f"{schema}.{table}"
+                name = table_id(schema, table)
                 cur.execute(f"SHOW INDEX FROM {quote_mysql(schema)}.{quote_mysql(table)}")
                 desc = [d[0].lower() for d in cur.description]
                 i_name, i_nonunique, i_col = desc.index("key_name"), desc.index("non_unique"), desc.index("column_name")
@@ -601,7 +647,7 @@ def describe_tables(
                     if not indexes or indexes[-1][0] != key_name:
                         indexes.append((key_name, int(row[i_nonunique]) == 0, []))
                     indexes[-1][2].append(None if row[i_col] is None else str(row[i_col]))
-                is_full_row = any(fnmatch.fnmatchcase(name, p) for p in full_row)
+                is_full_row = TableFilter(full_row).matches(schema, table) if full_row else False
                 key = _key_for(name, tuple(columns), indexes, is_full_row, pipeline)
                 out[name] = TableSchema(schema=schema, table=table, columns=tuple(columns), key=key)
     return out

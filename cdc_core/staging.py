@@ -37,18 +37,21 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from cdc_core.changes import RowChange, TableSchema
-from cdc_core.errors import StagingError
+from cdc_core.errors import SchemaConflict, StagingError
 from cdc_core.manifest import (
     MANIFEST_NAME,
+    METADATA_COLUMNS,
     OP_DELETE,
     OP_INSERT,
     OP_UPDATE,
+    SCRATCH_PREFIX,
     STAGED_META_COLUMNS,
     Manifest,
     SchemaEvent,
     StagedColumn,
     StagedFile,
     StagedTable,
+    is_reserved_column,
 )
 from cdc_core.naming import path_component, window_dir_name
 from cdc_core.types import TYPE_MAP_VERSION, TableCodec, table_codec
@@ -236,6 +239,13 @@ class _WindowWriter:
                 state.current_shape = shape  # same shape, another object: remember it for the fast path
                 return state, seg
             self.close_segment(seg)  # a DDL changed the table: the next rows go to a new file
+        reserved = [c.name for c in shape.columns if is_reserved_column(c.name)]
+        if reserved:
+            raise SchemaConflict(
+                f"window {self.plan.label()}: table {shape.name} has column(s) {reserved}, whose names the lake "
+                f"tables use for their own metadata ({', '.join(METADATA_COLUMNS)}, {SCRATCH_PREFIX}*; case does "
+                "not matter). Rename the column(s) at the source, or exclude the table (tables.exclude)"
+            )
         codec = table_codec(shape)
         index = len(state.segments)
         seg = _Segment(codec, index, f"{table_dir_rel(shape.schema, shape.table)}/{_part_name(index)}")

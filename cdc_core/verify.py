@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdc_core.manifest import COL_DELETED
-from cdc_core.naming import quote_mysql
+from cdc_core.naming import quote_mysql, table_id
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
@@ -82,10 +82,25 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def _lake_rows(table_uri: str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
+def read_lake_table(table_uri: str) -> Any:
+    """A Delta table's current rows as a pyarrow Table, with logical column names.
 
-    return list(DeltaTable(table_uri).to_pyarrow_table().to_pylist())
+    delta-rs' `to_pyarrow_table` reads Parquet columns by their logical names, which with column
+    mapping (used for source names with spaces, commas, parentheses, ...) are not the physical ones:
+    every value would come back NULL. Such tables are scanned through delta-rs' query engine, which
+    applies the mapping.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    dt = DeltaTable(table_uri)
+    if dt.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
+        return dt.to_pyarrow_table()
+    return pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t"))
+
+
+def _lake_rows(table_uri: str) -> list[dict[str, Any]]:
+    return list(read_lake_table(table_uri).to_pylist())
 
 
 def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None) -> TableDiff:
@@ -113,7 +128,7 @@ def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple
             continue
         rec = {n: norm[n](row.get(n)) for n in names}
         lake[tuple(rec[k] for k in key)] = rec
-    diff = TableDiff(f"{schema}.{table}", len(source), len(lake))
+    diff = TableDiff(table_id(schema, table), len(source), len(lake))
     diff.missing = sorted((k for k in source if k not in lake), key=repr)
     diff.extra = sorted((k for k in lake if k not in source), key=repr)
     for k, rec in source.items():

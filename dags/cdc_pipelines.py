@@ -114,7 +114,7 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
             ),
         },
     ) as dag:
-        lease = tasks.acquire_lease(pc.name)
+        lease = tasks.acquire_lease(pc.name, check_backfill=True)  # validates the form before the lease
         begin = tasks.begin_backfill(pc.name)
         lease >> begin
         window_steps(pc, lease, first_step=begin, plan_kwargs={"skip_if_dry_run": True})

@@ -765,16 +765,21 @@ def merge_window(
 def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Callable[[], None], Callable[[], None]]:
     """A check that this run still holds the pipeline's lease (lease node czxid == token), and a closer."""
     from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+
+    from cdc_core.coordination import _RedactingLogger
 
     auth_data = None
+    extra: dict[str, Any] = {}
     auth = os.environ.get(ZK_AUTH_ENV)
     if auth:
         scheme, sep, cred = auth.partition(":")
         if not sep or not scheme:
             raise ConfigError(f"{ZK_AUTH_ENV} must look like 'scheme:credential' (e.g. digest:user:password)")
         auth_data = [(scheme, cred)]
-    client = KazooClient(hosts=hosts, auth_data=auth_data, timeout=10)
+        # kazoo logs its Auth packet at DEBUG: blank the credential before any handler sees it.
+        extra["logger"] = _RedactingLogger(logging.getLogger("kazoo.client"), (cred, cred.partition(":")[2]))
+    client = KazooClient(hosts=hosts, auth_data=auth_data, timeout=10, **extra)
     try:
         client.start(timeout=15)
     except Exception as e:
@@ -791,6 +796,12 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
             _, stat = client.get(path)
         except NoNodeError as e:
             raise Fenced(f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing") from e
+        except NoAuthError as e:
+            raise CoordinationError(
+                f"ZooKeeper refused reading the lease {path} of {pipeline!r} (not authorised): the pipeline's nodes "
+                f"are ACL'd to its zookeeper.auth_env identity; give the job that identity as {ZK_AUTH_ENV}="
+                "digest:<user>:<password> in its environment (never on the command line)"
+            ) from e
         except KazooException as e:
             raise CoordinationError(f"reading the lease {path} failed: {_one_line(e)}; retry") from e
         if stat.czxid != token:

@@ -108,11 +108,40 @@ def _grant_and_seq(ti: Any) -> tuple[Any, int]:
     return LeaseGrant.from_dict(grant), seq
 
 
+def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
+    """Validate the backfill form before the lease is taken: bad input fails the run's first task, without
+    retries, and changes nothing (`Pipeline.check_backfill` only reads; outside `_step`, so not even the
+    monitor's last-error note is written: the task's own log says what is wrong). Other errors (source or
+    ZooKeeper unreachable) propagate and are retried."""
+    from cdc_core.errors import PositionPurged, StateConflict, UnknownTable
+
+    from cdc_airflow.hooks import open_pipeline
+
+    try:
+        with open_pipeline(pipeline) as p:
+            return dict(
+                p.check_backfill(
+                    form_utc(params.get("start_ts")),
+                    form_utc(params.get("end_ts")) or None,
+                    list(params.get("tables") or []) or None,
+                    dry_run=bool(params.get("dry_run")),
+                )
+            )
+    except (ConfigError, PositionPurged, UnknownTable, StateConflict) as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+
+
 @task(task_id=LEASE_TASK)
-def acquire_lease(pipeline: str) -> dict[str, Any]:
-    """Take the pipeline's ZooKeeper lease for this run; skip the run when another run holds it."""
+def acquire_lease(pipeline: str, check_backfill: bool = False) -> dict[str, Any]:
+    """Take the pipeline's ZooKeeper lease for this run; skip the run when another run holds it.
+
+    With `check_backfill` (the backfill DAG) the run's form is validated first, so a bad form never
+    touches the lease.
+    """
     ctx = get_current_context()
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
+    if check_backfill:
+        check_backfill_form(pipeline, ctx["params"])
     with _step(pipeline, LEASE_TASK) as p:
         try:
             grant = p.acquire(holder)

@@ -539,7 +539,7 @@ def test_hostile_names_stay_inside_the_root(tmp_path: Path, pipeline: str, schem
         assert p == root or os.path.realpath(p).startswith(inside), p
     assert len({f.path for st in m.tables for f in st.files}) == 2
     assert staging.read_manifest(str(root), pipeline, 1) == m
-    assert staging.read_table_changes(str(root), m, f"{schema}.{table}").column("id").to_pylist() == [1]
+    assert staging.read_table_changes(str(root), m, t.name).column("id").to_pylist() == [1]
     staging.verify_window(str(root), m)
 
 
