@@ -59,15 +59,16 @@ _START_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "timestamp": (("at",), ("at",)),
 }
 
-_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
-_CONN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY_RE = re.compile(r"^[0-9]+[kKmMgGtT]?[bB]?$")
-_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
+# `\Z`, not `$`: `$` also matches before a trailing newline ("orders\n" would pass as a name).
+_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}\Z")
+_CONN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_MEMORY_RE = re.compile(r"^[0-9]+[kKmMgGtT]?[bB]?\Z")
+_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+\Z")
 _CRON_PRESETS = (
     "@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually",
 )
-_ZK_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")
+_ZK_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}\Z")
 # Keys that look like they hold a secret. Secrets live in Airflow connections or environment variables.
 _SECRET_KEY_RE = re.compile(r"pass(word|wd)|secret|private[_.-]?key|credential", re.IGNORECASE)
 # Timestamps a binlog can hold: 1970 .. 9999 (datetime's range; beyond it nothing can be formatted).
@@ -213,6 +214,9 @@ class ZooKeeperConfig(_Model):
     def _root(cls, v: str) -> str:
         if not v.startswith("/") or v.endswith("/") or "//" in v or any(p in (".", "..") for p in v.split("/")):
             raise ValueError("must be an absolute ZooKeeper path without a trailing slash, e.g. /binlog-delta-cdc")
+        if any(c <= "\x1f" or "\x7f" <= c <= "\x9f" or "\ud800" <= c <= "\uf8ff" or c >= "\ufff0" for c in v):
+            # ZooKeeper's own path rules (PathUtils.validatePath): refused here, not by the server mid-run.
+            raise ValueError("contains a character ZooKeeper does not allow in paths (control or private-use)")
         return v
 
     @field_validator("auth_env")
@@ -575,7 +579,7 @@ def _fmt_loc(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif "." in part or " " in part or not part:
+        elif not re.fullmatch(r"[A-Za-z0-9_\-]+", part):  # dots, spaces, newlines, ...: one line, unambiguous
             out += f"[{part!r}]"
         else:
             out += ("." if out else "") + part

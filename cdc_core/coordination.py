@@ -66,7 +66,7 @@ STATE_PLANNED: WindowState = "planned"
 STATE_ACKED: WindowState = "acked"
 
 # Same rule as the configuration's pipeline names: the name is a ZooKeeper node name.
-_PIPELINE_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+_PIPELINE_RE = re.compile(r"^[a-z0-9_-]{1,64}\Z")  # \Z: `$` also matches before a trailing newline
 _WINDOW_NODE_RE = re.compile(r"^\d{10}$")
 # How often an operation is re-evaluated when something it read changed under it while the lease
 # stayed ours (a concurrent renew or a duplicate task of the same run); the rules are re-applied

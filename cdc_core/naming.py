@@ -84,12 +84,12 @@ def decode_path_component(component: str) -> str | None:
 # ---------------------------------------------------------------------------------------- table ids
 
 # A part of a table id or pattern that needs no quoting: no dot, whitespace, backtick or glob character.
-_PLAIN_PART = re.compile(r"^[^\s.`*?\[\]]+$")
+_PLAIN_PART = re.compile(r"[^\s.`*?\[\]]+")  # fullmatch: `$` would accept a trailing newline
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def _id_part(name: str) -> str:
-    return name if _PLAIN_PART.match(name) else quote_mysql(name)
+    return name if _PLAIN_PART.fullmatch(name) else quote_mysql(name)
 
 
 def table_id(schema: str, table: str) -> str:
@@ -119,7 +119,7 @@ class NamePattern:
 
 _QUOTED = r"`(?:[^`]|``)+`"
 _BARE = r"[^\s.`]+"
-_PATTERN = re.compile(rf"^({_QUOTED}|{_BARE})\.({_QUOTED}|{_BARE})$", re.S)
+_PATTERN = re.compile(rf"({_QUOTED}|{_BARE})\.({_QUOTED}|{_BARE})", re.S)
 
 
 def _pattern_part(text: str) -> NamePattern:
@@ -135,7 +135,7 @@ def parse_table_pattern(pattern: str) -> tuple[NamePattern, NamePattern]:
     name in backticks (taken literally; a backtick inside is doubled), as MySQL writes identifiers.
     The two sides are matched separately, so `shop.*` never matches a table of a schema `shop.x`.
     """
-    m = _PATTERN.match(pattern) if isinstance(pattern, str) else None
+    m = _PATTERN.fullmatch(pattern) if isinstance(pattern, str) else None
     if m is None:
         raise ValueError(
             f"{pattern!r} is not of the form schema.table (one dot; globs allowed, e.g. demo.orders or demo.*; "
