@@ -141,10 +141,7 @@ def find_secrets_in_files(roots: Iterable[Path], secrets: Iterable[str]) -> list
     needles = [(s, f.encode()) for s in secrets for f in secret_forms(s)]
     hits = []
     for root in roots:
-        if root.is_file():
-            files = [root]
-        else:
-            files = [Path(dp) / f for dp, _, fs in os.walk(root) for f in fs]
+        files = [root] if root.is_file() else [Path(dp) / f for dp, _, fs in os.walk(root) for f in fs]
         for p in files:
             try:
                 data = p.read_bytes()

@@ -121,7 +121,7 @@ def test_schema_and_table_are_matched_separately() -> None:
     assert TableFilter(("a*.t",)).matches("abc", "t")
     assert TableFilter(("`a*`.t",)).literal_includes() == (("a*", "t"),)
     assert TableFilter(("`x y`.*", "z.*")).literal_schemas() == ("x y", "z")
-    with pytest.raises(ConfigError, match="not of the form schema.table"):
+    with pytest.raises(ConfigError, match=r"not of the form schema\.table"):
         TableFilter(("a.b.c",)).matches("a", "b")
 
 
@@ -164,7 +164,9 @@ def test_an_unescaped_grant_is_still_read_as_mariadb_reads_it() -> None:
 # ----------------------------------------------------------------------------------- reserved columns
 
 
-@pytest.mark.parametrize("column", ["_cdc_op", "_CDC_VERSION", "_cdc_window_seq", "_cdc_deleted", "__cdc_rn", "__CDC_x"])
+@pytest.mark.parametrize(
+    "column", ["_cdc_op", "_CDC_VERSION", "_cdc_window_seq", "_cdc_deleted", "__cdc_rn", "__CDC_x"]
+)
 def test_source_columns_named_like_metadata_columns_are_refused(tmp_path: Path, column: str) -> None:
     server = ServerIdentity("mariadb", 1)
     plan = WindowPlan("p", 1, BinlogPosition("mysql-bin.000001", 4, server),
