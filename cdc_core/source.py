@@ -95,7 +95,8 @@ def source_error_from(e: BaseException, params: SourceParams, doing: str = "conn
         return SourceError(
             f"cannot {doing} the source as {who}: access denied (error {code}). Check the user name and password "
             "in the source connection, and that the user may connect from this host "
-            "(CREATE USER ... / GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO ...)"
+            "(CREATE USER ...; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO ...; GRANT SELECT ON "
+            "`<captured schema>`.* TO ...; see docs/security.md)"
         )
     if code in (_CR_CONN_HOST_ERROR, _CR_UNKNOWN_HOST, _CR_SERVER_LOST):
         return SourceError(
