@@ -557,6 +557,83 @@ def test_digest_acl_locks_out_every_other_identity(
         owner.delete(zk_root, recursive=True)  # the fixture's open client may not
 
 
+def test_digest_acl_covers_the_whole_subtree_and_the_merge_jobs_fence_check(
+    services: Any, new_client: Callable[..., KazooClient], zk_client: KazooClient, zk_root: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every node the pipeline creates (root, pipelines, lease, cursor, window records, snapshot) is the owner's
+    alone: another identity or none can neither read, list, change, delete, add to, nor re-ACL any of them (only
+    `exists`, which ZooKeeper never guards, shows a node's stat). The Spark job's fence check reads the lease
+    with CDC_ZK_AUTH, and without it (or with another identity) says it is not authorised and how to fix that."""
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    from spark_apps.merge_window import ZK_AUTH_ENV, zk_fence_check
+
+    secret = "s3cret-" + str(time.time_ns())
+    owner = new_client(auth=("cdc-owner", secret))
+    try:
+        coord = PipelineCoordinator(owner, zk_root, "orders")
+        grant = coord.acquire("run-1", 600)
+        coord.set_start(grant, pos(4))
+        coord.store_plan(grant, plan(1, 4, 50))
+        coord.ack_window(grant, 1, {})
+        coord.store_plan(grant, plan(2, 50, 90))  # an acked and a planned window record
+        nodes: list[str] = []
+        stack = [zk_root]
+        while stack:
+            path = stack.pop()
+            nodes.append(path)
+            stack += [f"{path}/{c}" for c in owner.get_children(path)]
+        expected = {zk_root, f"{zk_root}/pipelines", coord.base, coord.lease_path, coord.cursor_path,
+                    coord.windows_path, coord.window_path(1), coord.window_path(2), coord.snapshot_path}
+        assert set(nodes) == expected
+        for path in nodes:
+            acls, _ = owner.get_acls(path)
+            assert [(a.id.scheme, a.id.id.split(":")[0], a.perms) for a in acls] == [("digest", "cdc-owner", 31)], path
+
+        intruder = new_client(auth=("intruder", "other-password"))
+        for other in (intruder, zk_client):  # another identity, and no identity at all
+            for path in nodes:
+                for attempt in (
+                    lambda p=path: other.get(p),
+                    lambda p=path: other.get_children(p),
+                    lambda p=path: other.get_acls(p),
+                    lambda p=path: other.set(p, b"{}"),
+                    lambda p=path: other.set_acls(p, OPEN_ACL_UNSAFE),
+                    lambda p=path: other.create(f"{p}/intruder", b""),
+                ):
+                    with pytest.raises(NoAuthError):
+                        attempt()
+                if path != zk_root:
+                    with pytest.raises(NoAuthError):
+                        other.delete(path)
+                assert other.exists(path) is not None  # stat only: ZooKeeper does not guard exists()
+        assert coord.read_cursor().seq == 1 and coord.pending_window().plan.seq == 2  # type: ignore[union-attr]
+
+        # The merge job's fence check, exactly as spark-submit runs it: credentials from the environment.
+        hosts = services.zk_hosts
+        monkeypatch.setenv(ZK_AUTH_ENV, f"digest:cdc-owner:{secret}")
+        check, close = zk_fence_check(hosts, zk_root, "orders", grant.token)
+        try:
+            check()  # ours: passes
+        finally:
+            close()
+        for auth in ("digest:intruder:other-password", None):
+            if auth is None:
+                monkeypatch.delenv(ZK_AUTH_ENV)
+            else:
+                monkeypatch.setenv(ZK_AUTH_ENV, auth)
+            check, close = zk_fence_check(hosts, zk_root, "orders", grant.token)
+            try:
+                with pytest.raises(CoordinationError, match=rf"not authorised.*{ZK_AUTH_ENV}=digest:<user>:<password>"):
+                    check()
+            finally:
+                close()
+        coord.close()
+    finally:
+        owner.delete(zk_root, recursive=True)  # the fixture's open client may not
+
+
 def test_two_pipelines_side_by_side(zk_client: KazooClient, zk_root: str) -> None:
     orders = PipelineCoordinator(zk_client, zk_root, "orders")
     billing = PipelineCoordinator(zk_client, zk_root, "billing")
