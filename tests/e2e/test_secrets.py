@@ -1,0 +1,119 @@
+"""Secrets never leak through Airflow: one real `airflow dags test` run of a pipeline whose source user has a
+distinctive password (and only the least privileges) and whose ZooKeeper nodes are digest-protected with a
+distinctive password, then a search for both secrets (and their escaped forms) in everything the run left:
+
+- the run's captured stdout/stderr and every task log under AIRFLOW_HOME;
+- the whole Airflow metadata database (XComs, rendered template fields, task instances, ...);
+- the spark-submit command line (recorded by a `spark-submit` shim first on PATH: what `ps` shows);
+- the staging area (Parquet, manifests, merge reports), the lake (Delta logs and data), the ZooKeeper nodes;
+- the monitoring page, HTML and JSON, served by the plugin's FastAPI app in a process with the run's env.
+
+The CLI half of the same check (and the same for hostile names) is tests/integration/test_hostile_names.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from e2e_support import ROOT, CdcCase, assert_lake_equals_source, binlog_position, sql
+from kazoo.client import KazooClient
+from security_support import (
+    find_secrets_in_files,
+    find_secrets_in_text,
+    least_privilege_grants,
+    mariadb_user,
+    zk_tree,
+)
+
+pytestmark = pytest.mark.e2e
+
+MONITOR_PROBE = """
+import json
+from airflow.api_fastapi.core_api.security import get_user
+from fastapi.testclient import TestClient
+from cdc_airflow import monitor
+monitor.app.dependency_overrides[get_user] = object  # the login itself is tested elsewhere
+client = TestClient(monitor.app)
+page, data = client.get("/"), client.get("/api/pipelines")
+print(json.dumps({"html": page.text, "json": data.json(), "codes": [page.status_code, data.status_code]}))
+"""
+
+
+def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(cdc_case: CdcCase, tmp_path: Path) -> None:
+    case = cdc_case
+    zk_user, zk_password = "cdc-" + uuid.uuid4().hex[:6], "zk-secret-" + uuid.uuid4().hex
+    auth_env = "E2E_ZK_AUTH_" + uuid.uuid4().hex[:6].upper()
+    owner = KazooClient(hosts=case.services.zk_hosts, auth_data=[("digest", f"{zk_user}:{zk_password}")])
+    owner.start(timeout=15)
+    try:
+        with mariadb_user(case.services, least_privilege_grants([case.database]), prefix="cdc_e2e") as user:
+            case.services = dataclasses.replace(case.services, mysql_user=user.name, mysql_password=user.password)
+            case.write_config(
+                binlog_position(case.services),
+                zookeeper={"hosts": case.services.zk_hosts, "root": case.zk_root, "auth_env": auth_env},
+            )
+            sql(case.services, case.database,
+                "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR(40), balance DECIMAL(10,2))",
+                "INSERT INTO accounts VALUES (1, 'ann', 10.50), (2, 'bob', 0), (3, 'cy', 7)",
+                "UPDATE accounts SET balance = 11 WHERE id = 1",
+                "DELETE FROM accounts WHERE id = 3")
+            shim_dir, argv_log = tmp_path / "shim", tmp_path / "spark-submit.argv"
+            shim_dir.mkdir()
+            shim = shim_dir / "spark-submit"
+            shim.write_text(
+                f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" >> {json.dumps(str(argv_log))}\n'
+                f'exec {ROOT / ".venv" / "bin" / "spark-submit"} "$@"\n'
+            )
+            shim.chmod(0o755)
+            # The merge task puts its interpreter's bin/ first on PATH unless PATH already holds it: list it
+            # after the shim (that is the venv the `airflow` script's shebang names, maybe not ROOT/.venv).
+            interpreter_bin = Path((ROOT / ".venv" / "bin" / "airflow").read_text().splitlines()[0][2:]).parent
+            path = os.pathsep.join([str(shim_dir), str(interpreter_bin), case.env["PATH"]])
+            env = {auth_env: f"{zk_user}:{zk_password}", "PATH": path}
+
+            result = case.run_pipeline(env=env)
+            (tmp_path / "dags-test.out").write_text(result.output)  # for a look after a failure
+            assert result.state == "success", result.explain()
+            assert result.tasks["merge_window"] == "success", result.explain()
+            assert_lake_equals_source(case, ["accounts"])
+
+            probe = subprocess.run(
+                [sys.executable, "-c", MONITOR_PROBE], env={**case.env, **env}, cwd=ROOT,
+                capture_output=True, text=True, timeout=300, check=False,
+            )
+            assert probe.returncode == 0, probe.stderr[-4000:]
+            monitor = json.loads(probe.stdout.strip().splitlines()[-1])
+            assert monitor["codes"] == [200, 200], monitor
+            (status,) = monitor["json"]["pipelines"]
+            assert status["error"] is None and status["cursor"]["seq"] >= 1, status  # a real status, not an error
+
+            secrets = [user.password, zk_password]
+            argv = argv_log.read_bytes().decode().split("\0")
+            assert "--window-dir" in argv, argv  # the shim saw the real submit
+            airflow_home = case.airflow.home
+            leaks = (
+                find_secrets_in_text("airflow dags test output", result.output, secrets)
+                + find_secrets_in_text("spark-submit argv", " ".join(argv), secrets)
+                + find_secrets_in_text("monitor html", monitor["html"], secrets)
+                + find_secrets_in_text("monitor json", json.dumps(monitor["json"]), secrets)
+                + find_secrets_in_text("monitor process output", probe.stdout + probe.stderr, secrets)
+                + find_secrets_in_text("zookeeper nodes", repr(zk_tree(owner, case.zk_root)), secrets)
+                + find_secrets_in_files([airflow_home, case.staging, case.lake], secrets)  # logs, DB (XComs, ...)
+            )
+            assert leaks == [], leaks
+            xcoms = case.airflow.query("SELECT COUNT(*) FROM xcom WHERE run_id = ?", result.run_id)[0][0]
+            assert xcoms >= 2  # the grant and the window step were there to search
+            # `airflow dags test` runs the tasks in-process: their logs are in its output (searched above),
+            # and whatever it writes under AIRFLOW_HOME is searched too.
+            assert "window.merge pipeline=" in result.output and "lease.acquired" in result.output, result.explain()
+    finally:
+        owner.delete(case.zk_root, recursive=True)  # ACL'd nodes: the fixture's open client may not
+        owner.stop()
+        owner.close()
