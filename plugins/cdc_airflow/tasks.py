@@ -113,9 +113,8 @@ def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
     retries, and changes nothing (`Pipeline.check_backfill` only reads; outside `_step`, so not even the
     monitor's last-error note is written: the task's own log says what is wrong). Other errors (source or
     ZooKeeper unreachable) propagate and are retried."""
-    from cdc_core.errors import PositionPurged, StateConflict, UnknownTable
-
     from cdc_airflow.hooks import open_pipeline
+    from cdc_core.errors import PositionPurged, StateConflict, UnknownTable
 
     try:
         with open_pipeline(pipeline) as p:
