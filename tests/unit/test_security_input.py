@@ -69,7 +69,7 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # messages show the file relative to the working directory
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(KEYS), values)
 @example(("name",), "orders\n")  # `$` in a regex accepts a trailing newline: refused
 @example(("zookeeper", "root"), "/cdc\n")
@@ -144,7 +144,7 @@ timestamps = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(timestamps)
 @example("9999-12-31T23:59:59-14:00")
 @example("0001-01-01T00:00:00+14:00")

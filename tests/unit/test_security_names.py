@@ -40,7 +40,7 @@ SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9_~][A-Za-z0-9_~\-]*$")
 # ------------------------------------------------------------------------------------ path components
 
 
-@settings(max_examples=500)
+@settings(max_examples=250)
 @given(names)
 @example("")
 @example("..")
@@ -55,7 +55,7 @@ def test_path_component_is_one_safe_segment(name: str) -> None:
     assert Path("/root", c).parent == Path("/root") and Path("/root", c).name == c
 
 
-@settings(max_examples=500)
+@settings(max_examples=250)
 @given(names, names)
 def test_path_component_is_injective(a: str, b: str) -> None:
     assume(a != b)
