@@ -29,6 +29,7 @@ last acked one).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import logging
 import os
@@ -211,7 +212,8 @@ def clean_staging(
                 staging.delete_window(staging_root, pipeline, seq)  # manifest first: it stops counting at once
                 out["windows_deleted"] += 1
             else:
-                fs.rm(e.path, recursive=True)
+                with contextlib.suppress(FileNotFoundError):  # delete_window may have removed it already
+                    fs.rm(e.path, recursive=True)
                 out["reports_deleted" if e.kind == "report" else "leftovers_deleted"] += 1
             files += n
             size += b
