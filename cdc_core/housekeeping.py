@@ -61,6 +61,8 @@ MAINTENANCE_JOB = PROJECT_ROOT / "spark_apps" / "maintain_tables.py"
 # The merge job's layout (spark_apps/merge_window.py): hard-delete tombstones live beside the schemas.
 TOMBSTONE_DIR = "_cdc_tombstones"
 REPORTS_DIR = "reports"
+# At most this many staged windows per after-ack pass (a backlog goes over the next runs).
+AFTER_ACK_MAX_WINDOWS = 100
 
 
 def _kv(**fields: Any) -> str:
@@ -175,9 +177,13 @@ def clean_staging(
     *,
     now: float | None = None,
     stop_at_first_kept: bool = True,
+    max_windows: int | None = None,
 ) -> dict[str, Any]:
     """Delete staged windows (with their merge reports and leftovers) acked longer ago than the retention,
-    and maintenance reports older than it. Returns what was freed; logs every deleted window."""
+    and maintenance reports older than it. Returns what was freed; logs every deleted window.
+
+    `max_windows` bounds one pass (the after-ack pass must not turn an ack into a long task after an
+    upgrade or a long pause); the rest goes in the next passes."""
     pipeline = coordinator.pipeline
     coordinator.verify(grant)  # a zombie stops here (what it would delete is acked anyway)
     now = time.time() if now is None else now
@@ -194,6 +200,8 @@ def clean_staging(
     }
     stopped = False
     for seq in sorted(by_seq):
+        if max_windows is not None and out["windows_deleted"] >= max_windows:
+            stopped = True
         if stopped:
             out["windows_kept"] += 1
             continue
@@ -281,7 +289,7 @@ def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     m = p.config.maintenance
     staged = clean_staging(
         p.coordinator, grant, p.staging_root, p.config.staging_retention_hours * retention.HOUR,
-        stop_at_first_kept=batched,
+        stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None,
     )
     slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
     records = prune_records(p.coordinator, grant, m, slack_seconds=slack)

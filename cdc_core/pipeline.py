@@ -643,7 +643,7 @@ class Pipeline:
             from cdc_core import housekeeping
 
             out["maintenance"] = housekeeping.maintenance_status(self)
-        except (CdcError, OSError) as e:
+        except Exception as e:  # an object store's own errors too: tables are an add-on, never hide the cursor
             out["maintenance"] = {"error": f"{type(e).__name__}: {e}"}
         try:
             facts = self.source_facts(refresh=True)

@@ -101,12 +101,14 @@ def test_staging_cleanup_deletes_only_old_acked_windows(coord, staging_dir: Path
     stage(staging_dir, 12)
     cursor_before = zk_client.get(c.cursor_path)[0]
 
+    capped = housekeeping.clean_staging(c, grant, str(staging_dir), 3 * DAY, max_windows=1)
+    assert capped["windows_deleted"] == 1 and not (root / "w0000000001").exists()
     out = housekeeping.clean_staging(c, grant, str(staging_dir), 3 * DAY)  # the after-ack way: stops early
     assert names(root) == [".w0000000008.tmp-abc123", "README.txt", "reports", "w0000000005", "w0000000006",
                            "w0000000007", "w0000000008", "w0000000012"]
     assert names(reports) == ["w0000000007-1a.json", "w0000000008-1a.json"]
-    assert (out["windows_deleted"], out["reports_deleted"], out["leftovers_deleted"]) == (4, 2, 1)
-    assert out["bytes_freed"] > 0 and out["files_deleted"] >= 4 * 2
+    assert (out["windows_deleted"], out["reports_deleted"], out["leftovers_deleted"]) == (3, 2, 1)
+    assert out["bytes_freed"] > 0 and out["files_deleted"] >= 3 * 2
     assert out["first_kept"]["seq"] == 5 and "within the retention" in out["first_kept"]["reason"]
     assert out["unknown_entries"] == 1
     assert zk_client.get(c.cursor_path)[0] == cursor_before  # ZooKeeper untouched by staging cleanup
