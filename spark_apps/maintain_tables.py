@@ -430,7 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(argv: Sequence[str] | None) -> dict[str, Any]:
+def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dict[str, Any]:
+    """The job; with `session` (tests) in that session, which is left running."""
     close_zk: Callable[[], None] | None = None
     spark: SparkSession | None = None
     try:
@@ -445,10 +446,11 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         if args.zk_hosts:
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for a Spark start when already fenced
-        spark = build_session(f"cdc-maintain-{args.pipeline}")
-        spark.sparkContext.setLogLevel("WARN")
+        if session is None:
+            spark = build_session(f"cdc-maintain-{args.pipeline}")
+            spark.sparkContext.setLogLevel("WARN")
         job = Maintenance(
-            spark, args.pipeline, args.token,
+            session or spark, args.pipeline, args.token,  # type: ignore[arg-type]
             vacuum_hours=args.vacuum_retention_hours, log_hours=args.log_retention_hours,
             txn_hours=args.txn_retention_hours, min_hours=args.min_retention_hours,
             fence=fence, optimize=not args.skip_optimize, vacuum=not args.skip_vacuum,
