@@ -1,7 +1,7 @@
 """`cdc`: the operator's command line. Works without Airflow and runs the same code the DAG tasks run.
 
-Exit codes: 0 done; 75 skipped because another run holds the lease; otherwise the error's
-`exit_code` (2 configuration, 3 source, 4 coordination, 5 fenced, 6 staging, 7 schema, 8 lake).
+Exit codes: 0 done; 75 skipped because another run holds the lease (`maintain`: after waiting for it);
+otherwise the error's `exit_code` (2 configuration, 3 source, 4 coordination, 5 fenced, 6 staging, 7 schema, 8 lake).
 """
 
 from __future__ import annotations
@@ -206,6 +206,28 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
         finally:
             p.release(grant)
         _emit({"pipeline": pipeline, "windows": done, "snapshot": snap.progress_view(p.coordinator.read_snapshot())})
+
+
+@cli.command()
+@click.argument("pipeline")
+@click.option("--wait", "wait_seconds", type=float, default=None,
+              help="Seconds to wait for a running pipeline run's lease (default: maintenance.lease_wait_seconds)")
+@click.option("--no-tables", is_flag=True, help="Only clean staged windows and ZooKeeper records (no Spark)")
+@click.option("--skip-optimize", is_flag=True, help="Do not compact the Delta tables")
+@click.option("--skip-vacuum", is_flag=True, help="Do not VACUUM the Delta tables")
+@click.pass_context
+def maintain(  # noqa: PLR0917 - one parameter per click option
+    ctx: click.Context, pipeline: str, wait_seconds: float | None, no_tables: bool, skip_optimize: bool,
+    skip_vacuum: bool,
+) -> None:
+    """Housekeeping without Airflow: staged windows, ZooKeeper records, Delta OPTIMIZE/VACUUM/log (as the
+    cdc_<name>_maintenance DAG does; see docs/housekeeping.md)."""
+    from cdc_core.housekeeping import MaintenanceRun
+
+    with _pipeline(ctx, pipeline) as p:
+        run = MaintenanceRun(p, _holder("maintain"), wait_seconds=wait_seconds, optimize=not skip_optimize,
+                             vacuum=not skip_vacuum, tables=not no_tables)
+        _emit(run.run())
 
 
 @cli.command()

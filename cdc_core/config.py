@@ -39,6 +39,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict, is_typeddict
 
+from cdc_core import retention
 from cdc_core.errors import ConfigError
 from cdc_core.naming import parse_table_pattern, table_id
 from cdc_core.positions import binlog_file_index, parse_gtid_set
@@ -185,6 +186,21 @@ def _resolve_root(value: str, info: ValidationInfo) -> str:
     return str(Path(os.path.normpath(path)))
 
 
+def _check_schedule(v: str | None) -> str | None:
+    """A cron expression, an Airflow preset, or None (manual runs only)."""
+    if v is None:
+        return v
+    text = v.strip()
+    if text.startswith("@"):
+        if text not in _CRON_PRESETS:
+            raise ValueError(f"unknown preset; use a cron expression or one of {', '.join(_CRON_PRESETS)}")
+        return text
+    fields = text.split()
+    if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
+        raise ValueError("must be a 5-field cron expression (e.g. '*/10 * * * *'), an Airflow preset, or null")
+    return text
+
+
 # ------------------------------------------------------------------------------------------- models
 
 
@@ -293,9 +309,39 @@ class TableOptions(TypedDict, total=False):
     partition_by: list[str]
     change_data_feed: bool
     properties: dict[str, str]
+    # Used by the maintenance job's OPTIMIZE (Z-order on these columns, usually the key); not by creation.
+    zorder_by: list[str]
 
 
 TABLE_OPTION_DEFAULTS: dict[str, Any] = {"partition_by": [], "change_data_feed": False, "properties": {}}
+
+
+class MaintenanceConfig(_Model):
+    """Housekeeping of a long-running pipeline (docs/housekeeping.md); floors in `cdc_core.retention`."""
+
+    schedule: str | None = "@daily"  # the maintenance DAG's schedule (cron, preset, or null: manual only)
+    vacuum_retention_hours: int = Field(default=168, gt=0)  # VACUUM RETAIN / delta.deletedFileRetentionDuration
+    log_retention_hours: int = Field(default=720, gt=0)  # delta.logRetentionDuration
+    txn_retention_hours: int = Field(default=720, gt=0)  # delta.setTransactionRetentionDuration
+    window_records_retention_hours: int = Field(default=168, gt=0)  # acked ZooKeeper window records
+    window_records_keep: int = Field(default=100, ge=1)  # the newest acked records always stay
+    window_records_max: int = Field(default=5000, ge=10)  # hard bound on a pipeline's window records
+    cleanup_after_ack: bool = True  # staging + record cleanup at the end of every ack (cheap, batched)
+    lease_wait_seconds: int = Field(default=600, ge=0)  # how long maintenance waits for a running run
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str | None) -> str | None:
+        return _check_schedule(v)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> MaintenanceConfig:
+        if self.window_records_max < self.window_records_keep:
+            raise ValueError(
+                f"window_records_max ({self.window_records_max}) must be >= window_records_keep "
+                f"({self.window_records_keep})"
+            )
+        return self
 
 
 class PipelineSettings(_Model):
@@ -314,6 +360,7 @@ class PipelineSettings(_Model):
     staging_retention_hours: int = Field(default=72, gt=0)
     table_options: dict[str, TableOptions] = Field(default_factory=dict)  # "schema.table" -> options
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     @field_validator("staging_root", "lake_root")
     @classmethod
@@ -323,17 +370,7 @@ class PipelineSettings(_Model):
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        text = v.strip()
-        if text.startswith("@"):
-            if text not in _CRON_PRESETS:
-                raise ValueError(f"unknown preset; use a cron expression or one of {', '.join(_CRON_PRESETS)}")
-            return text
-        fields = text.split()
-        if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
-            raise ValueError("must be a 5-field cron expression (e.g. '*/10 * * * *'), an Airflow preset, or null")
-        return text
+        return _check_schedule(v)
 
     @field_validator("table_options", mode="before")
     @classmethod
@@ -362,6 +399,32 @@ class PipelineSettings(_Model):
             # Keyed by the table's id (`naming.table_id`), the name the merge job looks options up by.
             out[table_id(schema.text, table.text)] = cast(TableOptions, {**TABLE_OPTION_DEFAULTS, **opts})
         return out
+
+    @model_validator(mode="after")
+    def _housekeeping(self) -> PipelineSettings:
+        """Retention floors (cdc_core.retention) and the maintenance-only table options."""
+        m = self.maintenance
+        problems = retention.retention_problems(
+            staging_retention_hours=self.staging_retention_hours,
+            lease_seconds=self.lease_seconds,
+            vacuum_retention_hours=m.vacuum_retention_hours,
+            log_retention_hours=m.log_retention_hours,
+            txn_retention_hours=m.txn_retention_hours,
+        )
+        problems += retention.managed_property_overrides(dict(self.table_options))
+        for name, opts in self.table_options.items():
+            zorder = opts.get("zorder_by") or []
+            if any(not c.strip() for c in zorder) or len(set(zorder)) != len(zorder):
+                problems.append(f"table_options[{name!r}].zorder_by: must list distinct, non-empty column names")
+            both = sorted(set(zorder) & set(opts.get("partition_by") or []))
+            if both:
+                problems.append(
+                    f"table_options[{name!r}].zorder_by: {both} are partition columns; Z-order only helps within "
+                    "a partition, so name other columns (usually the key)"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class SourceConfig(_Model):
@@ -476,7 +539,7 @@ class PipelineConfig(PipelineSettings):
     def start_spec(self) -> Any:
         """The configured start as the resolver's `StartSpec`."""
         # Lazy: the resolver depends on the source layer, which plain config users need not load.
-        from cdc_core.resolver import StartSpec  # noqa: PLC0415
+        from cdc_core.resolver import StartSpec
 
         return StartSpec(**self.start.spec_kwargs())
 

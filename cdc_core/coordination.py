@@ -523,6 +523,11 @@ def _client_acl(client: KazooClient) -> list[ACL] | None:
     return None
 
 
+def _maintenance_record(d: dict[str, Any]) -> dict[str, Any]:
+    _check_format(d, "maintenance record")
+    return d
+
+
 def _kv(**fields: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
@@ -1358,3 +1363,44 @@ class PipelineCoordinator:
 
             deleted += self._fenced(grant, "prune windows", attempt)
         return deleted
+
+    # ------------------------------------------------------------------------------- maintenance
+    #
+    # <base>/maintenance holds the last maintenance run's result (JSON, format-versioned), for the
+    # monitor and `cdc status`. It is written fenced like everything else: a zombie maintenance run
+    # cannot overwrite its successor's record.
+
+    @property
+    def maintenance_path(self) -> str:
+        return f"{self.base}/maintenance"
+
+    def record_maintenance(self, grant: LeaseGrant, result: dict[str, Any]) -> None:
+        """Store the last maintenance run's result (replacing the previous one), fenced on the lease."""
+        data = _dumps({"format": COORDINATION_FORMAT, **result})
+        if len(data) > 900_000:  # ZooKeeper's request limit is 1 MB
+            raise CoordinationError(
+                f"pipeline {self.pipeline!r}: the maintenance result is {len(data)} bytes, too large for "
+                f"{self.maintenance_path}; record fewer details per table"
+            )
+
+        def attempt() -> _Write | _Done:
+            got = self._get(self.maintenance_path, "reading the maintenance record")
+            path = self.maintenance_path
+            op = ("create", path, data) if got is None else ("set", path, data, got[1].version)
+            return _Write([op], None, "maintenance.recorded", {"bytes": len(data)})
+
+        self._fenced(grant, "record maintenance", attempt)
+
+    def read_maintenance(self) -> dict[str, Any] | None:
+        """The last maintenance run's result, or None when maintenance never ran."""
+        self._require_connected("read maintenance record")
+        got = self._get(self.maintenance_path, "reading the maintenance record")
+        if got is None:
+            return None
+        result: dict[str, Any] = self._parse(got[0], self.maintenance_path, _maintenance_record)
+        return result
+
+    def window_record_seqs(self) -> list[int]:
+        """Sequence numbers of the stored window records, ascending (one listing; for housekeeping)."""
+        self._require_connected("list window records")
+        return self._window_seqs()

@@ -31,7 +31,7 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, snapshot, staging
+from cdc_core import delta_state, faults, retention, snapshot, staging
 from cdc_core.binlog import BinlogScanner, read_changes
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -406,6 +406,12 @@ class Pipeline:
         ]
         if self.config.table_options:
             args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
+        # Tables start with the managed retention properties (cdc_core.retention; maintenance aligns old ones).
+        m = self.config.maintenance
+        props = retention.managed_table_properties(
+            m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
+        )
+        args += ["--table-properties", json.dumps(props, sort_keys=True)]
         return args
 
     def merge_secret_env(self) -> dict[str, str]:
@@ -496,6 +502,9 @@ class Pipeline:
         if record.plan.kind == KIND_SNAPSHOT:
             snapshot.log_acked(self, grant, record.plan)
         faults.point("after_ack")
+        from cdc_core import housekeeping  # staged windows and window records past their retention; never raises
+
+        housekeeping.cleanup_after_ack(self, grant)
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
 
     def merge_report(self, seq: int) -> dict[str, Any] | None:
@@ -702,6 +711,12 @@ class Pipeline:
         except CdcError as e:
             out["error"] = str(e)
             return out
+        try:  # per table: files, size, last maintenance (cdc_core.housekeeping)
+            from cdc_core import housekeeping
+
+            out["maintenance"] = housekeeping.maintenance_status(self)
+        except Exception as e:  # an object store's own errors too: tables are an add-on, never hide the cursor
+            out["maintenance"] = {"error": f"{type(e).__name__}: {e}"}
         try:
             facts = self.source_facts(refresh=True)
             end = facts.end

@@ -82,7 +82,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,8 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 ZK_AUTH_ENV = "CDC_ZK_AUTH"
 
-TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties")
+# zorder_by is read by the maintenance job (spark_apps/maintain_tables.py), not at table creation.
+TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_by")
 
 # Characters Delta refuses in column names unless column mapping is on.
 _DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
@@ -426,6 +427,9 @@ class _Run:
     table_options: dict[str, TableOptions]
     fence: Callable[[], None]
     run_id: str
+    # Properties every table this job creates starts with (the pipeline's managed retention
+    # properties, cdc_core.retention); a table's own `properties` option is applied on top.
+    default_properties: dict[str, str] = field(default_factory=dict)
 
     def label(self) -> str:
         return f"pipeline {self.pipeline!r} window {self.seq}"
@@ -498,7 +502,7 @@ class _Run:
         bad = [p for p in options.partition_by if p not in names]
         if bad:
             raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-        props = options.table_properties()
+        props = {**self.default_properties, **options.table_properties()}
         if any(needs_column_mapping(n) for n in names):
             props.setdefault("delta.columnMapping.mode", "name")
         ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
@@ -716,6 +720,7 @@ def merge_window(
     delete_mode: str = DELETE_HARD,
     table_options: dict[str, Any] | str | None = None,
     fence_check: Callable[[], None] | None = None,
+    table_properties: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report."""
     t0 = time.monotonic()
@@ -740,6 +745,7 @@ def merge_window(
         table_options=parse_table_options(table_options),
         fence=fence_check or _no_fence,
         run_id=uuid.uuid4().hex,
+        default_properties=dict(table_properties or {}),
     )
     tables: dict[str, Any] = {}
     for st in manifest.tables:
@@ -832,7 +838,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--table-options", default=None, help='JSON {"schema.table": {"partition_by": [...], ...}}')
     p.add_argument("--zk-hosts", default=None)
     p.add_argument("--zk-root", default=None)
+    p.add_argument(
+        "--table-properties", default=None, help='JSON {"delta.*": value} set on every table this job creates'
+    )
     return p.parse_args(argv)
+
+
+def parse_table_properties(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    try:
+        props = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--table-properties is not valid JSON ({e}); expected {{\"delta.key\": \"value\"}}") from e
+    if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+        raise ConfigError('--table-properties must be a JSON object of strings {"delta.key": "value"}')
+    return props
 
 
 def build_session(app_name: str) -> SparkSession:
@@ -893,6 +914,7 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         if args.zk_hosts and not args.zk_root:
             raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
         options = parse_table_options(args.table_options)
+        properties = parse_table_properties(args.table_properties)
         manifest = read_manifest(args.window_dir)
         fence = None
         if args.zk_hosts:
@@ -902,7 +924,7 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         spark.sparkContext.setLogLevel("WARN")
         report = merge_window(
             spark, manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
-            delete_mode=args.delete_mode, table_options=options, fence_check=fence,
+            delete_mode=args.delete_mode, table_options=options, fence_check=fence, table_properties=properties,
         )
         write_report(args.report, report)
         return report

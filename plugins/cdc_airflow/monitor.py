@@ -4,7 +4,8 @@ Served by `airflow api-server` under /cdc-monitor (a FastAPI app registered thro
 below) and linked from the sidebar. For every configured pipeline it shows the cursor (binlog
 file:offset, GTID, commit time), the lag behind the source (seconds and bytes), the lease (holder,
 expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome),
-the snapshot's progress per table (chunks done / estimated total, rows) and the last error. The
+the snapshot's progress per table (chunks done / estimated total, rows), the last error, and per
+Delta table its files, size and last maintenance (cdc_core.housekeeping). The
 data is `Pipeline.status()`, gathered fresh on every request.
 
 Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
@@ -57,7 +58,9 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         "schedule": pc.schedule,
         "tables": list(pc.tables.include),
         "exclude": list(pc.tables.exclude),
-        "dags": [f"cdc_{pc.name}", f"cdc_{pc.name}_backfill", f"cdc_{pc.name}_snapshot"],
+        "dags": [
+            f"cdc_{pc.name}", f"cdc_{pc.name}_backfill", f"cdc_{pc.name}_snapshot", f"cdc_{pc.name}_maintenance",
+        ],
         "lease_seconds": pc.lease_seconds,
     }
     secrets: list[str] = []
@@ -294,6 +297,8 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
 
     parts.append(render_snapshot(s.get("snapshot")))
 
+    parts.append(render_tables(s.get("maintenance"), now))
+
     windows = [window_view(w) for w in (s.get("windows") or []) if isinstance(w, Mapping)]
     if windows:
         parts.append(
@@ -351,6 +356,59 @@ def render_snapshot(snap: Any) -> str:
         )
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def render_tables(m: Any, now: float) -> str:
+    """Pure: the pipeline's Delta tables (files, size, last maintenance) and its last maintenance run."""
+    if not isinstance(m, Mapping):
+        return ""
+    if m.get("error"):
+        return f'<div class="error" data-field="maintenance_error">tables: {esc(m["error"])}</div>'
+    parts = []
+    last = m.get("last") if isinstance(m.get("last"), Mapping) else None
+    if last:
+        totals = last.get("totals") or {}
+        cleanup = last.get("cleanup") or {}
+        staged = cleanup.get("staging") or {}
+        records = cleanup.get("records") or {}
+        cls = "ok" if last.get("status") == "ok" else "bad"
+        text = (
+            f'<span class="{cls}">{esc(last.get("status"))}</span> {esc(fmt_time(last.get("finished_at"), now))}: '
+            f"data files {esc(totals.get('files_before', '-'))} &rarr; {esc(totals.get('files_after', '-'))}, "
+            f"vacuumed {esc(totals.get('vacuum_files', '-'))} files ({esc(fmt_bytes(totals.get('vacuum_bytes')))}), "
+            f"log entries {esc(totals.get('log_entries_deleted', '-'))}; staged windows "
+            f"{esc(staged.get('windows_deleted', '-'))} ({esc(fmt_bytes(staged.get('bytes_freed')))}), "
+            f"ZooKeeper records {esc(records.get('records_deleted', '-'))}"
+        )
+        parts.append(f'<dl>{_row("last maintenance", text, "last_maintenance")}</dl>')
+        for err in last.get("errors") or []:
+            parts.append(f'<div class="error" data-field="maintenance_errors">{esc(err)}</div>')
+    tables = [t for t in m.get("tables") or [] if isinstance(t, Mapping)]
+    if tables:
+        parts.append(
+            '<table data-field="tables"><thead><tr><th>table</th><th>files</th><th>size</th><th>Delta version</th>'
+            "<th>last commit</th><th>last maintenance</th></tr></thead><tbody>"
+        )
+        for t in tables:
+            name = f"{t.get('name')}" + (" (tombstones)" if t.get("kind") == "tombstones" else "")
+            lm = t.get("last_maintenance") if isinstance(t.get("last_maintenance"), Mapping) else None
+            maint = "never"
+            if lm:
+                maint = (
+                    f"{esc(fmt_time(lm.get('at'), now))}: {esc(lm.get('status'))}, files {esc(lm.get('files_before'))}"
+                    f" &rarr; {esc(lm.get('files_after'))}, vacuumed {esc(lm.get('vacuum_files'))} "
+                    f"({esc(fmt_bytes(lm.get('vacuum_bytes')))})"
+                )
+            if t.get("error"):
+                maint = f'<span class="bad">{esc(t["error"])}</span>'
+            parts.append(
+                f'<tr data-table="{esc(name)}"><td>{esc(name)}</td><td class="num">{esc(t.get("files"))}</td>'
+                f'<td class="num">{esc(fmt_bytes(t.get("size_bytes")))}</td>'
+                f'<td class="num">{esc(t.get("version"))}</td>'
+                f"<td>{esc(t.get('last_commit_at') or '-')}</td><td>{maint}</td></tr>"
+            )
+        parts.append("</tbody></table>")
+    return "".join(parts)
 
 
 def render_page(statuses: Iterable[Mapping[str, Any]], now: float | None = None) -> str:

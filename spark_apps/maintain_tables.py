@@ -1,0 +1,469 @@
+"""Spark job: maintain a pipeline's Delta tables (OPTIMIZE, VACUUM, log tidiness, retention properties).
+
+Run by the maintenance DAG (`CdcMaintenanceOperator`) and `cdc maintain` as
+
+    spark-submit [--master local[2] --jars <delta jars> --conf ...] spark_apps/maintain_tables.py \
+        --pipeline <name> --token <fencing token> --tables <json> --report <path-or-uri> \
+        --vacuum-retention-hours N --log-retention-hours N --txn-retention-hours N \
+        --min-retention-hours H [--zk-hosts h:p --zk-root /x] [--skip-optimize] [--skip-vacuum]
+
+`--tables` is the list `cdc_core.housekeeping.discover_tables` found: `[{"name": "db.t", "uri": ..., "kind":
+"table"|"tombstones", "zorder_by": [...]}]`, the pipeline's main tables and their hard-delete tombstone
+tables. The caller holds the pipeline's ZooKeeper lease (and renews it while this job runs), so no
+scheduled merge runs meanwhile; only a zombie merge (a run whose lease expired) can still write.
+
+Per table, each step preceded by the fencing check (the lease node's czxid == --token; a failed check
+stops the job with `Fenced`'s exit code), each commit retried on a Delta concurrency conflict (a
+concurrent merge won: redo the step on the new snapshot; the merge itself retries if *it* lost):
+
+1. align the managed retention properties (`cdc_core.retention.managed_table_properties`) when they
+   differ: `delta.setTransactionRetentionDuration`, `delta.deletedFileRetentionDuration`,
+   `delta.logRetentionDuration` (one metadata commit, once per table);
+2. OPTIMIZE: bin-packing compaction; `ZORDER BY` the table's `zorder_by` option (a liquid-clustered
+   table is clustered by plain OPTIMIZE instead). OPTIMIZE commits `dataChange=false`: contents, the
+   txn identifiers and the change data feed are untouched;
+3. VACUUM RETAIN <vacuum-retention-hours> HOURS, never below --min-retention-hours (the replay
+   horizon; a shorter value is refused before anything runs). Files a recent version needs stay, so
+   time travel to the versions of the retention window keeps working;
+4. checkpoint and expired-log cleanup (log entries older than `delta.logRetentionDuration` before the
+   checkpoint), so readers (Spark, and delta-rs in `cdc_core.delta_state`) start from a fresh
+   checkpoint.
+
+Every step is logged with what it freed (files, bytes, log entries) and the JSON report (`{pipeline,
+token, tables: [{name, kind, files_before, files_after, bytes_before, bytes_after, optimize, vacuum,
+log, properties_set, status, error}], totals, errors}`) is written to --report and printed as the
+last stdout line. A table that fails is reported and the others are still maintained; the exit code
+is then LakeError's. Maintenance commits never carry the idempotent-write confs (txnAppId/txnVersion):
+the job refuses to start when the session has them (a maintenance commit carrying a window's identity
+would make that window's merge be skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+try:
+    import cdc_core  # noqa: F401
+except ImportError:  # spark-submit of a checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdc_core import retention
+from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError
+from cdc_core.naming import quote_spark
+from spark_apps.merge_window import (
+    TXN_APP_ID_CONF,
+    TXN_VERSION_CONF,
+    USER_METADATA_CONF,
+    _is_commit_conflict,
+    _one_line,
+    _sql_str,
+    build_session,
+    kv,
+    write_report,
+    zk_fence_check,
+)
+
+log = logging.getLogger("cdc.maintenance")
+
+KINDS = ("table", "tombstones")
+CONFLICT_ATTEMPTS = 5
+_LOG_ENTRY_RE = re.compile(r"^\d{20}\.")
+
+
+def _no_fence() -> None:
+    return None
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def parse_tables(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The --tables list, validated (a clear ConfigError for anything else)."""
+    try:
+        tables = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--tables is not valid JSON ({e}); expected a list of {{name, uri, kind}}") from None
+    if not isinstance(tables, list):
+        raise ConfigError("--tables must be a JSON list of {name, uri, kind, zorder_by}")
+    out = []
+    for i, t in enumerate(tables):
+        if not isinstance(t, dict) or not isinstance(t.get("uri"), str) or not isinstance(t.get("name"), str):
+            raise ConfigError(f"--tables[{i}] must be an object with string 'name' and 'uri'")
+        kind = t.get("kind", "table")
+        if kind not in KINDS:
+            raise ConfigError(f"--tables[{i}].kind must be one of {KINDS}, got {kind!r}")
+        zorder = t.get("zorder_by") or []
+        if not isinstance(zorder, list) or not all(isinstance(c, str) and c for c in zorder):
+            raise ConfigError(f"--tables[{i}].zorder_by must be a list of column names")
+        out.append({"name": t["name"], "uri": t["uri"], "kind": kind, "zorder_by": list(zorder)})
+    return out
+
+
+def check_retentions(vacuum_hours: int, log_hours: int, txn_hours: int, min_hours: int) -> None:
+    """Defence in depth: the configuration refuses these already; a hand-built command must too."""
+    problems = []
+    if vacuum_hours < min_hours:
+        problems.append(
+            f"--vacuum-retention-hours {vacuum_hours} is shorter than the replay horizon {min_hours}h: VACUUM could "
+            "delete files a replay or a reader still needs"
+        )
+    if txn_hours < min_hours:
+        problems.append(
+            f"--txn-retention-hours {txn_hours} is shorter than the replay horizon {min_hours}h: Delta would "
+            "forget idempotent-write identities a replay still needs"
+        )
+    if log_hours < vacuum_hours:
+        problems.append(f"--log-retention-hours {log_hours} is shorter than --vacuum-retention-hours {vacuum_hours}")
+    if problems:
+        raise ConfigError("; ".join(problems) + "; fix maintenance.* in the configuration (see docs/housekeeping.md)")
+
+
+# ------------------------------------------------------------------------------------------ the job
+
+
+class Maintenance:
+    """One maintenance run over a list of tables."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: str,
+        token: int,
+        *,
+        vacuum_hours: int,
+        log_hours: int,
+        txn_hours: int,
+        min_hours: int,
+        fence: Callable[[], None] | None = None,
+        optimize: bool = True,
+        vacuum: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        check_retentions(vacuum_hours, log_hours, txn_hours, min_hours)
+        for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF):
+            if spark.conf.get(k, None):
+                raise ConfigError(
+                    f"the Spark session sets {k}; maintenance commits must never carry a window's idempotent-write "
+                    "identity (that window's merge would then be skipped). Remove it from the submitted confs"
+                )
+        self.spark = spark
+        self.pipeline = pipeline
+        self.token = token
+        self.vacuum_hours = vacuum_hours
+        self.properties = retention.managed_table_properties(vacuum_hours, log_hours, txn_hours)
+        self.fence = fence or _no_fence
+        self.do_optimize = optimize
+        self.do_vacuum = vacuum
+        self.sleep = sleep
+        self.run_id = uuid.uuid4().hex
+        # VACUUM START/END land in the table history with the files and bytes they deleted.
+        spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
+
+    def log(self, event: str, **fields: Any) -> None:
+        log.info("%s", kv(event=event, pipeline=self.pipeline, token=f"{self.token:#x}", **fields))
+
+    # ------------------------------------------------------------------------------------- helpers
+
+    def _meta(self, table: str, step: str) -> str:
+        return json.dumps(
+            {"pipeline": self.pipeline, "token": self.token, "maintenance": self.run_id, "table": table, "step": step},
+            sort_keys=True,
+        )
+
+    def with_retries(self, table: str, step: str, action: Callable[[], Any]) -> tuple[Any, int]:
+        """Run one committing step; on a Delta concurrency conflict re-run it (fenced again) on the new
+        snapshot, with back-off. Returns (result, attempts)."""
+        conf = self.spark.conf
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            self.fence()
+            conf.set(USER_METADATA_CONF, self._meta(table, step))
+            try:
+                return action(), attempt
+            except Exception as e:
+                if not _is_commit_conflict(e) or attempt == CONFLICT_ATTEMPTS:
+                    raise
+                self.log("maintenance.conflict_retry", table=table, step=step, attempt=attempt, reason=_one_line(e))
+                self.sleep(min(8.0, 0.5 * 2**attempt))
+            finally:
+                conf.unset(USER_METADATA_CONF)
+        raise AssertionError("unreachable")
+
+    def detail(self, uri: str) -> dict[str, Any]:
+        row = DeltaTable.forPath(self.spark, uri).detail().collect()[0].asDict()
+        history = DeltaTable.forPath(self.spark, uri).history(1).collect()
+        return {
+            "files": int(row.get("numFiles") or 0),
+            "bytes": int(row.get("sizeInBytes") or 0),
+            "properties": dict(row.get("properties") or {}),
+            "clustering": list(row.get("clusteringColumns") or []),
+            "partitioning": list(row.get("partitionColumns") or []),
+            "version": int(history[0]["version"]) if history else None,
+        }
+
+    def log_entries(self, uri: str) -> int | None:
+        """How many commit/checkpoint/checksum files the table's _delta_log holds (None: cannot list)."""
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(f"{uri.rstrip('/')}/_delta_log")
+            names = [str(p).rstrip("/").rpartition("/")[2] for p in fs.ls(path, detail=False)]
+        except (OSError, ValueError):
+            return None
+        return sum(1 for n in names if _LOG_ENTRY_RE.match(n))
+
+    # ---------------------------------------------------------------------------------- the steps
+
+    def align_properties(self, name: str, uri: str, current: dict[str, str]) -> list[str]:
+        wanted = {k: v for k, v in self.properties.items() if current.get(k) != v}
+        if not wanted:
+            return []
+        # logRetention >= deletedFileRetention is checked by Delta on the resulting metadata, so one statement.
+        sql = (
+            f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ("
+            + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(wanted.items()))
+            + ")"
+        )
+        _, attempts = self.with_retries(name, "properties", lambda: self.spark.sql(sql).collect())
+        self.log("maintenance.properties", table=name, set=",".join(f"{k}={v}" for k, v in sorted(wanted.items())),
+                 attempts=attempts)
+        return sorted(wanted)
+
+    def optimize(self, name: str, uri: str, info: dict[str, Any], zorder_by: list[str]) -> dict[str, Any]:
+        mode = "clustering" if info["clustering"] else "zorder" if zorder_by else "compaction"
+
+        def action() -> list[Any]:
+            if mode == "clustering":  # a liquid-clustered table: plain OPTIMIZE clusters it
+                return self.spark.sql(f"OPTIMIZE delta.{quote_spark(uri)}").collect()
+            builder = DeltaTable.forPath(self.spark, uri).optimize()  # a fresh snapshot on every attempt
+            if mode == "zorder":
+                return builder.executeZOrderBy(*zorder_by).collect()
+            return builder.executeCompaction().collect()
+
+        rows, attempts = self.with_retries(name, "optimize", action)
+        metrics = (rows[0].asDict(recursive=True).get("metrics") or {}) if rows else {}
+        added = metrics.get("filesAdded") or {}
+        removed = metrics.get("filesRemoved") or {}
+        out = {
+            "mode": mode,
+            "zorder_by": zorder_by if mode == "zorder" else [],
+            "files_removed": int(metrics.get("numFilesRemoved") or 0),
+            "files_added": int(metrics.get("numFilesAdded") or 0),
+            "bytes_removed": int(removed.get("totalSize") or 0),
+            "bytes_added": int(added.get("totalSize") or 0),
+            "attempts": attempts,
+        }
+        self.log("maintenance.optimize", table=name, **{k: v for k, v in out.items() if k != "zorder_by"})
+        return out
+
+    def vacuum(self, name: str, uri: str) -> dict[str, Any]:
+        before = self.detail(uri)["version"]
+        self.fence()
+        self.spark.conf.set(USER_METADATA_CONF, self._meta(name, "vacuum"))
+        try:
+            DeltaTable.forPath(self.spark, uri).vacuum(float(self.vacuum_hours))
+        finally:
+            self.spark.conf.unset(USER_METADATA_CONF)
+        files = size = None
+        for row in DeltaTable.forPath(self.spark, uri).history(10).collect():
+            if before is not None and row["version"] <= before:
+                continue
+            metrics = row["operationMetrics"] or {}
+            if row["operation"] == "VACUUM START":
+                size = int(metrics.get("sizeOfDataToDelete", 0))
+                files = files if files is not None else int(metrics.get("numFilesToDelete", 0))
+            elif row["operation"] == "VACUUM END":
+                files = int(metrics.get("numDeletedFiles", 0))
+        out = {"retention_hours": self.vacuum_hours, "files_deleted": files, "bytes_deleted": size}
+        self.log("maintenance.vacuum", table=name, **out)
+        return out
+
+    def tidy_log(self, name: str, uri: str) -> dict[str, Any]:
+        """Write a checkpoint of the current version and delete log entries past the log retention."""
+        before = self.log_entries(uri)
+        self.fence()
+        jvm = self.spark._jvm  # type: ignore[attr-defined]
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, uri)  # type: ignore[attr-defined]
+        none = jvm.scala.Option.empty()
+        snapshot = delta_log.update(False, none, none)
+        try:
+            delta_log.checkpointAndCleanUpDeltaLog(snapshot, none)  # cleanup honours delta.logRetentionDuration
+            how = "checkpoint+cleanup"
+        except Exception as e:  # an API change in a later Delta: a checkpoint alone still bounds log replay
+            self.log("maintenance.log_cleanup_unavailable", table=name, reason=_one_line(e))
+            delta_log.checkpoint(snapshot, none)
+            how = "checkpoint"
+        after = self.log_entries(uri)
+        out = {
+            "checkpoint_version": int(snapshot.version()),
+            "mode": how,
+            "entries_before": before,
+            "entries_after": after,
+            "entries_deleted": (before - after) if before is not None and after is not None and before > after else 0,
+        }
+        self.log("maintenance.log", table=name, **out)
+        return out
+
+    # ------------------------------------------------------------------------------------ a table
+
+    def maintain(self, t: dict[str, Any]) -> dict[str, Any]:
+        name, uri = t["name"], t["uri"]
+        label = name if t["kind"] == "table" else f"{name} (tombstones)"
+        t0 = time.monotonic()
+        result: dict[str, Any] = {"name": name, "kind": t["kind"], "uri": uri, "status": "ok", "error": None}
+        if not DeltaTable.isDeltaTable(self.spark, uri):
+            result.update(status="missing", seconds=round(time.monotonic() - t0, 3))
+            self.log("maintenance.table_missing", table=label, uri=uri)
+            return result
+        before = self.detail(uri)
+        result.update(files_before=before["files"], bytes_before=before["bytes"], version_before=before["version"])
+        result["properties_set"] = self.align_properties(label, uri, before["properties"])
+        zorder = [c for c in t.get("zorder_by") or [] if t["kind"] == "table"]
+        result["optimize"] = self.optimize(label, uri, before, zorder) if self.do_optimize else None
+        result["vacuum"] = self.vacuum(label, uri) if self.do_vacuum else None
+        result["log"] = self.tidy_log(label, uri)
+        after = self.detail(uri)
+        result.update(files_after=after["files"], bytes_after=after["bytes"], version_after=after["version"])
+        result["seconds"] = round(time.monotonic() - t0, 3)
+        self.log(
+            "maintenance.table", table=label, files=f"{before['files']}->{after['files']}",
+            bytes=f"{before['bytes']}->{after['bytes']}",
+            vacuum_files=(result["vacuum"] or {}).get("files_deleted"),
+            vacuum_bytes=(result["vacuum"] or {}).get("bytes_deleted"),
+            log_entries_deleted=result["log"]["entries_deleted"], secs=result["seconds"],
+        )
+        return result
+
+    def run(self, tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        t0 = time.monotonic()
+        started = time.time()
+        results = []
+        errors = []
+        for t in tables:
+            try:
+                results.append(self.maintain(t))
+            except (Fenced, ConfigError):
+                raise  # nothing more may be done by this run / nothing would work
+            except Exception as e:
+                # One broken table must not keep the others from being maintained; the run still fails.
+                errors.append(f"{t['name']} ({t['kind']}): {type(e).__name__}: {_one_line(e)}")
+                results.append({"name": t["name"], "kind": t["kind"], "uri": t["uri"], "status": "error",
+                                "error": _one_line(e)})
+                self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=_one_line(e))
+        report = {
+            "pipeline": self.pipeline,
+            "token": self.token,
+            "run": self.run_id,
+            "started_at": started,
+            "finished_at": time.time(),
+            "seconds": round(time.monotonic() - t0, 3),
+            "settings": {"properties": self.properties, "vacuum_retention_hours": self.vacuum_hours,
+                         "optimize": self.do_optimize, "vacuum": self.do_vacuum},
+            "tables": results,
+            "totals": totals(results),
+            "errors": errors,
+        }
+        self.log(
+            "maintenance.done", tables=len(results), errors=len(errors), secs=report["seconds"], **report["totals"]
+        )
+        return report
+
+
+def totals(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What the whole run freed: data files compacted away and deleted, bytes, log entries."""
+    out = {"files_before": 0, "files_after": 0, "vacuum_files": 0, "vacuum_bytes": 0, "log_entries_deleted": 0}
+    for r in results:
+        out["files_before"] += int(r.get("files_before") or 0)
+        out["files_after"] += int(r.get("files_after") or 0)
+        out["vacuum_files"] += int((r.get("vacuum") or {}).get("files_deleted") or 0)
+        out["vacuum_bytes"] += int((r.get("vacuum") or {}).get("bytes_deleted") or 0)
+        out["log_entries_deleted"] += int((r.get("log") or {}).get("entries_deleted") or 0)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="maintain_tables.py", description="Maintain a pipeline's Delta tables")
+    p.add_argument("--pipeline", required=True)
+    p.add_argument("--token", required=True, type=lambda s: int(s, 0), help="fencing token (lease czxid)")
+    p.add_argument("--tables", required=True, help='JSON [{"name", "uri", "kind", "zorder_by"}]')
+    p.add_argument("--report", required=True, help="where to write the JSON report (path or fsspec URL)")
+    p.add_argument("--vacuum-retention-hours", required=True, type=int)
+    p.add_argument("--log-retention-hours", required=True, type=int)
+    p.add_argument("--txn-retention-hours", required=True, type=int)
+    p.add_argument("--min-retention-hours", required=True, type=int, help="the replay horizon (a floor)")
+    p.add_argument("--skip-optimize", action="store_true")
+    p.add_argument("--skip-vacuum", action="store_true")
+    p.add_argument("--zk-hosts", default=None)
+    p.add_argument("--zk-root", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        report = _run(argv)
+    except CdcError as e:
+        print(f"maintain_tables: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except Exception as e:
+        print(f"maintain_tables: unexpected {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps(report, sort_keys=True), flush=True)
+    if report["errors"]:
+        print("maintain_tables: " + "; ".join(report["errors"]), file=sys.stderr, flush=True)
+        return LakeError.exit_code
+    return 0
+
+
+def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dict[str, Any]:
+    """The job; with `session` (tests) in that session, which is left running."""
+    close_zk: Callable[[], None] | None = None
+    spark: SparkSession | None = None
+    try:
+        args = parse_args(argv)
+        if args.zk_hosts and not args.zk_root:
+            raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
+        tables = parse_tables(args.tables)
+        check_retentions(
+            args.vacuum_retention_hours, args.log_retention_hours, args.txn_retention_hours, args.min_retention_hours
+        )
+        fence = None
+        if args.zk_hosts:
+            fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
+            fence()  # fail before paying for a Spark start when already fenced
+        if session is None:
+            spark = build_session(f"cdc-maintain-{args.pipeline}")
+            spark.sparkContext.setLogLevel("WARN")
+        job = Maintenance(
+            session or spark, args.pipeline, args.token,  # type: ignore[arg-type]
+            vacuum_hours=args.vacuum_retention_hours, log_hours=args.log_retention_hours,
+            txn_hours=args.txn_retention_hours, min_hours=args.min_retention_hours,
+            fence=fence, optimize=not args.skip_optimize, vacuum=not args.skip_vacuum,
+        )
+        report = job.run(tables)
+        write_report(args.report, report)
+        return report
+    finally:
+        if close_zk is not None:
+            close_zk()
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
