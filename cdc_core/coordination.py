@@ -53,6 +53,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl, make_digest_acl_credential
 
+from cdc_core import faults
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.positions import BinlogPosition
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
@@ -562,6 +563,7 @@ class PipelineCoordinator:
         self.cursor_path = f"{self.base}/cursor"
         self.windows_path = f"{self.base}/windows"
         self.snapshot_path = f"{self.base}/snapshot"
+        self.lake_path = f"{self.base}/lake"
         self._acl = _client_acl(client)
         self._state: str = client.state
         self._reverify = False
@@ -1082,6 +1084,7 @@ class PipelineCoordinator:
                 self._cursor_op(cstat, _dumps(new_cursor.to_dict())),
             ]
             fields = {"seq": seq, "kind": record.plan.kind}
+            faults.point("mid_ack")  # crash suite: lease checked, records read, nothing committed yet
             if new_cursor.position is not None:
                 fields["cursor"] = new_cursor.position.label().replace(" ", "_")
             if record.plan.kind == KIND_BACKFILL:
@@ -1225,3 +1228,35 @@ class PipelineCoordinator:
 
             deleted += self._fenced(grant, "prune windows", attempt)
         return deleted
+
+    # ------------------------------------------------------------------------ lake table registry
+
+    def read_lake(self) -> dict[str, Any] | None:
+        """The lake table registry's data (cdc_core.lake_registry), None when nothing was registered yet."""
+        self._require_connected("read lake registry")
+        got = self._get(self.lake_path, "reading the lake registry")
+        if got is None:
+            return None
+        data: dict[str, Any] = self._parse(got[0], self.lake_path, lambda d: d)
+        return data
+
+    def update_lake(
+        self, grant: LeaseGrant, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        """Replace the lake registry's data with `change(current)` in one fenced compare-and-set
+        (`change` returns None for "no change"; it is re-applied to fresh data after a race)."""
+
+        def attempt() -> _Write | _Done:
+            got = self._get(self.lake_path, "reading the lake registry")
+            current = self._parse(got[0], self.lake_path, lambda d: d) if got is not None else None
+            new = change(current)
+            if new is None or new == current:
+                return _Done(current)
+            op: tuple[Any, ...] = (
+                ("create", self.lake_path, _dumps(new)) if got is None
+                else ("set", self.lake_path, _dumps(new), got[1].version)
+            )
+            return _Write([op], new, "lake.recorded", {"tables": len(new.get("tables") or {})})
+
+        result: dict[str, Any] | None = self._fenced(grant, "record lake tables", attempt)
+        return result

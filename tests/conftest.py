@@ -75,6 +75,23 @@ def services() -> Iterator[Services]:
         subprocess.run([str(SERVICES), "stop"], check=False)
 
 
+@pytest.fixture(scope="session")
+def private_services():  # type: ignore[no-untyped-def]
+    """A MariaDB + ZooKeeper of this session's own (tests/faults/services.py), for tests that restart,
+    kill or purge them: never the shared ones. Ports 33317 / 22191, data under .local/private-faults
+    (fresh when not already running); started on first use, stopped (by PID) at the end."""
+    import shutil
+
+    from tests.faults.services import PrivateServices
+
+    ps = PrivateServices()
+    if not any(ps.running().values()):
+        shutil.rmtree(ps.directory, ignore_errors=True)
+    ps.start()
+    yield ps
+    ps.stop_all()
+
+
 @pytest.fixture
 def source_db(services: Services) -> Iterator[str]:
     """A fresh database on the source for this test; dropped afterwards."""
