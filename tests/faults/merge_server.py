@@ -33,7 +33,7 @@ from typing import Any
 _local = threading.local()
 
 
-class _ClientKilled(Exception):
+class _ClientKilled(BaseException):  # not an Exception: the job must not wrap it in a LakeError
     """The requesting process was killed at a fault point: drop the rest of the job, answer nobody."""
 
 

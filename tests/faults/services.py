@@ -22,8 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services.sh"
 PRIVATE_DIR = ROOT / ".local" / "private-faults"
-MARIADB_PORT = 33317
-ZK_PORT = 22191
+# Overridable (CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT) for machines where another checkout's
+# private services already use these ports; `start()` refuses a port some other process listens on.
+MARIADB_PORT = int(os.environ.get("CDC_PRIVATE_MARIADB_PORT", "33317"))
+ZK_PORT = int(os.environ.get("CDC_PRIVATE_ZK_PORT", "22193"))
 
 
 @dataclass
@@ -65,7 +67,21 @@ class PrivateServices:
         was = self.running()
         self._script("start")
         self.started |= {svc for svc, up in was.items() if not up}
+        self.check_ownership()
         return self
+
+    def check_ownership(self) -> None:
+        """The processes answering on our ports must be the ones in our pid files: services.sh's readiness
+        check would happily accept another checkout's server on the same port (and that server's owner
+        restarts it whenever they like)."""
+        for svc, port in (("mariadb", self.mariadb_port), ("zookeeper", self.zk_port)):
+            listener = _listener_pid(port)
+            if listener is not None and listener != self.pid(svc):
+                raise RuntimeError(
+                    f"port {port} is served by pid {listener}, not by this checkout's private {svc} "
+                    f"(pid file {self.directory / svc}): another checkout uses it. Pick free ports with "
+                    "CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT"
+                )
 
     def stop_all(self) -> None:
         """Stop what `start()` started (by the PIDs in the private pid files)."""
@@ -85,6 +101,7 @@ class PrivateServices:
         self._script("stop", "mariadb")
         self._script("start", "mariadb")
         self.started.add("mariadb")
+        self.check_ownership()
 
     def stop_mariadb(self) -> None:
         self._script("stop", "mariadb")
@@ -97,6 +114,7 @@ class PrivateServices:
         self._script("stop", "zookeeper")
         self._script("start", "zookeeper")
         self.started.add("zookeeper")
+        self.check_ownership()
 
     # ----------------------------------------------------------------------- Services interface
 
@@ -141,3 +159,10 @@ class PrivateServices:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+
+def _listener_pid(port: int) -> int | None:
+    """The pid listening on 127.0.0.1:`port` (from `ss`), None when nobody listens."""
+    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"pid=(\d+)", out)
+    return int(m.group(1)) if m else None

@@ -34,7 +34,7 @@ def test_a_crash_at_every_fault_point_converges(rig) -> None:  # type: ignore[no
     _assert_clean(r)
 
 
-def test_kills_at_random_times_converge(rig) -> None:  # type: ignore[no-untyped-def]
+def test_kills_at_random_times_converge(rig, merge_server) -> None:  # type: ignore[no-untyped-def]
     r = rig(1002, tables=("orders", "events"))
     rng = random.Random(1002)
     r.write(6)
@@ -44,3 +44,26 @@ def test_kills_at_random_times_converge(rig) -> None:  # type: ignore[no-untyped
     r.finish("after random kills")
     _assert_clean(r)
     assert any(o.startswith("killed") for o in outcomes), outcomes
+    _oracle_notices_damage(r, merge_server.spark())
+
+
+def _oracle_notices_damage(rig, spark) -> None:  # type: ignore[no-untyped-def]
+    """The oracle can fail: a duplicated row, a lost row and a re-planned window are each reported."""
+    import json
+
+    t = f"delta.`{rig.oracle.table_uri('orders')}`"
+    first = spark.sql(f"SELECT region, order_no, line FROM {t} ORDER BY region, order_no, line LIMIT 1").collect()[0]
+    where = f"region = '{first.region}' AND order_no = {first.order_no} AND line = {first.line}"
+    spark.sql(f"INSERT INTO {t} SELECT * FROM {t} WHERE {where}")
+    with pytest.raises(AssertionError, match="duplicated 1"):
+        rig.check("a duplicated row")
+    spark.sql(f"DELETE FROM {t} WHERE {where}")
+    with pytest.raises(AssertionError, match="missing 1"):
+        rig.check("a lost row")
+    path = rig.oracle.coordinator.window_path(1)
+    data, stat = rig.zk_client.get(path)
+    record = json.loads(data)
+    record["plan"]["events"] += 1
+    rig.zk_client.set(path, json.dumps(record).encode(), version=stat.version)
+    with pytest.raises(AssertionError, match="window 1 was re-planned"):
+        rig.check("a re-planned window")
