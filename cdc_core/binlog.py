@@ -289,7 +289,7 @@ def _stream_events(
         stream.close()
 
 
-class _StreamLost(pymysql.err.OperationalError):
+class _StreamLost(pymysql.err.OperationalError):  # type: ignore[misc]
     """The binlog connection dropped after the stream started; the library wanted to resume silently."""
 
 

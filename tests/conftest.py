@@ -78,8 +78,9 @@ def services() -> Iterator[Services]:
 @pytest.fixture(scope="session")
 def private_services():  # type: ignore[no-untyped-def]
     """A MariaDB + ZooKeeper of this session's own (tests/faults/services.py), for tests that restart,
-    kill or purge them: never the shared ones. Ports 33317 / 22193 (CDC_PRIVATE_MARIADB_PORT, CDC_PRIVATE_ZK_PORT), data under .local/private-faults
-    (fresh when not already running); started on first use, stopped (by PID) at the end."""
+    kill or purge them: never the shared ones. Ports 33317 / 22193 (CDC_PRIVATE_MARIADB_PORT,
+    CDC_PRIVATE_ZK_PORT), data under .local/private-faults (fresh when not already running); started on
+    first use, stopped (by PID) at the end."""
     import shutil
 
     from tests.faults.services import PrivateServices

@@ -38,8 +38,9 @@ def _patch_merge(address: str) -> None:
 
 
 def _patch_session_file(path: str) -> None:
-    import cdc_core.pipeline as pipeline
     from kazoo.protocol.states import KazooState
+
+    import cdc_core.pipeline as pipeline
 
     real = pipeline.make_zk_client
 

@@ -35,7 +35,9 @@ def fault_zk(private_services: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def rig(private_services: Any, merge_server: MergeServer, fault_zk: Any, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+def rig(
+    private_services: Any, merge_server: MergeServer, fault_zk: Any, tmp_path: Path
+) -> Iterator[Callable[..., Rig]]:
     """`rig(seed, **options)`: a pipeline over a fresh database on the private MariaDB; closed afterwards."""
     made: list[Rig] = []
 

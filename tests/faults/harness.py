@@ -14,6 +14,7 @@ the run's whole process group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -68,7 +69,8 @@ class CliResult:
 
     def explain(self) -> str:
         return (f"`{' '.join(self.args)}` rc={self.rc} fired={self.fired} timer_killed={self.timer_killed} "
-                f"secs={self.seconds:.1f}\n--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-6000:]}")
+                f"secs={self.seconds:.1f}\n--- stdout ---\n{self.stdout[-3000:]}\n"
+                f"--- stderr ---\n{self.stderr[-6000:]}")
 
 
 class Running:
@@ -114,10 +116,8 @@ class Running:
         os.killpg(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def finish(self, timeout: float = 1800, kill_after: float | None = None) -> CliResult:
         if kill_after is not None:
@@ -157,6 +157,7 @@ class Rig:
     database: str = ""
     zk_root: str = ""
     runs: list[CliResult] = field(default_factory=list)
+    _running: list[Running] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.created_at = time.time()
@@ -183,27 +184,26 @@ class Rig:
         self._n = 0
 
     def close(self) -> None:
+        for running in self._running:  # a test that failed mid-run must not leave a run behind
+            if running.proc.poll() is None:
+                running.cont()
+                running.kill()
+                running.proc.wait()
         self.oracle.close()
         self.shadow.close()
-        try:
+        with contextlib.suppress(Exception):
             with self.conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE IF EXISTS `{self.database}`")
             self.conn.close()
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             self.zk_client.delete(self.zk_root, recursive=True)
-        except Exception:
-            pass
 
     # ---------------------------------------------------------------------------------- source
 
     def reconnect(self) -> None:
         """After a MariaDB restart."""
-        try:
+        with contextlib.suppress(Exception):
             self.conn.close()
-        except Exception:
-            pass
         self.conn = self.services.root_connect()
         self.shadow.reconnect(self.services)
 
@@ -264,7 +264,9 @@ class Rig:
             if action:
                 extra["CDC_FAULT_ACTION"] = action
         args = [sys.executable, "-m", "tests.faults.cli_shim", "--config", str(self.config_path), *cdc_args]
-        return Running(args, self.env(extra), self.workdir, marker)
+        running = Running(args, self.env(extra), self.workdir, marker)
+        self._running.append(running)
+        return running
 
     def cli(self, *cdc_args: str, fault: str | None = None, kill_after: float | None = None,
             extra_env: dict[str, str] | None = None, timeout: float = 1800) -> CliResult:

@@ -159,9 +159,11 @@ class MergeServer:
         except _ClientKilled:
             raise
         except CdcError as e:
-            return {"rc": e.exit_code, "stdout": "", "stderr": f"merge_window: {type(e).__name__}: {mw._one_line(e)}\n"}
+            err = f"merge_window: {type(e).__name__}: {mw._one_line(e)}\n"
+            return {"rc": e.exit_code, "stdout": "", "stderr": err}
         except Exception as e:
-            return {"rc": 1, "stdout": "", "stderr": f"merge_window: unexpected {type(e).__name__}: {mw._one_line(e)}\n"}
+            err = f"merge_window: unexpected {type(e).__name__}: {mw._one_line(e)}\n"
+            return {"rc": 1, "stdout": "", "stderr": err}
         finally:
             _local.request = None
             if close_zk is not None:

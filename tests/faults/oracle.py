@@ -231,7 +231,9 @@ class Oracle:
             cache[n] = tuple(txns)
         return cache
 
-    def _check_delta(self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]) -> dict[str, int | None]:
+    def _check_delta(
+        self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
+    ) -> dict[str, int | None]:
         versions: dict[str, int | None] = {}
         top = max(windows) if windows else 0
         uris = {t: self.table_uri(t) for t in self.workload.table_names}
@@ -243,7 +245,9 @@ class Oracle:
             for commit, txns in sorted(self._delta_log_txns(uri).items()):
                 for txn in txns:
                     if txn in seen:
-                        problems.append(f"{name}: window {txn[1]} of {txn[0]!r} committed twice ({seen[txn]}, {commit})")
+                        problems.append(
+                            f"{name}: window {txn[1]} of {txn[0]!r} committed twice ({seen[txn]}, {commit})"
+                        )
                     seen[txn] = commit
             if name in self.workload.table_names:
                 v = delta_state.last_txn_version(uri, self.pipeline)
@@ -286,8 +290,10 @@ class Oracle:
                 if v <= cursor.seq and cursor_gtid is not None and rec.plan.kind == KIND_STREAM:
                     later = changed_between(self.workload, t, g, cursor_gtid)
                     if later:
-                        problems.append(f"{t}: holds window {v} (to GTID {g}) but the cursor is at GTID {cursor_gtid} "
-                                        f"and {t} changed in between (GTIDs {later[:5]}): a window was acked without it")
+                        problems.append(
+                            f"{t}: holds window {v} (to GTID {g}) but the cursor is at GTID {cursor_gtid} and {t} "
+                            f"changed in between (GTIDs {later[:5]}): a window was acked without it"
+                        )
                 self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
                 schema = self.shadow.database
                 if final:

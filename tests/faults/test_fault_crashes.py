@@ -16,7 +16,8 @@ import pytest
 
 from tests.faults.scenarios import CRASH_POINTS, crash_at, random_kill
 
-pytestmark = pytest.mark.integration
+# Minutes on a quiet machine; a busy shared one can take ten times longer than the suite-wide 900 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
 
 
 def _assert_clean(rig) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from tests.e2e.e2e_support import CdcCase, binlog_position
 from tests.faults.oracle import Oracle
 from tests.faults.workload import Shadow, Workload
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 
 
 def test_dag_killed_inside_the_ack_is_recovered_by_the_next_run(
