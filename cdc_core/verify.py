@@ -84,14 +84,18 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def _lake_rows(table_uri: str) -> list[dict[str, Any]]:
+def _lake_rows(table_uri: str, version: int | None = None) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
-    return list(DeltaTable(table_uri).to_pyarrow_table().to_pylist())
+    return list(DeltaTable(table_uri, version=version).to_pyarrow_table().to_pylist())
 
 
-def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None) -> TableDiff:
-    """Source rows (SELECT, session in UTC) against the Delta table's current rows (soft-deleted rows excluded)."""
+def compare_table(
+    conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None, *,
+    version: int | None = None,
+) -> TableDiff:
+    """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its
+    current version, or `version` (a snapshot read together with other facts about the table)."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
@@ -116,7 +120,7 @@ def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple
             source[tuple(rec[k] for k in key)] = rec
     lake: dict[tuple[Any, ...], dict[str, Any]] = {}
     duplicates = []
-    for row in _lake_rows(table_uri):
+    for row in _lake_rows(table_uri, version):
         if row.get(COL_DELETED):
             continue
         rec = {n: norm[n](row.get(n)) for n in names}

@@ -93,6 +93,19 @@ def private_services():  # type: ignore[no-untyped-def]
     ps.stop_all()
 
 
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Services):  # type: ignore[no-untyped-def]
+    """One throwaway Airflow (SQLite, the repo's dags/ and plugins/) per test session, for tests/e2e and the
+    fault suite's DAG scenario (tests/e2e/e2e_support.py)."""
+    from tests.e2e.e2e_support import AirflowHome, airflow_env
+
+    home = tmp_path_factory.mktemp("airflow")
+    af = AirflowHome(home=home, env=airflow_env(home))
+    proc = af.airflow("db", "migrate", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return af
+
+
 @pytest.fixture
 def source_db(services: Services) -> Iterator[str]:
     """A fresh database on the source for this test; dropped afterwards."""

@@ -50,14 +50,3 @@ def rig(
     for r in made:
         r.close()
 
-
-@pytest.fixture(scope="session")
-def fault_airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Any) -> Any:
-    """A throwaway Airflow (SQLite) for the DAG crash scenario (as tests/e2e/conftest.py's)."""
-    from tests.e2e.e2e_support import AirflowHome, airflow_env
-
-    home = tmp_path_factory.mktemp("airflow-faults")
-    af = AirflowHome(home=home, env=airflow_env(home))
-    proc = af.airflow("db", "migrate", timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return af

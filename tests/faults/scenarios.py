@@ -57,7 +57,8 @@ def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attem
     """SIGKILL the run at `point`; with `require`, retry with more workload until the point fires
     (a merge-job point needs a window with two tables, or with deletes)."""
     for attempt in range(1, attempts + 1):
-        rig.write(txns)
+        if txns or attempt > 1:
+            rig.write(max(txns, 3))
         rig.wait_lease_free()
         r = rig.run(fault=point)
         rig.check(f"crash at {point} (attempt {attempt}, rc {r.rc})")
@@ -299,7 +300,7 @@ def lake_table_deleted(rig: Rig, rng: random.Random, txns: int = 6) -> str:
         raise AssertionError(f"the error does not name the table and the backfill:\n{r.explain()}")
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rig.created_at - 2))
     rig.wait_lease_free()
-    b = rig.cli("backfill", rig.name, "--from", since)
+    b = rig.cli("backfill", rig.name, "--from", since, "--table", f"{rig.database}.{table}")
     _expect(b, (RC_OK,), "the backfill that repairs the deleted table")
     rig.oracle.repaired(table)
     rig.check(f"backfill from {since} repaired {table}")

@@ -84,7 +84,10 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
               real_spark: bool) -> dict[str, Any]:
     rng = random.Random(seed)
     t0 = time.monotonic()
-    rig = Rig(services, workdir / f"seed{seed}", zk, merge.address, seed, real_spark=real_spark)
+    # Windows of up to 40 transactions, two per run, a 1 s lease: many windows and takeovers per seed,
+    # without a merge for every handful of transactions (merges dominate the soak's time).
+    rig = Rig(services, workdir / f"seed{seed}", zk, merge.address, seed, real_spark=real_spark, lease_seconds=1,
+              windows_per_run=2, caps={"max_events": 5000, "max_bytes": 64 << 20, "max_transactions": 40})
     out: dict[str, Any] = {"seed": seed, "real_spark": real_spark, "steps": [], "ok": False}
     try:
         rig.write(rng.randint(5, 20))

@@ -22,11 +22,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 
 
 def test_dag_killed_inside_the_ack_is_recovered_by_the_next_run(
-    fault_airflow_home: Any, services: Any, source_db: str, zk_root: str, zk_client: Any, tmp_path: Path
+    airflow_home: Any, services: Any, source_db: str, zk_root: str, zk_client: Any, tmp_path: Path
 ) -> None:
     case = CdcCase(
         name="fdag_" + uuid.uuid4().hex[:6], database=source_db, zk_root=zk_root, lake=tmp_path / "lake",
-        staging=tmp_path / "staging", config_path=tmp_path / "pipelines.json", airflow=fault_airflow_home,
+        staging=tmp_path / "staging", config_path=tmp_path / "pipelines.json", airflow=airflow_home,
         services=services,
     )
     case.lake.mkdir()

@@ -42,41 +42,30 @@ def _assert_clean(rig) -> None:  # type: ignore[no-untyped-def]
     assert (f.rows_lost, f.rows_duplicated, f.wrong_values, f.type_mismatches) == (0, 0, 0, 0), f
 
 
-def test_zookeeper_restart_and_session_expiry_mid_run(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3001, tables=("orders",))
-    zk_restart(r, "after_stage")
-    session_expiry(r, "after_stage")
-    zk_restart(r, "before_ack")
-    r.finish("after ZooKeeper restarts and a session expiry")
+BIG_CAPS = {"max_events": 100_000, "max_bytes": 1 << 30, "max_transactions": 1000}
+
+
+def test_service_restarts_and_session_expiry_mid_run(rig) -> None:  # type: ignore[no-untyped-def]
+    r = rig(3001, tables=("orders",), windows_per_run=1, lease_seconds=1, caps=BIG_CAPS)
+    zk_restart(r, "after_stage", txns=3)  # between the stage and the merge task
+    session_expiry(r, "after_stage", txns=3)
+    mariadb_restart_mid_stage(r, txns=4)
+    mariadb_restart_between(r, txns=3)  # issue 3: a restart of the server between windows
+    r.finish("after ZooKeeper and MariaDB restarts and a session expiry")
     _assert_clean(r)
 
 
-def test_mariadb_restarts_mid_staging_and_between_windows(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3002, tables=("kinds",))
-    mariadb_restart_mid_stage(r)
-    mariadb_restart_between(r)
-    r.finish("after MariaDB restarts")
-    _assert_clean(r)
-
-
-def test_deleted_staging_is_restaged_identically(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3003, tables=("orders", "events"))
+def test_deleted_staging_and_lake_table(rig) -> None:  # type: ignore[no-untyped-def]
+    r = rig(3003, tables=("orders",), windows_per_run=1, lease_seconds=1, caps=BIG_CAPS)
     rng = random.Random(3003)
-    staging_deleted(r, rng)
-    r.finish("after re-staging")
-    _assert_clean(r)
+    staging_deleted(r, rng, txns=4)
     assert r.oracle.figures.restaged_identical >= 1
-
-
-def test_deleted_lake_table_fails_clearly_and_a_backfill_repairs_it(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3004, tables=("orders",))
-    r.write(5)
-    lake_table_deleted(r, random.Random(3004), txns=3)
+    lake_table_deleted(r, rng, txns=3)
     failed = [x for x in r.runs if x.rc == 8]
     assert failed, "no run failed"
     err = failed[0].stderr
     assert "LakeError" in err and "was deleted" in err and "Nothing was planned or changed" in err, err[-2000:]
-    r.finish("after the backfill")
+    r.finish("after re-staging, and a backfill rebuilding a deleted table")
     _assert_clean(r)
 
 
