@@ -125,7 +125,8 @@ def render(summary: dict[str, Any]) -> str:
         "",
         "| | |",
         "|---|---|",
-        f"| seeds | {summary['seeds']} ({summary['seeds_ok']} passed, {summary['seeds_failed']} failed) |",
+        f"| seeds | {summary['seeds']} of {summary['requested']} requested ({summary['seeds_ok']} passed, "
+        f"{summary['seeds_failed']} failed) |",
         f"| fault steps (scenarios) | {t['steps']} over {len(summary['scenarios'])} kinds |",
         f"| CLI runs | {t['runs']} ({t['runs_killed']} killed by SIGKILL) |",
         f"| source transactions / row changes | {t['transactions']} / {t['source_rows']} "
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 status = "ok" if res["ok"] else f"FAILED: {res['error'][:300]}"
                 print(f"seed {seed}: {status} ({res['seconds']}s, {len(res['steps'])} steps, {res['runs']} runs)",
                       flush=True)
-                write_results(out, seeds, command, time.monotonic() - t0)  # after every seed: partial results
+                write_results(out, seeds, command, time.monotonic() - t0, args.seeds)  # partial results too
     finally:
         zk.stop()
         zk.close()
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(s["ok"] for s in seeds) else 1
 
 
-def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds: float) -> None:
+def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds: float, requested: int) -> None:
     totals = Figures()
     wl: Counter[str] = Counter()
     largest = 0
@@ -229,6 +230,7 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
         "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores, Python {platform.python_version()}",
         "seconds": round(seconds, 1),
         "seeds": len(seeds),
+        "requested": requested,
         "seeds_ok": sum(s["ok"] for s in seeds),
         "seeds_failed": sum(not s["ok"] for s in seeds),
         "scenarios": dict(scen),
