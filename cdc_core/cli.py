@@ -30,8 +30,7 @@ def source_params_for(pipeline_config: Any) -> Any:
     from cdc_core.connections import resolve_connection
     from cdc_core.source import SourceParams
 
-    info = resolve_connection(pipeline_config.source.conn_id)
-    return SourceParams(host=info.host, port=info.port, user=info.user, password=info.password)
+    return SourceParams.from_connection(resolve_connection(pipeline_config.source.conn_id))
 
 
 @contextmanager
@@ -140,6 +139,71 @@ def backfill(ctx: click.Context, pipeline: str, start_ts: str, end_ts: str | Non
         finally:
             p.release(grant)
         _emit(report)
+
+
+@cli.group()
+def lease() -> None:
+    """Inspect or break a pipeline's lease."""
+
+
+@lease.command("break")
+@click.argument("pipeline")
+@click.option("--holder", required=True, help="The holder shown by `cdc status` (the run known to be dead)")
+@click.pass_context
+def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
+    """Remove a live lease of a run known to be dead, so the next run need not wait for its expiry.
+
+    Safe even if the run is alive after all: it is fenced and can change nothing any more.
+    """
+    with _pipeline(ctx, pipeline) as p:
+        info = p.coordinator.break_lease(holder)
+    _emit({"pipeline": pipeline, "broken": info.to_dict()})
+
+
+@cli.command()
+@click.argument("pipeline")
+@click.option("--table", "tables", multiple=True,
+              help="schema.table to (re-)load (repeatable); default: every captured table")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=None,
+              help="Rows per chunk (default: snapshot.chunk_rows)")
+@click.option("--windows", default=1000, show_default=True,
+              help="Run at most this many windows now (chunks, with stream windows in between); 0: only request")
+@click.option("--cancel", is_flag=True, help="Stop loading --table (default: every table not done); loaded rows stay")
+@click.pass_context
+def snapshot(  # noqa: PLR0917 - one parameter per CLI option
+    ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, windows: int, cancel: bool
+) -> None:
+    """Load existing rows of tables (initial load, a table added later, a rebuild), chunk by chunk, without locks."""
+    from cdc_core import snapshot as snap
+
+    with _pipeline(ctx, pipeline) as p:
+        grant = p.acquire(_holder("snapshot"))
+        done = []
+        doing, seq = "begin_snapshot", None
+        try:
+            if cancel:
+                snap.cancel(p, grant, list(tables) or None)
+            else:
+                snap.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
+            for _ in range(windows):
+                if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
+                    break
+                doing, seq = "plan_window", None
+                step = p.plan(grant)
+                doing, seq = "stage_window", step["seq"]
+                staged = p.stage(grant, step["seq"])
+                if not staged["empty"]:
+                    doing = "merge_window"
+                    p.merge_locally(grant, step["seq"])
+                doing = "ack_window"
+                p.ack(grant, step["seq"])
+                done.append(step)
+        except Exception as e:
+            p.note_failure(doing, e, seq=seq, holder=grant.holder)  # for the monitor page, as `run` does
+            raise
+        finally:
+            p.release(grant)
+        _emit({"pipeline": pipeline, "windows": done, "snapshot": snap.progress_view(p.coordinator.read_snapshot())})
 
 
 @cli.command()

@@ -249,6 +249,16 @@ class CapsConfig(_Model):
     max_transactions: int = Field(default=50_000, gt=0)
 
 
+class SnapshotConfig(_Model):
+    """The initial load (`cdc_core.snapshot`): chunked, lock-free reads of existing rows."""
+
+    # Snapshot every captured table when the pipeline first starts. null (the default) = true when the
+    # start is `current` (rows written before it are in no binlog the pipeline reads), false for an
+    # explicit start position (the binlog from there is the initial load).
+    on_start: bool | None = None
+    chunk_rows: int = Field(default=100_000, gt=0, le=10_000_000)  # rows per chunk (one snapshot window)
+
+
 @with_config(ConfigDict(extra="forbid", strict=True))
 class TableOptions(TypedDict, total=False):
     """Per-table Delta options, applied when the merge job creates the table.
@@ -280,6 +290,7 @@ class PipelineSettings(_Model):
     retries: int = Field(default=3, ge=0)
     staging_retention_hours: int = Field(default=72, gt=0)
     table_options: dict[str, TableOptions] = Field(default_factory=dict)  # "schema.table" -> options
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
 
     @field_validator("staging_root", "lake_root")
     @classmethod
@@ -446,6 +457,12 @@ class PipelineConfig(PipelineSettings):
 
     def window_caps(self) -> WindowCaps:
         return WindowCaps(**self.caps.model_dump())
+
+    def snapshot_on_start(self) -> bool:
+        """Whether a new pipeline snapshots its tables before streaming (see SnapshotConfig.on_start)."""
+        if self.snapshot.on_start is not None:
+            return self.snapshot.on_start
+        return self.start.kind == "current"
 
 
 class CdcConfig(BaseModel):

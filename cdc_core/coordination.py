@@ -6,7 +6,7 @@ Layout (several pipelines never share a node; see docs/zookeeper-layout.md)::
     <root>/pipelines/<name>/lease               the lease record (JSON); its czxid is the fencing token
     <root>/pipelines/<name>/cursor              last acked window seq + stream position + backfill (JSON)
     <root>/pipelines/<name>/windows/<seq:010d>  one immutable window plan + its state (planned|acked)
-    <root>/pipelines/<name>/snapshot/           reserved for the initial-load feature (created empty)
+    <root>/pipelines/<name>/snapshot            the initial load's progress per table (JSON; `cdc_core.snapshot`)
 
 `PipelineCoordinator` is the only object that touches ZooKeeper for a pipeline. The lease is a
 record, not an ephemeral node: Airflow tasks are separate processes, so no single ZooKeeper session
@@ -53,7 +53,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl, make_digest_acl_credential
 
-from cdc_core import faults
+from cdc_core import faults, snapshot
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.positions import BinlogPosition
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
@@ -356,8 +356,18 @@ def check_plan(pipeline: str, cursor: Cursor, pending: WindowRecord | None, plan
             "re-plan from the current cursor"
         )
     if plan.kind == KIND_SNAPSHOT:
-        raise StateConflict(f"{where}: snapshot windows are reserved for the initial-load feature")
-    if plan.kind == KIND_STREAM:
+        # Which chunk may come next is the snapshot record's business (`snapshot.check_chunk`); here, the
+        # stream's side of the DBLog argument: the stream must not be past the chunk's watermark.
+        if cursor.position is None:
+            raise StateConflict(f"{where}: a snapshot chunk needs the stream's start position set first")
+        if not plan.start.same_point(plan.end):
+            raise StateConflict(f"{where}: a snapshot chunk is one point in the binlog (its watermark): start == end")
+        if not plan.start.server.same_server(cursor.position.server) or plan.start < cursor.position:
+            raise StateConflict(
+                f"{where}: a snapshot chunk's watermark ({plan.start.label()} on {plan.start.server}) must be at or "
+                f"after the stream cursor {cursor.position.label()} on {cursor.position.server}; re-plan"
+            )
+    elif plan.kind == KIND_STREAM:
         if cursor.backfill is not None:
             raise StateConflict(
                 f"{where}: a backfill is active (next at {cursor.backfill.position.label()}, until "
@@ -409,6 +419,8 @@ def cursor_after_ack(pipeline: str, cursor: Cursor, plan: WindowPlan, now: float
             )
         rest = None if plan.end >= bf.until else replace(bf, position=plan.end)
         return Cursor(seq=plan.seq, position=cursor.position, backfill=rest, updated_at=now)
+    if plan.kind == KIND_SNAPSHOT:  # a chunk moves the seq only; its progress moves in the same multi-op
+        return Cursor(seq=plan.seq, position=cursor.position, backfill=cursor.backfill, updated_at=now)
     raise StateConflict(f"{where}: window kind {plan.kind!r} cannot be acked by this version")
 
 
@@ -564,6 +576,7 @@ class PipelineCoordinator:
         self.windows_path = f"{self.base}/windows"
         self.snapshot_path = f"{self.base}/snapshot"
         self.lake_path = f"{self.base}/lake"
+        self.last_error_path = f"{self.base}/last_error"
         self._acl = _client_acl(client)
         self._state: str = client.state
         self._reverify = False
@@ -753,6 +766,36 @@ class PipelineCoordinator:
             if got is not None:  # pruned meanwhile
                 out.append(got[0])
         return out
+
+    def record_error(self, holder: str, step: str, seq: int | None, message: str) -> None:
+        """Note the last failure for the monitor (`last_error`). Best effort and not fenced: it is a note
+        for operators, not pipeline state (nothing reads it to decide anything), and recording it must
+        never hide the failure itself."""
+        data = _dumps(
+            {"format": COORDINATION_FORMAT, "holder": holder, "step": step, "seq": seq,
+             "message": message[:4000], "at": self._clock()}
+        )
+        try:
+            self._require_connected("record error")
+            with self._zk("recording the last error"):
+                if self.client.exists(self.last_error_path) is None:
+                    self.client.create(self.last_error_path, data, acl=self._acl, makepath=True)
+                else:
+                    self.client.set(self.last_error_path, data)
+        except Exception as e:  # never mask the error being recorded
+            log.warning("error.not_recorded %s", _kv(pipeline=self.pipeline, step=step, reason=type(e).__name__))
+
+    def read_last_error(self) -> dict[str, Any] | None:
+        """The last failure noted by `record_error`, or None."""
+        self._require_connected("read last error")
+        got = self._get(self.last_error_path, "reading the last error")
+        if got is None:
+            return None
+        try:
+            value: dict[str, Any] = json.loads(got[0])
+        except ValueError:
+            return None
+        return value
 
     # ------------------------------------------------------------------------------------- lease
     #
@@ -981,6 +1024,41 @@ class PipelineCoordinator:
             return
         raise CoordinationError(f"pipeline {self.pipeline!r}: the lease kept changing while releasing it; retry")
 
+    def break_lease(self, holder: str) -> LeaseInfo:
+        """Operator action: remove a live lease held by `holder` (a run known to be dead) so that the next
+        run need not wait for its expiry. Safe even if that run is alive after all: the pipeline node's
+        version (the epoch) is bumped and the lease node deleted in one multi-op, so its every later
+        fenced operation fails. Naming the holder makes sure one breaks the lease one looked at."""
+        self._require_connected("break lease")
+        for _ in range(_RACE_ATTEMPTS):
+            current = self._lease()
+            if current is None:
+                raise StateConflict(f"pipeline {self.pipeline!r}: no lease to break (nobody holds it)")
+            rec, stat = current
+            if rec.holder != holder:
+                raise StateConflict(
+                    f"pipeline {self.pipeline!r}: the lease is held by {rec.holder!r}, not {holder!r}; "
+                    "check `cdc status` and name the holder shown there"
+                )
+            got = self._get(self.base, "reading the pipeline node")
+            if got is None:
+                continue
+            ops = [
+                ("set", self.base, self._pipeline_meta(f"broken:{holder}", self._clock()), got[1].version),
+                ("delete", self.lease_path, stat.version),
+            ]
+            if self._first_failure(self._multi(ops, "breaking the lease")) is not None:
+                continue  # renewed or released meanwhile: re-read decides
+            info = LeaseInfo(self.pipeline, rec.holder, stat.czxid, rec.acquired_at, rec.expires_at, rec.renewed_at,
+                             stat.version, rec.epoch)
+            log.warning(
+                "lease.broken %s",
+                _kv(pipeline=self.pipeline, holder=repr(holder), token=f"{stat.czxid:#x}",
+                    expires_at=_iso(rec.expires_at)),
+            )
+            return info
+        raise CoordinationError(f"pipeline {self.pipeline!r}: the lease kept changing while breaking it; retry")
+
     # ----------------------------------------------------------------------------- fenced writes
 
     def _fenced(self, grant: LeaseGrant, what: str, attempt: Callable[[], _Write | _Done]) -> Any:
@@ -1048,6 +1126,11 @@ class PipelineCoordinator:
             # Rewriting the cursor unchanged (CAS) both checks and bumps its version: every operation
             # that relies on "no pending window" writes the cursor too, so they serialise on it.
             ops = [("create", self.window_path(plan.seq), _dumps(record.to_dict())), self._cursor_op(cstat, raw)]
+            if plan.kind == KIND_SNAPSHOT:  # the chunk must be the snapshot's next one, still when committed
+                sstate, sstat = self._snapshot_state()
+                snapshot.check_chunk(self.pipeline, sstate, plan)
+                assert sstat is not None  # an active snapshot has a record
+                ops.append(("check", self.snapshot_path, sstat.version))
             return _Write(ops, record, "window.stored", {"seq": plan.seq, "kind": plan.kind})
 
         result: WindowRecord = self._fenced(grant, f"store plan {plan.seq}", attempt)
@@ -1083,6 +1166,8 @@ class PipelineCoordinator:
                 ("set", self.window_path(seq), _dumps(acked.to_dict()), wstat.version),
                 self._cursor_op(cstat, _dumps(new_cursor.to_dict())),
             ]
+            if record.plan.kind == KIND_SNAPSHOT:  # the chunk's progress moves with the ack, atomically
+                ops.append(self._snapshot_op(record.plan, result, now))
             fields = {"seq": seq, "kind": record.plan.kind}
             faults.point("mid_ack")  # crash suite: lease checked, records read, nothing committed yet
             if new_cursor.position is not None:
@@ -1112,6 +1197,53 @@ class PipelineCoordinator:
             return _Write([self._cursor_op(cstat, _dumps(new.to_dict()))], new, event, fields)
 
         result: Cursor = self._fenced(grant, what, attempt)
+        return result
+
+    # ---------------------------------------------------------------------------------- snapshot
+
+    def _snapshot_state(self) -> tuple[snapshot.SnapshotState, ZnodeStat | None]:
+        got = self._get(self.snapshot_path, "reading the snapshot record")
+        if got is None:
+            return snapshot.SnapshotState(), None
+        if not got[0]:  # created empty by the layout: no snapshot requested yet
+            return snapshot.SnapshotState(), got[1]
+        state: snapshot.SnapshotState = self._parse(got[0], self.snapshot_path, snapshot.SnapshotState.from_dict)
+        return state, got[1]
+
+    def _snapshot_op(self, plan: WindowPlan, result: dict[str, Any], now: float) -> tuple[Any, ...]:
+        state, stat = self._snapshot_state()
+        rows = int(result.get("changes") or 0)
+        data = snapshot.after_ack(state, plan, rows, now).to_json()
+        if stat is None:
+            return ("create", self.snapshot_path, data)
+        return ("set", self.snapshot_path, data, stat.version)
+
+    def read_snapshot(self) -> snapshot.SnapshotState:
+        """The snapshot record (tables, progress); empty when no snapshot was ever requested."""
+        self._require_connected("read snapshot")
+        return self._snapshot_state()[0]
+
+    def update_snapshot(
+        self,
+        grant: LeaseGrant,
+        what: str,
+        decide: Callable[[snapshot.SnapshotState], snapshot.SnapshotState | None],
+        event: str,
+        **fields: Any,
+    ) -> snapshot.SnapshotState:
+        """A fenced change of the snapshot record (request, cancel, restart); `decide` None = no-op."""
+
+        def attempt() -> _Write | _Done:
+            state, stat = self._snapshot_state()
+            new = decide(state)
+            if new is None:
+                return _Done(state)
+            data = new.to_json()
+            path = self.snapshot_path
+            op: tuple[Any, ...] = ("create", path, data) if stat is None else ("set", path, data, stat.version)
+            return _Write([op], new, event, fields)
+
+        result: snapshot.SnapshotState = self._fenced(grant, what, attempt)
         return result
 
     def start_backfill(

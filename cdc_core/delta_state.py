@@ -120,6 +120,31 @@ def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, 
     return None if version is None else int(version)
 
 
+def window_commit_version(
+    table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The table version whose commit landed window `seq` of pipeline `app_id`, found by the commit's
+    `userMetadata` (the merge job writes {"pipeline", "seq", ...}) among the last `lookback` commits.
+    Informational (the monitor page): None when the table is gone or the commit is older than that."""
+    import json
+
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        history = table.history(lookback)
+    except Exception as e:
+        raise LakeError(f"cannot read the history of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    for commit in history:  # newest first
+        try:
+            meta = json.loads(commit.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.get("pipeline") == app_id and meta.get("seq") == seq:
+            return int(commit["version"])
+    return None
+
+
 def table_summary(
     table_uri: str, *, app_id: str | None = None, storage_options: dict[str, str] | None = None
 ) -> dict[str, Any]:

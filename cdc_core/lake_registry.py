@@ -32,7 +32,7 @@ from typing import Any
 
 from cdc_core.errors import ConfigError
 from cdc_core.positions import BinlogPosition
-from cdc_core.window_plan import KIND_BACKFILL, WindowPlan
+from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 LAKE_FORMAT = 1
 
@@ -115,8 +115,8 @@ def after_ack(
         if entry is None:
             tables[name] = LandedTable(schema, table, now, plan.seq, plan.start)
         elif entry.delta_id != now:
-            if plan.kind == KIND_BACKFILL:
-                tables[name] = replace(entry, delta_id=now)  # rebuilt by the backfill
+            if plan.kind in (KIND_BACKFILL, KIND_SNAPSHOT):
+                tables[name] = replace(entry, delta_id=now)  # being rebuilt (only a backfill clears damage)
             else:
                 tables[name] = replace(entry, delta_id=now, damaged_at=entry.damaged_at or plan.seq)
                 recreated.append(name)

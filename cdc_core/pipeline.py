@@ -19,6 +19,7 @@ on retry, and the CLI may be killed between steps.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -28,7 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc_core import delta_state, faults, lake_registry, staging
+import fsspec
+
+from cdc_core import delta_state, faults, lake_registry, snapshot, staging
 from cdc_core.binlog import BinlogScanner, read_changes
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -39,7 +42,7 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.resolver import Resolution, StartSpec, resolve_start
 from cdc_core.source import SourceFacts, SourceParams, TableFilter, check_cdc_ready, connect, describe_tables, inspect_source
 from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
-from cdc_core.window_plan import KIND_BACKFILL, KIND_STREAM, WindowCaps, WindowPlan
+from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
 log = logging.getLogger("cdc.pipeline")
@@ -124,6 +127,16 @@ class Pipeline:
             return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
         return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
 
+    def capture_settings(self, tables: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
+        """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
+        f = self.table_filter(tables)
+        return {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+
+    def _plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
+        """The table filter and full-row-key patterns a stored plan was planned with."""
+        c = plan.capture or self.capture_settings(plan.tables)
+        return TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"])), tuple(c.get("full_row_key", ()))
+
     def source_facts(self, refresh: bool = False) -> SourceFacts:
         if self._facts is None or refresh:
             conn = connect(self.source)
@@ -172,7 +185,11 @@ class Pipeline:
         self._log("lease.released", grant)
 
     def plan(self, grant: LeaseGrant) -> dict[str, Any]:
-        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one."""
+        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one.
+
+        While a snapshot is active, chunks and binlog windows alternate (`snapshot.chunk_turn`); a
+        binlog window with nothing in it gives its turn to the next chunk.
+        """
         grant = self.renew(grant)
         recovered = self.recover(grant)
         pending = self.coordinator.pending_window()
@@ -180,8 +197,37 @@ class Pipeline:
             self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
             return self._plan_info(pending.plan, recovered=recovered or "replay")
         cursor = self.coordinator.read_cursor()
+        first_rule = None
+        if cursor.position is None and cursor.backfill is None:
+            first_rule = self._first_start(grant)
+            cursor = self.coordinator.read_cursor()
+        snap = self.coordinator.read_snapshot()
+        if snapshot.chunk_turn(snap, cursor.seq):
+            chunk = snapshot.plan_chunk(self, grant, cursor, snap)
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
         if cursor.backfill is None:
-            self.check_lake(grant, cursor.seq + 1)
+            self.check_lake(grant, cursor.seq + 1)  # a deleted/re-created Delta table stops stream windows
+        plan = self._binlog_plan(grant, cursor, first_rule)
+        if plan.is_empty and snap.active:
+            chunk = snapshot.plan_chunk(self, grant, cursor, self.coordinator.read_snapshot())
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
+        return self._store_plan(grant, plan, recovered, snap)
+
+    def _first_start(self, grant: LeaseGrant) -> str:
+        """A new pipeline: request the initial snapshot (when configured), then set the stream's start.
+
+        In this order, so that the start is at or before every chunk's watermark (see cdc_core.snapshot).
+        """
+        snapshot.on_first_start(self, grant)
+        resolution = self.resolve(None)
+        self.coordinator.set_start(grant, resolution.position)
+        self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
+        return resolution.rule
+
+    def _binlog_plan(self, grant: LeaseGrant, cursor: Any, first_rule: str | None = None) -> WindowPlan:
+        """The next stream or backfill window from the cursor (not stored yet)."""
         facts = self.source_facts(refresh=True)
         caps = WindowCaps(**self.config.caps.model_dump())
         seq = cursor.seq + 1
@@ -193,31 +239,35 @@ class Pipeline:
             tables = tuple(bf.tables) if bf.tables else None
             info: dict[str, Any] = {"backfill_until": bf.until.label()}
         else:
-            if cursor.position is None:
-                resolution = self.resolve(None)
-                self.coordinator.set_start(grant, resolution.position)
-                self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
-                start = resolution.position
-            else:
-                resolution = self.resolve(cursor.position)
-                start = resolution.position
-                if not start.same_point(cursor.position) or start.server != cursor.position.server:
-                    # Failover: the same logical point expressed on the new server.
-                    self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
-                    self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
+            resolution = self.resolve(cursor.position)
+            start = resolution.position
+            if not start.same_point(cursor.position) or start.server != cursor.position.server:
+                # Failover: the same logical point expressed on the new server.
+                self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
+                self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
             kind = KIND_STREAM
             stop = None
             tables = None
-            info = {"rule": resolution.rule}
+            info = {"rule": first_rule or resolution.rule}
         scanner = self.scanner(facts)
         boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
-        plan = WindowPlan(**{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder}})
-        self.coordinator.store_plan(grant, plan)
-        self._log(
-            "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
-            transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
+        return WindowPlan(
+            **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
+               "capture": self.capture_settings(tables)}
         )
+
+    def _store_plan(
+        self, grant: LeaseGrant, plan: WindowPlan, recovered: str | None, snap: snapshot.SnapshotState
+    ) -> dict[str, Any]:
+        self.coordinator.store_plan(grant, plan)
+        if plan.kind == KIND_SNAPSHOT:
+            snapshot.log_planned(self, grant, plan, snap)
+        else:
+            self._log(
+                "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
+                transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
+            )
         faults.point("after_plan")
         return self._plan_info(plan, recovered=recovered)
 
@@ -230,6 +280,7 @@ class Pipeline:
             "end": plan.end.label(),
             "transactions": plan.transactions,
             "recovered": recovered,
+            **({"snapshot": snapshot.chunk_label(plan)} if plan.kind == KIND_SNAPSHOT else {}),
         }
 
     def _window(self, seq: int) -> WindowRecord:
@@ -246,10 +297,13 @@ class Pipeline:
         record = self._window(seq)
         plan = record.plan
         manifest = self._staged_manifest(plan)
-        if manifest is None:
+        if manifest is None and plan.kind == KIND_SNAPSHOT:
+            manifest = snapshot.stage_chunk(self, grant, plan)
+        elif manifest is None:
             t0 = time.time()
-            schemas = self._schema_lookup(plan)
-            changes = read_changes(self.source, plan.start.server, plan, self.table_filter(plan.tables), schemas)
+            table_filter, full_row_key = self._plan_capture(plan)
+            schemas = self._schema_lookup(full_row_key)
+            changes = read_changes(self.source, plan.start.server, plan, table_filter, schemas)
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")
@@ -281,7 +335,7 @@ class Pipeline:
 
         return progress
 
-    def _schema_lookup(self, plan: WindowPlan) -> Callable[[str, str], Any]:
+    def _schema_lookup(self, full_row_key: tuple[str, ...]) -> Callable[[str, str], Any]:
         cache: dict[str, Any] = {}
 
         def lookup(schema: str, table: str) -> Any:
@@ -290,10 +344,7 @@ class Pipeline:
                 conn = connect(self.source)
                 try:
                     cache.update(
-                        describe_tables(
-                            conn, TableFilter(include=(name,), exclude=()), self.name,
-                            tuple(self.config.tables.full_row_key),
-                        )
+                        describe_tables(conn, TableFilter(include=(name,), exclude=()), self.name, full_row_key)
                     )
                 finally:
                     conn.close()
@@ -330,8 +381,12 @@ class Pipeline:
     def table_uri(self, schema: str, table: str) -> str:
         return f"{self.lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
 
+    def reports_dir(self) -> str:
+        """Where merge jobs write their reports: one per window and fencing token."""
+        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports"
+
     def report_uri(self, seq: int, token: int) -> str:
-        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports/w{seq:010d}-{token:x}.json"
+        return f"{self.reports_dir()}/w{seq:010d}-{token:x}.json"
 
     def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
         """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
@@ -347,8 +402,6 @@ class Pipeline:
             "--zk-root", self.config.zookeeper.root,
         ]
         if self.config.table_options:
-            import json
-
             args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
         return args
 
@@ -421,11 +474,50 @@ class Pipeline:
             )
         self._record_lake(grant, record.plan, manifest)
         faults.point("before_ack")
-        result = {"tables": {t.name: {"changes": t.rows} for t in manifest.tables}, "changes": manifest.changes}
+        tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
+        result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
+        merged = self.merge_report(seq)
+        if merged:
+            for name, info in (merged.get("tables") or {}).items():
+                if name in tables and isinstance(info, dict):
+                    tables[name].update(
+                        {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
+                    )
+            result["durations"] = {"merge": merged.get("seconds")}
+        for name, entry in tables.items():
+            if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
+                t = manifest.table(name)
+                entry["delta_version"] = delta_state.window_commit_version(
+                    self.table_uri(t.schema, t.table), self.name, seq
+                )
         cursor = self.coordinator.ack_window(grant, seq, result)
         self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        if record.plan.kind == KIND_SNAPSHOT:
+            snapshot.log_acked(self, grant, record.plan)
         faults.point("after_ack")
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def merge_report(self, seq: int) -> dict[str, Any] | None:
+        """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
+        try:
+            fs, root = fsspec.core.url_to_fs(self.reports_dir())
+            found = fs.glob(f"{root}/w{seq:010d}-*.json")
+            if not found:
+                return None
+            # One report per fencing token: the newest token is the run that last merged the window.
+            newest = max(found, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0], 16))
+            with fs.open(newest, "r") as f:
+                report: dict[str, Any] = json.load(f)
+            return report
+        except (OSError, ValueError, IndexError) as e:
+            log.warning("%s", kv(event="merge.report_unreadable", pipeline=self.name, seq=seq, reason=str(e)))
+            return None
+
+    def note_failure(self, step: str, error: BaseException, *, seq: int | None = None, holder: str = "") -> None:
+        """Record a failed step for the monitor page (`status()["last_error"]`)."""
+        message = f"{type(error).__name__}: {error}"
+        self._log("step.failed", None, step=step, seq=seq, error=message[:500])
+        self.coordinator.record_error(holder, step, seq, message)
 
     def recover(self, grant: LeaseGrant) -> str | None:
         """Ack a pending window whose Delta commits all landed; never ack one that did not."""
@@ -501,16 +593,24 @@ class Pipeline:
         """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
         grant = self.acquire(holder)
         done: list[dict[str, Any]] = []
+        doing, seq = "plan_window", None
         try:
             for _ in range(max_windows):
+                doing, seq = "plan_window", None
                 step = self.plan(grant)
+                doing, seq = "stage_window", step["seq"]
                 staged = self.stage(grant, step["seq"])
                 if not staged["empty"]:
+                    doing = "merge_window"
                     (merge or self.merge_locally)(grant, step["seq"])
+                doing = "ack_window"
                 self.ack(grant, step["seq"])
                 done.append({**step, "changes": staged["changes"]})
                 if step["empty"]:
                     break
+        except Exception as e:
+            self.note_failure(doing, e, seq=seq, holder=holder)
+            raise
         finally:
             self.release(grant)
         return {"pipeline": self.name, "windows": done}
@@ -590,14 +690,19 @@ class Pipeline:
             }
             out["lease"] = lease.to_dict() if lease else None
             out["windows"] = [w.to_dict() for w in self.coordinator.recent_windows(10)]
-            failed = [w for w in out["windows"] if (w.get("result") or {}).get("error")]
-            out["last_error"] = failed[0]["result"]["error"] if failed else None
+            last_error = self.coordinator.read_last_error()
+            if last_error is not None:
+                # A window acked after the failure means the pipeline got past it.
+                last_error["resolved"] = bool(cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0))
+            out["last_error"] = last_error
+            out["snapshot"] = snapshot.progress_view(self.coordinator.read_snapshot())
         except CdcError as e:
             out["error"] = str(e)
             return out
         try:
             facts = self.source_facts(refresh=True)
-            out["source_end"] = {"file": facts.end.file, "offset": facts.end.offset, "gtid": facts.end.gtid}
+            end = facts.end
+            out["source_end"] = {"file": end.file, "offset": end.offset, "gtid": end.gtid} if end else None
             out["lag"] = lag(cursor.position, facts)
         except CdcError as e:
             out["source_error"] = str(e)

@@ -25,7 +25,8 @@ from typing import Any
 import pymysql
 
 from cdc_core.changes import SourceColumn, TableSchema
-from cdc_core.errors import MissingKey, SourceError, UnknownTable
+from cdc_core.connections import ConnectionInfo
+from cdc_core.errors import ConfigError, MissingKey, SourceError, UnknownTable
 from cdc_core.naming import quote_mysql
 from cdc_core.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
 
@@ -57,6 +58,15 @@ class SourceParams:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_connection(cls, info: ConnectionInfo) -> SourceParams:
+        """The source's parameters from a resolved connection (Airflow's or the CLI's)."""
+        if not info.user:
+            raise ConfigError(
+                f"connection {info.conn_id!r} has no login: set the replication user's login and password on it"
+            )
+        return cls(host=info.host, port=info.port, user=info.user, password=info.password or "")
 
     def __repr__(self) -> str:
         return (

@@ -195,6 +195,7 @@ class _Segment:
     file: Any = None
     sink: _HashingSink | None = None
     staged: StagedFile | None = None
+    declared: bool = False  # written even without rows (an empty table still gets its Delta table)
 
 
 @dataclass
@@ -251,17 +252,21 @@ class _WindowWriter:
         self.buffered -= len(rows)
         batch = self._batch(seg.codec, rows)
         if seg.writer is None:
-            seg.file = self.store.open_write(f"{self.dir}/{seg.rel_path}")
-            seg.sink = _HashingSink(seg.file)
-            seg.writer = pq.ParquetWriter(
-                seg.sink,
-                batch.schema,
-                compression=COMPRESSION,
-                compression_level=COMPRESSION_LEVEL,
-                use_dictionary=True,
-                write_statistics=True,
-            )
+            self._open(seg, batch.schema)
+        assert seg.writer is not None
         seg.writer.write_batch(batch, row_group_size=len(rows))
+
+    def _open(self, seg: _Segment, schema: pa.Schema) -> None:
+        seg.file = self.store.open_write(f"{self.dir}/{seg.rel_path}")
+        seg.sink = _HashingSink(seg.file)
+        seg.writer = pq.ParquetWriter(
+            seg.sink,
+            schema,
+            compression=COMPRESSION,
+            compression_level=COMPRESSION_LEVEL,
+            use_dictionary=True,
+            write_statistics=True,
+        )
 
     def flush_all(self) -> None:
         for seg in self.open_segments:
@@ -269,6 +274,8 @@ class _WindowWriter:
 
     def close_segment(self, seg: _Segment) -> None:
         self.flush(seg)
+        if seg.writer is None and seg.declared:
+            self._open(seg, seg.codec.arrow_schema)  # a file with the schema and no rows
         if seg.writer is not None and seg.sink is not None:
             seg.writer.close()
             self.store.finish_file(seg.file)
@@ -394,13 +401,15 @@ def stage_window(
     progress: ProgressFn | None = None,
     progress_every_rows: int = PROGRESS_EVERY_ROWS,
     progress_every_secs: float = PROGRESS_EVERY_SECS,
+    declare: Iterable[TableSchema] = (),
 ) -> Manifest:
     """Stage a window's changes and return its manifest (or the existing one if already staged).
 
     `changes` yields `RowChange`s and DDL events (any object with `ordinal`, `schema`, `query` and
     `version`), in binlog order. `progress(rows, tables=..., bytes=...)` is called every
     `progress_every_rows` rows or `progress_every_secs` seconds (checked every 1,024 rows), and once
-    at the end; never per row.
+    at the end; never per row. Tables in `declare` are staged even when no change arrives for them (a
+    file with their columns and no rows), so the merge creates their Delta table.
     """
     t0 = time.monotonic()
     store = _Store(staging_root)
@@ -431,6 +440,8 @@ def stage_window(
         target = final
 
     writer = _WindowWriter(store, target, plan, rg_rows)
+    for shape in declare:
+        writer.segment_for(shape)[1].declared = True
     try:
         _consume(writer, changes, progress, progress_every_rows, progress_every_secs)
         manifest = writer.finish(info)

@@ -48,6 +48,10 @@ class WindowPlan:
     tables: tuple[str, ...] | None = None
     # Free-form, informational (e.g. the run that planned it, the resolver rule that chose the start).
     info: dict[str, Any] = field(default_factory=dict)
+    # The capture settings in force when the window was planned ({"include", "exclude", "full_row_key"}
+    # pattern lists), so that re-staging the window reads exactly the same tables even if the
+    # configuration changed meanwhile. None in plans written before this field existed.
+    capture: dict[str, tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.seq < 1:
@@ -59,7 +63,8 @@ class WindowPlan:
 
     @property
     def is_empty(self) -> bool:
-        return self.transactions == 0
+        # A snapshot chunk reads rows, not a binlog range: it is never "nothing to do".
+        return self.kind != KIND_SNAPSHOT and self.transactions == 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +80,7 @@ class WindowPlan:
             "planned_at": self.planned_at,
             "tables": list(self.tables) if self.tables is not None else None,
             "info": self.info,
+            "capture": {k: list(v) for k, v in self.capture.items()} if self.capture is not None else None,
         }
 
     @classmethod
@@ -93,6 +99,7 @@ class WindowPlan:
             planned_at=float(d.get("planned_at", 0.0)),
             tables=tuple(d["tables"]) if d.get("tables") is not None else None,
             info=dict(d.get("info") or {}),
+            capture={k: tuple(v) for k, v in d["capture"].items()} if d.get("capture") is not None else None,
         )
 
     def to_json(self) -> str:

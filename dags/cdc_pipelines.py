@@ -5,6 +5,11 @@ cdc_<name>            scheduled (the pipeline's `schedule`), one run at a time, 
                       (+ release_lease, the teardown of acquire_lease)
 cdc_<name>_backfill   manual, with a form (start_ts, end_ts, tables, dry_run):
                       acquire_lease -> begin_backfill -> plan_window -> ... -> ack_window (+ release_lease)
+cdc_<name>_snapshot   manual, with a form (tables, chunk_rows): request a lock-free snapshot of existing rows
+                      (a table added to the include list later, or one to rebuild), then run the first window:
+                      acquire_lease -> begin_snapshot -> plan_window -> ... -> ack_window (+ release_lease).
+                      The scheduled runs continue it: while a snapshot is active every run of cdc_<name> lands
+                      one window, chunks and stream windows in turn (progress on the monitor page).
 
 The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
 - release_lease is a teardown: it runs after everything else whether the run succeeded or failed, is
@@ -116,6 +121,42 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
     return dag
 
 
+def snapshot_dag(pc: PipelineConfig) -> DAG:
+    with DAG(
+        dag_id=f"cdc_{pc.name}_snapshot",
+        description=f"CDC {pc.name}: load existing rows of tables (lock-free, chunked), reconciled with the binlog",
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=task_defaults(pc),
+        tags=["cdc", f"cdc:{pc.name}", "snapshot"],
+        doc_md=__doc__,
+        params={
+            "tables": Param(
+                None,
+                type=["null", "array"],
+                items={"type": "string"},
+                title="Tables (optional)",
+                description="schema.table names to load (again); default: every table of the pipeline.",
+            ),
+            "chunk_rows": Param(
+                None,
+                type=["null", "integer"],
+                minimum=1,
+                title="Rows per chunk (optional)",
+                description=f"Default: the pipeline's snapshot.chunk_rows ({pc.snapshot.chunk_rows}).",
+            ),
+        },
+    ) as dag:
+        lease = tasks.acquire_lease(pc.name)
+        begin = tasks.begin_snapshot(pc.name)
+        lease >> begin
+        window_steps(pc, lease, first_step=begin)
+    return dag
+
+
 for _pc in load_config().pipelines:
     globals()[f"cdc_{_pc.name}"] = pipeline_dag(_pc)
     globals()[f"cdc_{_pc.name}_backfill"] = backfill_dag(_pc)
+    globals()[f"cdc_{_pc.name}_snapshot"] = snapshot_dag(_pc)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command, fresh machine to a running pipeline: installs everything (scripts/setup.sh), starts the
 # local MariaDB and ZooKeeper, creates a demo schema with rows, runs the Airflow DAG `cdc_demo` end to end
-# (lease -> plan -> stage -> Spark MERGE into Delta -> ack), makes more changes, runs it again, and checks
-# that every Delta table equals its source table. Leaves the services running; stop them with
+# (lease -> plan -> stage -> Spark MERGE into Delta -> ack) until the initial snapshot has loaded the
+# existing rows, makes more changes, runs it again, and checks that every Delta table equals its source
+# table. Leaves the services running; stop them with
 #   scripts/services.sh stop
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,9 +30,14 @@ python scripts/demo_workload.py init
 step "validate the configuration"
 cdc validate
 
-step "DAG run 1: cdc_demo (the first window starts at the configured start: the binlog's current end)"
-airflow dags test cdc_demo >"$ROOT/.local/demo-run1.log" 2>&1 || { tail -40 "$ROOT/.local/demo-run1.log"; exit 1; }
-grep -E "window\.(planned|staged|acked)|lease\.(acquired|released)" "$ROOT/.local/demo-run1.log" | sed 's/^.*\(window\.\|lease\.\)/\1/' | head -20 || true
+step "DAG runs: cdc_demo until the initial snapshot is done (the stream starts at the binlog's current end; rows that existed before arrive chunk by chunk, one window per run)"
+snapshot_active() { cdc status demo 2>/dev/null | python -c 'import json,sys; s=json.load(sys.stdin).get("snapshot") or {}; sys.exit(0 if s.get("active") else 1)'; }
+for run in 1 2 3 4 5 6; do
+  airflow dags test cdc_demo >"$ROOT/.local/demo-run1.$run.log" 2>&1 || { tail -40 "$ROOT/.local/demo-run1.$run.log"; exit 1; }
+  grep -E "snapshot\.(chunk_planned|progress|table_done)|window\.(planned|acked)" "$ROOT/.local/demo-run1.$run.log" | sed 's/^.*\(snapshot\.\|window\.\)/\1/' | head -8 || true
+  snapshot_active || break
+done
+cdc verify demo
 
 step "changes: inserts, updates, deletes, a primary-key change, a large transaction, a rollback"
 python scripts/demo_workload.py changes
@@ -48,6 +54,6 @@ cdc status demo | head -40
 
 echo
 echo "Done in $((SECONDS - t0))s. Delta tables: $ROOT/.local/lake/demo/"
-echo "Open the Airflow UI:  source scripts/airflow_env.sh && airflow standalone   (then http://127.0.0.1:8080,"
-echo "  user admin / password admin; the monitoring page is 'CDC pipelines' in the nav, or /cdc-monitor/)"
+echo "Open the Airflow UI:  scripts/ui.sh   (http://127.0.0.1:${CDC_AIRFLOW_PORT}, user admin / password admin;"
+echo "  the monitoring page is 'CDC pipelines' in the sidebar, or http://127.0.0.1:${CDC_AIRFLOW_PORT}/cdc-monitor/)"
 echo "Stop the services:    scripts/services.sh stop"

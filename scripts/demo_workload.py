@@ -1,7 +1,7 @@
 """Demo workload for the embedded set-up: a small shop schema and a few rounds of changes.
 
     python scripts/demo_workload.py reset     # forget the demo pipeline: its ZooKeeper subtree, lake, staging
-    python scripts/demo_workload.py init      # (re)create schema `demo`, tables empty
+    python scripts/demo_workload.py init      # (re)create schema `demo` with rows (the initial snapshot loads them)
     python scripts/demo_workload.py changes   # inserts, updates, deletes, a PK change, a big txn, a DDL
 """
 
@@ -40,6 +40,26 @@ def init(cur: pymysql.cursors.Cursor) -> None:
         "CREATE TABLE orders (order_id INT NOT NULL, line INT NOT NULL, customer_id BIGINT UNSIGNED NOT NULL, "
         "sku CHAR(8) NOT NULL, qty SMALLINT NOT NULL, price DECIMAL(10,2) NOT NULL, note TEXT, "
         "PRIMARY KEY (order_id, line))"
+    )
+    seed(cur)
+
+
+def seed(cur: pymysql.cursors.Cursor) -> None:
+    """Rows that exist before the pipeline's first run: no binlog the pipeline reads has them, so they
+    land through the initial snapshot (`snapshot.on_start`), chunk by chunk, without locks."""
+    cur.executemany(
+        "INSERT INTO customers (id, name, email, tier, balance, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, NOW(6) - INTERVAL %s DAY)",
+        [
+            (i, f"Early customer {i}", None if i % 9 == 0 else f"early{i}@example.com",
+             ["free", "pro", "enterprise"][i % 3], round(i * 3.75, 2), i % 365)
+            for i in range(1, 301)
+        ],
+    )
+    cur.executemany(
+        "INSERT INTO orders VALUES (%s,%s,%s,%s,%s,%s,%s)",
+        [(o, line, 1 + o % 300, f"OLD{o:05d}", 1 + line, o * 1.5 + line, None if o % 4 else "legacy")
+         for o in range(1, 151) for line in range(4)],
     )
 
 

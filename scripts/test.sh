@@ -33,6 +33,8 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+trap 'exit 143' TERM  # so that a killed run still stops what it started (EXIT runs the cleanup)
+trap 'exit 130' INT
 
 set +e
 python -m pytest -m "unit or integration or e2e" "$@"

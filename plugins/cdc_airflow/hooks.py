@@ -54,7 +54,7 @@ def source_params_from_info(info: ConnectionInfo) -> SourceParams:
     """Pure: the replication source's parameters from a resolved connection."""
     from cdc_core.source import SourceParams
 
-    return SourceParams(host=info.host, port=info.port, user=info.user, password=info.password)
+    return SourceParams.from_connection(info)
 
 
 def source_params_from_connection(conn_id: str) -> SourceParams:

@@ -3,8 +3,9 @@
 Served by `airflow api-server` under /cdc-monitor (a FastAPI app registered through the plugin
 below) and linked from the sidebar. For every configured pipeline it shows the cursor (binlog
 file:offset, GTID, commit time), the lag behind the source (seconds and bytes), the lease (holder,
-expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome) and
-the last error. The data is `Pipeline.status()`, gathered fresh on every request.
+expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome),
+the snapshot's progress per table (chunks done / estimated total, rows) and the last error. The
+data is `Pipeline.status()`, gathered fresh on every request.
 
 Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
 sets); plugin routes are not protected otherwise. Nothing secret is shown: `status()` carries none,
@@ -56,7 +57,7 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         "schedule": pc.schedule,
         "tables": list(pc.tables.include),
         "exclude": list(pc.tables.exclude),
-        "dags": [f"cdc_{pc.name}", f"cdc_{pc.name}_backfill"],
+        "dags": [f"cdc_{pc.name}", f"cdc_{pc.name}_backfill", f"cdc_{pc.name}_snapshot"],
         "lease_seconds": pc.lease_seconds,
     }
     secrets: list[str] = []
@@ -170,10 +171,10 @@ def window_view(w: Mapping[str, Any]) -> dict[str, Any]:
             times[key] = value
     timings = w.get("timings") or result.get("timings") or result.get("durations") or {}
     durations: dict[str, Any] = dict(timings) if isinstance(timings, Mapping) else {}
-    if not durations and "planned_at" in times:
+    if "planned_at" in times:
         end = times.get("acked_at") or times.get("failed_at")
         if end is not None:
-            durations["total"] = float(end) - float(times["planned_at"])
+            durations.setdefault("total", float(end) - float(times["planned_at"]))
     error = result.get("error") or w.get("error")
     state = w.get("state") or w.get("outcome") or ("failed" if error else None)
     if result.get("recovered"):
@@ -195,7 +196,7 @@ def window_view(w: Mapping[str, Any]) -> dict[str, Any]:
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.2rem;color:#1d2733;background:#fff}
-h1{font-size:1.35rem;margin:0 0 .2rem} h2{font-size:1.15rem;margin:0 0 .6rem}
+h1{font-size:1.35rem;margin:0 0 .2rem} h2{font-size:1.15rem;margin:0 0 .6rem} h3{font-size:1rem;margin:.8rem 0 .4rem}
 .meta{color:#5b6775;font-size:.85rem;margin-bottom:1rem}
 section.pipeline{border:1px solid #d5dbe2;border-radius:8px;padding:1rem;margin-bottom:1.2rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0 0 .8rem}
@@ -272,8 +273,26 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
             rows.append(_row("lease", '<span class="muted">free</span>', "lease"))
     parts.append("<dl>" + "".join(rows) + "</dl>")
 
-    if s.get("last_error"):
-        parts.append(f'<div class="error" data-field="last_error">last error: {esc(s["last_error"])}</div>')
+    last = s.get("last_error")
+    if isinstance(last, Mapping):
+        where = ", ".join(
+            x for x in (
+                f"step {last.get('step')}" if last.get("step") else "",
+                f"window {last.get('seq')}" if last.get("seq") is not None else "",
+                f"run {last.get('holder')}" if last.get("holder") else "",
+                fmt_time(last.get("at"), now),
+            ) if x
+        )
+        label = "last error (a later window was acked)" if last.get("resolved") else "last error"
+        css = "muted" if last.get("resolved") else "error"
+        parts.append(
+            f'<div class="{css}" data-field="last_error">{esc(label)} &mdash; {esc(where)}:<br>'
+            f"{esc(last.get('message'))}</div>"
+        )
+    elif last:
+        parts.append(f'<div class="error" data-field="last_error">last error: {esc(last)}</div>')
+
+    parts.append(render_snapshot(s.get("snapshot")))
 
     windows = [window_view(w) for w in (s.get("windows") or []) if isinstance(w, Mapping)]
     if windows:
@@ -308,6 +327,30 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
         parts.append('<p class="muted">No windows yet.</p>')
     parts.append("</section>")
     return "".join(parts)
+
+
+def render_snapshot(snap: Any) -> str:
+    """Pure: the snapshot's progress per table (chunks done / estimated total, rows), or '' when none."""
+    if not isinstance(snap, Mapping) or not snap.get("tables"):
+        return ""
+    state = "active: loading " + str(snap.get("current")) if snap.get("active") else "done"
+    out = [
+        f'<h3 data-field="snapshot_state">Snapshot ({esc(state)})</h3>',
+        '<table data-field="snapshot"><thead><tr><th>table</th><th>status</th><th>chunks</th><th>rows</th>'
+        "<th>estimate</th><th>progress</th><th>finished</th></tr></thead><tbody>",
+    ]
+    for t in snap["tables"]:
+        if not isinstance(t, Mapping):
+            continue
+        out.append(
+            f'<tr data-table="{esc(t.get("table"))}"><td>{esc(t.get("table"))}</td><td>{esc(t.get("status"))}</td>'
+            f'<td class="num">{esc(t.get("chunks_done"))} / {esc(t.get("chunks_total"))}</td>'
+            f'<td class="num">{esc(t.get("rows"))}</td>'
+            f'<td class="num">{esc("-" if t.get("estimate") is None else t.get("estimate"))}</td>'
+            f'<td class="num">{esc(t.get("percent"))}%</td><td>{esc(fmt_time(t.get("finished_at")))}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
 
 
 def render_page(statuses: Iterable[Mapping[str, Any]], now: float | None = None) -> str:

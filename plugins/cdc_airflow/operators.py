@@ -187,4 +187,11 @@ class CdcMergeOperator(SparkSubmitOperator):
         self.env_vars = submit.env_vars
         self.name = submit.name
         self._hook = None  # built from the values above
-        super().execute(context)
+        try:
+            super().execute(context)
+        except Exception as e:
+            from cdc_airflow.tasks import holder_for
+
+            with open_pipeline(self.pipeline) as p:
+                p.note_failure(self.task_id, e, seq=seq, holder=holder_for(context["ti"].dag_id, context["run_id"]))
+            raise

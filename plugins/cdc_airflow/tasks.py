@@ -71,13 +71,21 @@ def form_utc(value: Any) -> Any:
 
 
 @contextmanager
-def _step(pipeline: str) -> Iterator[Any]:
-    """Open the pipeline for one step; map errors that retrying cannot fix to a failure without retries."""
+def _step(pipeline: str, step: str, seq: int | None = None) -> Iterator[Any]:
+    """Open the pipeline for one step; note a failure for the monitor page; map errors that retrying
+    cannot fix to a failure without retries."""
     from cdc_airflow.hooks import open_pipeline
 
+    ctx = get_current_context()
     try:
         with open_pipeline(pipeline) as p:
-            yield p
+            try:
+                yield p
+            except (AirflowSkipException, LeaseHeld):
+                raise
+            except Exception as e:
+                p.note_failure(step, e, seq=seq, holder=holder_for(ctx["ti"].dag_id, ctx["run_id"]))
+                raise
     except (ConfigError, Fenced) as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
@@ -105,7 +113,7 @@ def acquire_lease(pipeline: str) -> dict[str, Any]:
     """Take the pipeline's ZooKeeper lease for this run; skip the run when another run holds it."""
     ctx = get_current_context()
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
-    with _step(pipeline) as p:
+    with _step(pipeline, LEASE_TASK) as p:
         try:
             grant = p.acquire(holder)
         except LeaseHeld as e:
@@ -119,7 +127,7 @@ def begin_backfill(pipeline: str) -> dict[str, Any]:
     ctx = get_current_context()
     params = ctx["params"]
     grant = _grant(ctx["ti"])
-    with _step(pipeline) as p:
+    with _step(pipeline, "begin_backfill") as p:
         report = p.begin_backfill(
             grant,
             form_utc(params["start_ts"]),
@@ -131,6 +139,23 @@ def begin_backfill(pipeline: str) -> dict[str, Any]:
     return dict(report)
 
 
+@task(task_id="begin_snapshot")
+def begin_snapshot(pipeline: str) -> dict[str, Any]:
+    """Request a snapshot of the form's tables (default: every captured table); return the progress."""
+    ctx = get_current_context()
+    params = ctx["params"]
+    grant = _grant(ctx["ti"])
+    from cdc_core import snapshot
+
+    tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
+    chunk_rows = params.get("chunk_rows")
+    with _step(pipeline, "begin_snapshot") as p:
+        state = snapshot.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
+    view = snapshot.progress_view(state)
+    log.info("snapshot requested: %s", view)
+    return dict(view)
+
+
 @task(task_id=PLAN_TASK)
 def plan_window(pipeline: str, skip_if_dry_run: bool = False) -> dict[str, Any]:
     """Recover, then plan (or replay) the next window; returns {seq, kind, empty, start, end, ...}."""
@@ -138,7 +163,7 @@ def plan_window(pipeline: str, skip_if_dry_run: bool = False) -> dict[str, Any]:
     if skip_if_dry_run and ctx["params"].get("dry_run"):
         raise AirflowSkipException(f"pipeline {pipeline!r}: dry run; the report is begin_backfill's result")
     grant = _grant(ctx["ti"])
-    with _step(pipeline) as p:
+    with _step(pipeline, PLAN_TASK) as p:
         return dict(p.plan(grant))
 
 
@@ -147,7 +172,7 @@ def stage_window(pipeline: str) -> dict[str, Any]:
     """Stage the planned window's row changes (Parquet + manifest), or verify an existing staged copy."""
     ctx = get_current_context()
     grant, seq = _grant_and_seq(ctx["ti"])
-    with _step(pipeline) as p:
+    with _step(pipeline, "stage_window", seq) as p:
         return dict(p.stage(grant, seq))
 
 
@@ -156,7 +181,7 @@ def ack_window(pipeline: str) -> dict[str, Any]:
     """Move the cursor past the window once Delta holds it for every staged table."""
     ctx = get_current_context()
     grant, seq = _grant_and_seq(ctx["ti"])
-    with _step(pipeline) as p:
+    with _step(pipeline, "ack_window", seq) as p:
         return dict(p.ack(grant, seq))
 
 

@@ -185,14 +185,7 @@ class CdcCase:
 
 def binlog_position(services) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """The source's current end as a `start:` block (kind file), taken before a test writes anything."""
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return {"kind": "file", "file": file, "offset": int(pos)}
+    return dict(services.binlog_end())
 
 
 def _norm(v: Any) -> Any:

@@ -136,6 +136,18 @@ def test_failed_merge_is_retried_and_converges(cdc_case: CdcCase, tmp_path: Path
     assert result.tries["merge_window"] == 2, result.explain()
     assert_lake_equals_source(case, ["customers", "orders"])  # equal counts: no duplicates
 
+    # The monitor's data: the failure is noted (and marked resolved by the later ack), and the acked
+    # window carries the Delta versions the retried merge committed.
+    with case.pipeline() as p:
+        status = p.status()
+    last = status["last_error"]
+    assert last["step"] == "merge_window" and last["seq"] == 1 and last["resolved"] is True, last
+    (window,) = status["windows"]
+    tables = window["result"]["tables"]
+    assert set(tables) == {f"{case.database}.customers", f"{case.database}.orders"}, tables
+    assert all(isinstance(t["delta_version"], int) for t in tables.values()), tables
+    assert window["result"]["durations"]["merge"] > 0, window
+
 
 def test_run_skips_while_another_run_holds_the_lease(cdc_case: CdcCase) -> None:
     case = cdc_case

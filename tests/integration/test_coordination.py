@@ -583,6 +583,37 @@ def test_two_pipelines_side_by_side(zk_client: KazooClient, zk_root: str) -> Non
     assert billing.read_lease().holder == "run-b"  # type: ignore[union-attr]
 
 
+def test_last_error_is_a_note_that_changes_no_state(coord: PipelineCoordinator, zk_client: KazooClient) -> None:
+    assert coord.read_last_error() is None
+    g = coord.acquire("run-a", 600)
+    coord.set_start(g, pos(4))
+    before = {p: raw(zk_client, f"{coord.base}/{p}") for p in ("cursor", "lease")}
+    coord.record_error("run-a", "merge_window", 1, "LakeError: boom")
+    coord.record_error("run-b", "stage_window", 2, "SourceError: later")  # overwrites: the last one counts
+    last = coord.read_last_error()
+    assert last is not None
+    assert (last["holder"], last["step"], last["seq"], last["message"]) == ("run-b", "stage_window", 2, "SourceError: later")
+    assert {p: raw(zk_client, f"{coord.base}/{p}") for p in ("cursor", "lease")} == before
+    coord.release(g)
+
+
+def test_breaking_a_dead_runs_lease_fences_it(coord: PipelineCoordinator) -> None:
+    dead = coord.acquire("run-dead", 600)
+    coord.set_start(dead, pos(4))
+    with pytest.raises(StateConflict, match="held by 'run-dead', not 'run-x'"):
+        coord.break_lease("run-x")  # one breaks the lease one looked at
+    broken = coord.break_lease("run-dead")
+    assert broken.holder == "run-dead" and broken.token == dead.token
+    assert coord.read_lease() is None
+    nxt = coord.acquire("run-next", 600)  # no waiting for the expiry
+    assert nxt.token > dead.token
+    with pytest.raises(Fenced):
+        coord.store_plan(dead, plan(1, 4, 50))  # the "dead" run, alive after all, changes nothing
+    coord.store_plan(nxt, plan(1, 4, 50))
+    with pytest.raises(StateConflict, match="no lease to break"):
+        coord.release(nxt) or coord.break_lease("run-next")
+
+
 def test_bad_names_are_refused(zk_client: KazooClient) -> None:
     with pytest.raises(ConfigError):
         PipelineCoordinator(zk_client, "/r", "Orders/x")

@@ -43,6 +43,7 @@ def written(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     spark.createDataFrame([(1, "A"), (6, "f")], "id BIGINT, v STRING").createOrReplaceTempView("src")
     spark.conf.set("spark.databricks.delta.write.txnAppId", "orders")
     spark.conf.set("spark.databricks.delta.write.txnVersion", "5")
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", '{"pipeline": "orders", "seq": 5}')
     try:
         spark.sql(
             f"MERGE INTO delta.`{uri}` t USING src s ON t.id = s.id "
@@ -51,6 +52,7 @@ def written(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     finally:
         spark.conf.unset("spark.databricks.delta.write.txnAppId")
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
     files = [urlparse(f).path for f in spark.read.format("delta").load(uri).inputFiles()]
     return {"uri": uri, "path": path, "files": files, "rows": spark.read.format("delta").load(uri).count()}
 
@@ -122,3 +124,11 @@ def test_unreadable_tables_raise_instead_of_reading_as_absent(written: dict[str,
         delta_state.last_txn_version(str(occupied), "orders")
     with pytest.raises(LakeError):
         delta_state.table_exists(str(occupied))
+
+
+def test_window_commit_version_finds_the_commit_by_its_metadata(written: dict[str, Any]) -> None:
+    # The merge job tags each commit with {"pipeline", "seq"}; v6 is the MERGE of window 5.
+    assert delta_state.window_commit_version(written["uri"], "orders", 5) == 6
+    assert delta_state.window_commit_version(written["uri"], "orders", 4) is None  # appends carry no tag
+    assert delta_state.window_commit_version(written["uri"], "billing", 5) is None
+    assert delta_state.window_commit_version(str(written["path"].parent / "absent"), "orders", 5) is None

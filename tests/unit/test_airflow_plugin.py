@@ -181,10 +181,17 @@ STATUS: dict[str, Any] = {
             },
             "state": "acked",
             "acked_at": NOW - 60,
-            "result": {"tables": {"shop.orders": {"changes": 12}}, "changes": 12, "delta_versions": {"shop.orders": 5}},
+            "result": {
+                "tables": {"shop.orders": {"changes": 12, "delta_version": 5, "status": "committed"}},
+                "changes": 12,
+                "durations": {"merge": 4.25},
+            },
         }
     ],
-    "last_error": "LakeError: boom & <b>bad</b>",
+    "last_error": {
+        "step": "merge_window", "seq": 42, "holder": "cdc_orders/manual__1", "at": NOW - 90,
+        "message": "LakeError: boom & <b>bad</b>", "resolved": False,
+    },
     "source_end": {"file": "mysql-bin.000007", "offset": 2000, "gtid": "0-1-101"},
     "lag": {"bytes": 663, "seconds": 65.0},
 }
@@ -203,6 +210,8 @@ def test_page_shows_cursor_lag_lease_and_windows() -> None:
         "17",
         "shop.orders: 12",
         "shop.orders: 5",
+        "merge 4.2s",
+        "step merge_window, window 42, run cdc_orders/manual__1",
         "acked",
         "cdc_orders_backfill",
     ):
@@ -229,8 +238,8 @@ def test_secrets_are_masked_everywhere() -> None:
 def test_window_view_flattens_a_window_record() -> None:
     view = monitor.window_view(STATUS["windows"][0])
     assert view["seq"] == 42 and view["start"] == "mysql-bin.000007:100" and view["end"] == "mysql-bin.000007:1337"
-    assert view["tables"] == {"shop.orders": {"changes": 12, "version": 5}}
-    assert view["durations"] == {"total": 60.0}
+    assert view["tables"] == {"shop.orders": {"changes": 12, "delta_version": 5, "status": "committed", "version": 5}}
+    assert view["durations"] == {"merge": 4.25, "total": 60.0}
     assert view["state"] == "acked"
 
 
@@ -296,3 +305,26 @@ def test_undefined_source_connection_says_how_to_define_it() -> None:
 
     with pytest.raises(ConfigError, match="AIRFLOW_CONN_NO_SUCH_CONN"):
         hooks.connection_info("no_such_conn")
+
+
+def test_page_shows_snapshot_progress_per_table() -> None:
+    from cdc_core import snapshot
+    from cdc_core.positions import BinlogPosition, ServerIdentity
+    from cdc_core.window_plan import WindowPlan
+
+    w = BinlogPosition("mysql-bin.000007", 1337, ServerIdentity("mariadb", 1))
+    state = snapshot.with_requests(
+        snapshot.SnapshotState(),
+        [snapshot.TableRequest("shop.orders", 250, 100), snapshot.TableRequest("shop.<b>items</b>", None, 100)],
+        now=NOW - 30,
+        by="cli",
+    )
+    spec = snapshot.ChunkSpec("shop.orders", ("id",), 1, 1, None, [100], last=False, chunk_rows=100)
+    plan = WindowPlan("orders", 43, w, w, kind="snapshot", info={"snapshot": spec.to_dict()})
+    state = snapshot.after_ack(state, plan, rows=100, now=NOW - 10)
+    page = monitor.render_page([{**STATUS, "snapshot": snapshot.progress_view(state)}], now=NOW)
+    assert "Snapshot (active: loading shop.orders)" in page
+    row = page.split('data-table="shop.orders"')[1].split("</tr>")[0]
+    assert "running" in row and "1 / 3" in row and ">100<" in row and ">250<" in row and "33.3%" in row
+    assert "<b>items</b>" not in page and "shop.&lt;b&gt;items&lt;/b&gt;" in page
+    assert "Snapshot" not in monitor.render_page([STATUS], now=NOW)  # no snapshot ever requested: no section

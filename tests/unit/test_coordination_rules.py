@@ -105,7 +105,8 @@ def test_first_stream_window_may_start_anywhere_then_must_follow_the_cursor() ->
         (Cursor(seq=1, position=pos(80)), WindowRecord(plan(2, 80, 90)), plan(2, 80, 99), "planned and not acked"),
         (Cursor(seq=1, position=pos(80)), None, plan(3, 80, 99), "must be 2"),
         (Cursor(seq=1, position=pos(80)), None, plan(1, 80, 99), "must be 2"),
-        (Cursor(seq=1, position=pos(80)), None, plan(2, 80, 99, kind=KIND_SNAPSHOT), "reserved"),
+        (Cursor(seq=1, position=pos(80)), None, plan(2, 80, 99, kind=KIND_SNAPSHOT), "one point in the binlog"),
+        (Cursor(seq=1, position=pos(80)), None, plan(2, 50, 50, kind=KIND_SNAPSHOT), "at or after the stream cursor"),
         (Cursor(seq=1, position=pos(80)), None, plan(2, 10, 20, kind=KIND_BACKFILL), "no backfill is active"),
         (
             Cursor(seq=1, position=pos(80), backfill=BackfillState(pos(10), pos(80))),

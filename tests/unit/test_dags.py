@@ -66,13 +66,15 @@ def dagbag(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     return bag
 
 
-def test_every_pipeline_gets_a_scheduled_and_a_backfill_dag(dagbag) -> None:  # type: ignore[no-untyped-def]
+def test_every_pipeline_gets_a_scheduled_a_backfill_and_a_snapshot_dag(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dagbag.import_errors == {}
     assert sorted(dagbag.dag_ids) == [
         "cdc_manual-only",
         "cdc_manual-only_backfill",
+        "cdc_manual-only_snapshot",
         "cdc_orders",
         "cdc_orders_backfill",
+        "cdc_orders_snapshot",
     ]
 
 
@@ -180,6 +182,32 @@ def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
         validate({"start_ts": "2026-11-20T08:00:00Z", "tables": "shop.orders"})
     with pytest.raises(ParamValidationError):
         validate({"start_ts": "2026-11-20T08:00:00Z", "dry_run": "yes"})
+
+
+def test_snapshot_dag_shape_and_form(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.dags["cdc_orders_snapshot"]
+    assert dag.schedule is None and dag.max_active_runs == 1
+    up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+    assert up["begin_snapshot"] == {"acquire_lease"}
+    assert up["plan_window"] == {"begin_snapshot"}
+    assert up["ack_window"] == {"stage_window", "merge_window"}
+    assert up["release_lease"] == {"ack_window", "acquire_lease"}
+    assert dag.get_task("release_lease").is_teardown
+
+    def validate(conf: dict[str, object]) -> dict[str, object]:
+        params = copy.deepcopy(dag.params)
+        for key, value in conf.items():
+            params[key] = value
+        return params.validate()
+
+    assert validate({}) == {"tables": None, "chunk_rows": None}  # every table, the configured chunk size
+    assert validate({"tables": ["shop.orders"], "chunk_rows": 500})["tables"] == ["shop.orders"]
+    with pytest.raises(ParamValidationError):
+        validate({"chunk_rows": 0})
+    with pytest.raises(ParamValidationError):
+        validate({"tables": "shop.orders"})
 
 
 def test_dag_file_reports_a_bad_config_as_an_import_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

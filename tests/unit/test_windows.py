@@ -169,3 +169,15 @@ def test_consecutive_windows_cover_the_stream_exactly(
         taken += window
         pos, seq = plan.end, seq + 1
     assert taken == txns  # concatenated windows are the stream, in order, nothing twice
+
+
+def test_a_plan_keeps_its_capture_settings_through_json() -> None:
+    from dataclasses import replace
+
+    from cdc_core.window_plan import WindowPlan
+
+    start, boundaries = make_stream([(2, 100)])
+    plan = plan_window("orders", 1, start, boundaries, WindowCaps())
+    with_capture = replace(plan, capture={"include": ("shop.*",), "exclude": ("shop.tmp_*",), "full_row_key": ()})
+    assert WindowPlan.from_json(with_capture.to_json()) == with_capture
+    assert WindowPlan.from_json(plan.to_json()).capture is None  # plans stored before the field existed
