@@ -208,10 +208,7 @@ class Rig:
         self.shadow.reconnect(self.services)
 
     def source_end(self) -> dict[str, Any]:
-        with self.conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        return {"kind": "file", "file": file, "offset": int(pos)}
+        return dict(self.services.binlog_end())
 
     def write(self, transactions: int, tables: tuple[str, ...] | None = None) -> None:
         self.workload.run(self.conn, transactions, tables or self.tables)

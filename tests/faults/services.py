@@ -142,6 +142,17 @@ class PrivateServices:
             database=database, autocommit=True, charset="utf8mb4", **kw,
         )
 
+    def binlog_end(self) -> dict[str, object]:
+        """The source's current end of binlog as a pipeline `start:` block (kind file)."""
+        conn = self.root_connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW MASTER STATUS")
+                file, pos = cur.fetchone()[:2]
+        finally:
+            conn.close()
+        return {"kind": "file", "file": file, "offset": int(pos)}
+
     @property
     def source_params(self) -> dict[str, object]:
         return {"host": self.mysql_host, "port": self.mariadb_port, "user": self.mysql_user,
