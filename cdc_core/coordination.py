@@ -53,7 +53,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl, make_digest_acl_credential
 
-from cdc_core import snapshot
+from cdc_core import faults, snapshot
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.positions import BinlogPosition
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
@@ -580,6 +580,7 @@ class PipelineCoordinator:
         self.cursor_path = f"{self.base}/cursor"
         self.windows_path = f"{self.base}/windows"
         self.snapshot_path = f"{self.base}/snapshot"
+        self.lake_path = f"{self.base}/lake"
         self.last_error_path = f"{self.base}/last_error"
         self._acl = _client_acl(client)
         self._state: str = client.state
@@ -1173,6 +1174,7 @@ class PipelineCoordinator:
             if record.plan.kind == KIND_SNAPSHOT:  # the chunk's progress moves with the ack, atomically
                 ops.append(self._snapshot_op(record.plan, result, now))
             fields = {"seq": seq, "kind": record.plan.kind}
+            faults.point("mid_ack")  # crash suite: lease checked, records read, nothing committed yet
             if new_cursor.position is not None:
                 fields["cursor"] = new_cursor.position.label().replace(" ", "_")
             if record.plan.kind == KIND_BACKFILL:
@@ -1404,3 +1406,35 @@ class PipelineCoordinator:
         """Sequence numbers of the stored window records, ascending (one listing; for housekeeping)."""
         self._require_connected("list window records")
         return self._window_seqs()
+
+    # ------------------------------------------------------------------------ lake table registry
+
+    def read_lake(self) -> dict[str, Any] | None:
+        """The lake table registry's data (cdc_core.lake_registry), None when nothing was registered yet."""
+        self._require_connected("read lake registry")
+        got = self._get(self.lake_path, "reading the lake registry")
+        if got is None:
+            return None
+        data: dict[str, Any] = self._parse(got[0], self.lake_path, lambda d: d)
+        return data
+
+    def update_lake(
+        self, grant: LeaseGrant, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        """Replace the lake registry's data with `change(current)` in one fenced compare-and-set
+        (`change` returns None for "no change"; it is re-applied to fresh data after a race)."""
+
+        def attempt() -> _Write | _Done:
+            got = self._get(self.lake_path, "reading the lake registry")
+            current = self._parse(got[0], self.lake_path, lambda d: d) if got is not None else None
+            new = change(current)
+            if new is None or new == current:
+                return _Done(current)
+            op: tuple[Any, ...] = (
+                ("create", self.lake_path, _dumps(new)) if got is None
+                else ("set", self.lake_path, _dumps(new), got[1].version)
+            )
+            return _Write([op], new, "lake.recorded", {"tables": len(new.get("tables") or {})})
+
+        result: dict[str, Any] | None = self._fenced(grant, "record lake tables", attempt)
+        return result

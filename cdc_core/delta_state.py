@@ -90,6 +90,21 @@ def table_exists(table_uri: str, *, storage_options: dict[str, str] | None = Non
     return _open(table_uri, storage_options) is not None
 
 
+def table_id(table_uri: str, *, storage_options: dict[str, str] | None = None) -> str | None:
+    """The Delta table's id (`metaData.id`, fixed when the table is created), None when there is no table.
+
+    A table deleted and re-created at the same location gets a new id: that is how the pipeline tells
+    "the table it landed windows into" from "a table that happens to be there" (cdc_core.lake_registry).
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        return str(table.metadata().id)
+    except Exception as e:
+        raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+
+
 def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None) -> int | None:
     """The latest `txn` version committed by `app_id` (Delta's idempotent-write id), or None when the
     table does not exist or `app_id` never committed to it."""

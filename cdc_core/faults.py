@@ -1,32 +1,47 @@
-"""Named fault-injection points for the crash suite.
+"""Named fault-injection points for the crash suite (tests/faults).
 
 `CDC_FAULT=after_plan` (comma-separated names allowed) makes the process kill itself with SIGKILL
 when it reaches that point: no exception handlers, no finally blocks, no cleanup — exactly what a
 crashed worker looks like. `CDC_FAULT_ONCE=<file>` makes each point fire only once (the file records
-what fired), so a retry after the crash proceeds. Unset in production: the check is one dict lookup.
+what fired), so a retry after the crash proceeds. `CDC_FAULT_ACTION=stop` makes the point pause the
+process with SIGSTOP instead (a zombie, a worker frozen while a service restarts): whoever set the
+fault resumes it with SIGCONT, and it carries on from that very point. Unset in production: the
+check is one dict lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 POINTS = (
     "after_acquire",
     "after_plan",
-    "mid_stage_before",
-    "mid_stage",
+    "mid_stage_before",  # the window's binlog reader is set up, nothing read yet
+    "mid_stage",  # about half of the window's changes read (the binlog connection is open)
     "after_stage",
     "mid_merge",  # in the Spark job, after the first table committed
-    "before_ack",
+    "mid_merge_table",  # in the Spark job, a table's tombstones committed, its main MERGE not yet
+    "after_merge",  # the merge job finished; the ack step has not started
+    "before_ack",  # the ack step checked Delta; ZooKeeper not yet touched
+    "mid_ack",  # inside the coordinator's ack: lease and records read, the multi-op not yet committed
     "after_ack",
 )
 
 
-def point(name: str) -> None:
+def armed(name: str) -> bool:
+    """True when `name` is among the points this process was asked to fire."""
     wanted = os.environ.get("CDC_FAULT")
-    if not wanted or name not in wanted.split(","):
+    return wanted is not None and name in wanted.split(",")
+
+
+def point(name: str) -> None:
+    if not armed(name):
         return
     once = os.environ.get("CDC_FAULT_ONCE")
     if once:
@@ -35,4 +50,16 @@ def point(name: str) -> None:
         if name in fired:
             return
         marker.write_text(" ".join(sorted(fired | {name})))
+    if os.environ.get("CDC_FAULT_ACTION") == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns once someone sends SIGCONT
+        return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:
+    """Pass `items` through, firing `name` once about half-way (after max(1, expected // 2) items)."""
+    at = max(1, expected // 2)
+    for i, item in enumerate(items, 1):
+        yield item
+        if i == at:
+            point(name)

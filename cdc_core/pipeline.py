@@ -31,11 +31,11 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, retention, snapshot, staging
+from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging
 from cdc_core.binlog import BinlogScanner, read_changes
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
-from cdc_core.errors import CdcError, ConfigError, LakeError, StagingError, StateConflict
+from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, StagingError, StateConflict
 from cdc_core.manifest import Manifest
 from cdc_core.naming import path_component, table_id
 from cdc_core.positions import BinlogPosition
@@ -213,6 +213,8 @@ class Pipeline:
             chunk = snapshot.plan_chunk(self, grant, cursor, snap)
             if chunk is not None:
                 return self._store_plan(grant, chunk, recovered, snap)
+        if cursor.backfill is None:
+            self.check_lake(grant, cursor.seq + 1)  # a deleted/re-created Delta table stops stream windows
         plan = self._binlog_plan(grant, cursor, first_rule)
         if plan.is_empty and snap.active:
             chunk = snapshot.plan_chunk(self, grant, cursor, self.coordinator.read_snapshot())
@@ -310,6 +312,8 @@ class Pipeline:
             schemas = self._schema_lookup(full_row_key)
             changes = read_changes(self.source, plan.start.server, plan, table_filter, schemas)
             faults.point("mid_stage_before")
+            if faults.armed("mid_stage"):
+                changes = faults.midway(changes, plan.events, "mid_stage")
             manifest = staging.stage_window(plan, changes, self.staging_root, progress=self._stage_progress(grant, plan))
             self._log(
                 "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
@@ -451,11 +455,19 @@ class Pipeline:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            if proc.returncode == Fenced.exit_code:  # the job's own lease check: this run is a zombie
+                raise Fenced(
+                    f"pipeline {self.name!r}: the merge job of window {seq} refused to write: run {grant.holder!r} "
+                    f"(token {grant.token:#x}) no longer holds the lease, so the job stopped writing (what it may have "
+                    "committed before is this same immutable window, idempotently). Stop this run: the lease holder "
+                    f"lands the window. Last output:\n{tail}"
+                )
             raise LakeError(
                 f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode}); "
                 f"the step is safe to retry. Last output:\n{tail}"
             )
         self._log("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
+        faults.point("after_merge")
         return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
 
     # ------------------------------------------------------------------------------------------ ack
@@ -480,6 +492,7 @@ class Pipeline:
                 + ", ".join(f"{n} (last version {v})" for n, v in sorted(missing.items()))
                 + "; re-run the merge step (it is idempotent)"
             )
+        self._record_lake(grant, record.plan, manifest)
         faults.point("before_ack")
         tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
         result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
@@ -539,10 +552,63 @@ class Pipeline:
             return None  # not (validly) staged, so it cannot have been merged: replay it
         landed = self.landed(manifest)
         if all(v is not None and v >= pending.plan.seq for v in landed.values()):
+            self._record_lake(grant, pending.plan, manifest)
             self.coordinator.ack_window(grant, pending.plan.seq, {"recovered": True, "changes": manifest.changes})
             self._log("window.recovered_ack", grant, seq=pending.plan.seq)
             return f"acked landed window {pending.plan.seq}"
         return None
+
+    # --------------------------------------------------------------------- lake table registry
+
+    def check_lake(self, grant: LeaseGrant, next_seq: int) -> None:
+        """Before a new stream window: every Delta table the pipeline landed windows into is still there,
+        and is the same table (cdc_core.lake_registry). A deleted or re-created one stops the run with a
+        LakeError naming it and the backfill that rebuilds it; nothing is planned."""
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
+        if not reg.tables:
+            return
+        ids = {n: delta_state.table_id(self.table_uri(e.schema, e.table)) for n, e in reg.tables.items()}
+        bad = lake_registry.problems(reg, ids, next_seq)
+        if not bad:
+            return
+        names = sorted(bad)
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.update_lake(
+            grant, lambda cur: lake_registry.mark_damaged(
+                lake_registry.LakeRegistry.from_dict(cur), names, next_seq).to_dict(),
+        ))
+        for n in names:
+            self._log("lake.table_damaged", grant, table=n, reason=repr(bad[n]))
+        raise LakeError(
+            f"pipeline {self.name!r}: "
+            + "; ".join(f"Delta table {n} ({self.table_uri(reg.tables[n].schema, reg.tables[n].table)}) {bad[n]}"
+                        for n in names)
+            + ". Nothing was planned or changed. " + lake_registry.repair_hint(reg, self.name, names)
+        )
+
+    def _record_lake(self, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest) -> None:
+        """Register the window's tables (with their Delta ids) before it is acked."""
+        cursor = self.coordinator.read_cursor()
+        bf = cursor.backfill
+        completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
+        if not manifest.tables and not completes:
+            return
+        landed = {
+            t.name: (t.schema, t.table, delta_state.table_id(self.table_uri(t.schema, t.table)))
+            for t in manifest.tables
+        }
+        recreated: list[str] = []
+
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            new, found = lake_registry.after_ack(
+                lake_registry.LakeRegistry.from_dict(current), plan, landed,
+                completes_backfill=completes, backfill_tables=tuple(bf.tables) if bf is not None else (),
+            )
+            recreated[:] = found
+            return new.to_dict()
+
+        self.coordinator.update_lake(grant, change)
+        for n in recreated:  # the next stream window refuses to plan until a backfill rebuilt it
+            self._log("lake.table_recreated", grant, seq=plan.seq, table=n)
 
     # ------------------------------------------------------------------------------------ whole run
 
@@ -660,6 +726,9 @@ class Pipeline:
             raise StateConflict(f"pipeline {self.name!r} has never run; a backfill replays what it already landed")
         start = checked["start"]
         tables = checked["tables"] or None
+        lake_registry.check_backfill_start(
+            lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()), self.name, start, tuple(tables or ())
+        )
         until = cursor.position
         if end_at is not None:
             end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until

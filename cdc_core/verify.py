@@ -27,10 +27,11 @@ class TableDiff:
     missing: list[tuple[Any, ...]] = field(default_factory=list)  # keys in source, not in lake
     extra: list[tuple[Any, ...]] = field(default_factory=list)  # keys in lake, not in source
     different: list[tuple[tuple[Any, ...], str, Any, Any]] = field(default_factory=list)  # key, column, source, lake
+    duplicates: list[tuple[Any, ...]] = field(default_factory=list)  # keys the lake holds more than once
 
     @property
     def equal(self) -> bool:
-        return not (self.missing or self.extra or self.different)
+        return not (self.missing or self.extra or self.different or self.duplicates)
 
     def summary(self, limit: int = 5) -> str:
         if self.equal:
@@ -38,7 +39,8 @@ class TableDiff:
         return (
             f"{self.table}: source {self.source_rows} rows, lake {self.lake_rows}; missing {len(self.missing)} "
             f"{self.missing[:limit]}, extra {len(self.extra)} {self.extra[:limit]}, "
-            f"different {len(self.different)} {self.different[:limit]}"
+            f"different {len(self.different)} {self.different[:limit]}, duplicated {len(self.duplicates)} "
+            f"{self.duplicates[:limit]}"
         )
 
 
@@ -82,8 +84,8 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def read_lake_table(table_uri: str) -> Any:
-    """A Delta table's current rows as a pyarrow Table, with logical column names.
+def read_lake_table(table_uri: str, version: int | None = None) -> Any:
+    """A Delta table's rows (current, or at `version`) as a pyarrow Table, with logical column names.
 
     delta-rs' `to_pyarrow_table` reads Parquet columns by their logical names, which with column
     mapping (used for source names with spaces, commas, parentheses, ...) are not the physical ones:
@@ -93,18 +95,22 @@ def read_lake_table(table_uri: str) -> Any:
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
-    dt = DeltaTable(table_uri)
+    dt = DeltaTable(table_uri, version=version)
     if dt.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
         return dt.to_pyarrow_table()
     return pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t"))
 
 
-def _lake_rows(table_uri: str) -> list[dict[str, Any]]:
-    return list(read_lake_table(table_uri).to_pylist())
+def _lake_rows(table_uri: str, version: int | None = None) -> list[dict[str, Any]]:
+    return list(read_lake_table(table_uri, version).to_pylist())
 
 
-def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None) -> TableDiff:
-    """Source rows (SELECT, session in UTC) against the Delta table's current rows (soft-deleted rows excluded)."""
+def compare_table(
+    conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None, *,
+    version: int | None = None,
+) -> TableDiff:
+    """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its
+    current version, or `version` (a snapshot read together with other facts about the table)."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
@@ -117,18 +123,28 @@ def compare_table(conn: Any, schema: str, table: str, table_uri: str, key: tuple
         norm = {c[0]: _normaliser(c[1]) for c in cols}
         if key is None:
             key = tuple(c[0] for c in cols if c[2] == "PRI") or tuple(names)
-        cur.execute(f"SELECT {', '.join(quote_mysql(n) for n in names)} FROM {quote_mysql(schema)}.{quote_mysql(table)}")
+        # FLOAT through DOUBLE: SELECT prints a FLOAT with 6 significant digits (24999.75 -> 24999.8).
+        exprs = [
+            f"CAST({quote_mysql(c[0])} AS DOUBLE)" if str(c[1]).lower().startswith("float") else quote_mysql(c[0])
+            for c in cols
+        ]
+        cur.execute(f"SELECT {', '.join(exprs)} FROM {quote_mysql(schema)}.{quote_mysql(table)}")
         source = {}
         for row in cur.fetchall():
             rec = {n: norm[n](v) for n, v in zip(names, row, strict=True)}
             source[tuple(rec[k] for k in key)] = rec
-    lake = {}
-    for row in _lake_rows(table_uri):
+    lake: dict[tuple[Any, ...], dict[str, Any]] = {}
+    duplicates = []
+    for row in _lake_rows(table_uri, version):
         if row.get(COL_DELETED):
             continue
         rec = {n: norm[n](row.get(n)) for n in names}
-        lake[tuple(rec[k] for k in key)] = rec
-    diff = TableDiff(table_id(schema, table), len(source), len(lake))
+        k = tuple(rec[k] for k in key)
+        if k in lake:
+            duplicates.append(k)
+        lake[k] = rec
+    diff = TableDiff(table_id(schema, table), len(source), len(lake) + len(duplicates))
+    diff.duplicates = sorted(duplicates, key=repr)
     diff.missing = sorted((k for k in source if k not in lake), key=repr)
     diff.extra = sorted((k for k in lake if k not in source), key=repr)
     for k, rec in source.items():

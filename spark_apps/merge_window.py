@@ -610,6 +610,7 @@ class _Run:
                 if _may_have_deletes(st):
                     cached = source = source.persist()  # read by the tombstone MERGE and the main MERGE
                     self.write_tombstones(st, tomb, source)
+                    faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
                 if DeltaTable.isDeltaTable(spark, tomb):
                     source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
             status, metrics, version = self.idempotent_merge(

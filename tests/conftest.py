@@ -86,6 +86,37 @@ def services() -> Iterator[Services]:
         subprocess.run([str(SERVICES), "stop"], check=False)
 
 
+@pytest.fixture(scope="session")
+def private_services():  # type: ignore[no-untyped-def]
+    """A MariaDB + ZooKeeper of this session's own (tests/faults/services.py), for tests that restart,
+    kill or purge them: never the shared ones. Ports 33317 / 22193 (CDC_PRIVATE_MARIADB_PORT,
+    CDC_PRIVATE_ZK_PORT), data under .local/private-faults (fresh when not already running); started on
+    first use, stopped (by PID) at the end."""
+    import shutil
+
+    from tests.faults.services import PrivateServices
+
+    ps = PrivateServices()
+    if not any(ps.running().values()):
+        shutil.rmtree(ps.directory, ignore_errors=True)
+    ps.start()
+    yield ps
+    ps.stop_all()
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Services):  # type: ignore[no-untyped-def]
+    """One throwaway Airflow (SQLite, the repo's dags/ and plugins/) per test session, for tests/e2e and the
+    fault suite's DAG scenario (tests/e2e/e2e_support.py)."""
+    from tests.e2e.e2e_support import AirflowHome, airflow_env
+
+    home = tmp_path_factory.mktemp("airflow")
+    af = AirflowHome(home=home, env=airflow_env(home))
+    proc = af.airflow("db", "migrate", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return af
+
+
 @pytest.fixture
 def source_db(services: Services) -> Iterator[str]:
     """A fresh database on the source for this test; dropped afterwards."""

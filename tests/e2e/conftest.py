@@ -1,5 +1,5 @@
-"""End-to-end fixtures: one throwaway Airflow per test session, one pipeline of its own per test
-(helpers in e2e_support.py)."""
+"""End-to-end fixtures: one pipeline of its own per test (helpers in e2e_support.py); the throwaway
+Airflow of the test session (`airflow_home`) is in tests/conftest.py, shared with tests/faults."""
 
 from __future__ import annotations
 
@@ -8,16 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import AirflowHome, CdcCase, airflow_env
-
-
-@pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory, services) -> AirflowHome:  # type: ignore[no-untyped-def]
-    home = tmp_path_factory.mktemp("airflow")
-    af = AirflowHome(home=home, env=airflow_env(home))
-    proc = af.airflow("db", "migrate", timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return af
+from e2e_support import AirflowHome, CdcCase
 
 
 @pytest.fixture

@@ -1,0 +1,365 @@
+"""The fault suite's oracle: every invariant of the product, checked after every step of a scenario.
+
+After each step (a run, a crash, a restart, a resumed zombie) `Oracle.check()` reads ZooKeeper, the
+staging area and the lakehouse and asserts:
+
+- **window records are immutable**: a window's plan never changes once seen (same bytes), an acked
+  window stays acked with the same result, and windows never disappear;
+- **the cursor** only moves forward (sequence and position), every window up to it is acked, at most
+  the next one is planned, and it stands exactly at the end of the last acked stream window;
+- **ack only after Delta holds the window**: every table of an acked window's manifest has a Delta
+  txn version (app id = pipeline) >= the window, and no table holds a window that was never planned;
+- **a staged window never changes**: a manifest, once seen, is byte-identical whenever it exists
+  again (a deleted window must be re-staged identically);
+- **no window is applied twice**: in every Delta table's log (tombstone tables included) each
+  (app id, version) appears in at most one commit;
+- **the lake equals the source at the window it holds**: each captured table, at its Delta txn
+  version v, equals the source table replayed up to the end of window v (tests/faults/workload.py's
+  `Shadow`), row for row, value for value (cdc_core.verify.compare_table, duplicates included), and
+  its Delta column types are the type map's (cdc_core.types); a table whose version is older than the
+  cursor had no change in the windows since (else a window was acked without it).
+
+Tables damaged on purpose (`damaged()`) are exempt until `repaired()`. Violations raise
+AssertionError with the step's label; the counts feed the figures (tests/faults/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdc_core import delta_state
+from cdc_core.coordination import STATE_ACKED, Cursor, PipelineCoordinator, WindowRecord
+from cdc_core.naming import path_component
+from cdc_core.positions import BinlogPosition
+from cdc_core.source import TableFilter, describe_tables
+from cdc_core.types import column_types
+from cdc_core.verify import compare_table
+from cdc_core.window_plan import KIND_BACKFILL, KIND_STREAM
+from tests.faults.workload import Shadow, Workload, changed_between
+
+_DELTA_TYPES = {
+    "byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
+    "string": "STRING", "binary": "BINARY", "date": "DATE", "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ",
+    "boolean": "BOOLEAN",
+}
+
+
+def gtid_seq(position: BinlogPosition) -> int:
+    """The domain-0 sequence number of a MariaDB position's GTID state ('0-1-42' -> 42)."""
+    for part in (position.gtid or "").split(","):
+        domain, _, rest = part.strip().partition("-")
+        if domain == "0" and rest:
+            return int(rest.rsplit("-", 1)[1])
+    raise AssertionError(f"position {position.label()} carries no domain-0 GTID")
+
+
+def _txn_and_version(uri: str, app_id: str) -> tuple[int | None, int | None]:
+    """(the app's txn version, the table version it was read at), both None without a table."""
+    if not delta_state.table_exists(uri):
+        return None, None
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(uri)
+    v = dt.transaction_version(app_id)
+    return (None if v is None else int(v)), int(dt.version())
+
+
+def _delta_type(t: Any) -> str:
+    if isinstance(t, str):
+        if t.startswith("decimal"):
+            return t.upper().replace(" ", "")
+        return _DELTA_TYPES.get(t, t.upper())
+    return json.dumps(t, sort_keys=True)
+
+
+@dataclass
+class Figures:
+    checks: int = 0
+    table_compares: int = 0
+    rows_compared: int = 0
+    rows_lost: int = 0
+    rows_duplicated: int = 0
+    wrong_values: int = 0  # rows with at least one wrong value (or a row the source does not have)
+    type_mismatches: int = 0
+    windows_acked: int = 0
+    changes_staged: int = 0  # row changes in acked windows' manifests (what flowed through the pipeline)
+    restaged_identical: int = 0
+    fenced_zombies: int = 0
+
+    def add(self, other: Figures) -> None:
+        for k, v in other.__dict__.items():
+            setattr(self, k, getattr(self, k) + v)
+
+
+@dataclass
+class Oracle:
+    services: Any
+    workload: Workload
+    shadow: Shadow
+    pipeline: str
+    zk_client: Any
+    zk_root: str
+    lake_root: Path
+    staging_root: Path
+    figures: Figures = field(default_factory=Figures)
+    damaged_tables: set[str] = field(default_factory=set)
+    log: list[str] = field(default_factory=list)
+    _plans: dict[int, str] = field(default_factory=dict)
+    _acked: dict[int, str] = field(default_factory=dict)
+    _manifests: dict[int, bytes] = field(default_factory=dict)
+    _manifest_tables: dict[int, list[str]] = field(default_factory=dict)
+    _manifest_rows: dict[int, int] = field(default_factory=dict)
+    _counted: set[int] = field(default_factory=set)
+    _verified: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    _snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> Delta version this check reads
+    _cursor: Cursor | None = None
+    _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
+    _restage_seen: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.coordinator = PipelineCoordinator(self.zk_client, self.zk_root, self.pipeline)
+
+    def close(self) -> None:
+        self.coordinator.close()
+
+    # ------------------------------------------------------------------------------------ marks
+
+    def damaged(self, table: str) -> None:
+        self.damaged_tables.add(table)
+
+    def repaired(self, table: str) -> None:
+        self.damaged_tables.discard(table)
+
+    def table_uri(self, table: str) -> str:
+        return str(self.lake_root / path_component(self.workload.database) / path_component(table))
+
+    # ------------------------------------------------------------------------------------ check
+
+    def check(self, label: str, *, final: bool = False) -> Figures:
+        """Every invariant now; raises AssertionError naming the step. `final`: also against the real source."""
+        problems: list[str] = []
+        windows, cursor = self._check_zk(problems)
+        self._check_staging(windows, problems)
+        versions = self._check_delta(windows, cursor, problems)
+        step = self._check_content(windows, cursor, versions, problems, final=final)
+        self.figures.checks += 1
+        self.log.append(f"{label}: cursor seq={cursor.seq} windows={len(windows)} problems={len(problems)}")
+        if problems:
+            raise AssertionError(f"oracle, after {label}:\n  " + "\n  ".join(problems))
+        return step
+
+    def _check_zk(self, problems: list[str]) -> tuple[dict[int, WindowRecord], Cursor]:
+        co = self.coordinator
+        cursor = co.read_cursor()
+        seqs = co._window_seqs()
+        windows: dict[int, WindowRecord] = {}
+        for s in seqs:
+            rec = co.get_window(s)
+            if rec is not None:
+                windows[s] = rec
+        for s, plan in self._plans.items():
+            if s not in windows:
+                problems.append(f"window {s} disappeared from ZooKeeper")
+        for s, rec in windows.items():
+            plan = json.dumps(rec.plan.to_dict(), sort_keys=True)
+            if self._plans.setdefault(s, plan) != plan:
+                problems.append(f"window {s} was re-planned: {self._plans[s]} -> {plan}")
+            if rec.state == STATE_ACKED:
+                result = json.dumps(rec.result, sort_keys=True)
+                if s not in self._acked:
+                    self.figures.windows_acked += 1
+                if self._acked.setdefault(s, result) != result:
+                    problems.append(f"acked window {s} changed its result: {self._acked[s]} -> {result}")
+            elif s in self._acked:
+                problems.append(f"window {s} went from acked back to {rec.state}")
+        prev = self._cursor
+        if prev is not None:
+            if cursor.seq < prev.seq:
+                problems.append(f"cursor moved back from window {prev.seq} to {cursor.seq}")
+            if prev.position is not None and (cursor.position is None or cursor.position < prev.position):
+                problems.append(f"cursor position moved back from {prev.position.label()} to "
+                                f"{cursor.position.label() if cursor.position else None}")
+        for s, rec in windows.items():
+            if s <= cursor.seq and rec.state != STATE_ACKED:
+                problems.append(f"window {s} <= cursor {cursor.seq} is {rec.state}, not acked")
+            if s > cursor.seq and rec.state == STATE_ACKED:
+                problems.append(f"window {s} is acked but the cursor says {cursor.seq}")
+            if s > cursor.seq + 1:
+                problems.append(f"window {s} planned beyond the next one ({cursor.seq + 1})")
+        streams = [windows[s] for s in sorted(windows) if s <= cursor.seq and windows[s].plan.kind == KIND_STREAM]
+        if streams and cursor.position is not None:
+            end = streams[-1].plan.end
+            if not (end.same_point(cursor.position) and end.server.same_server(cursor.position.server)):
+                problems.append(f"cursor {cursor.position.label()} is not the end of the last acked stream window "
+                                f"{streams[-1].seq} ({end.label()})")
+        self._cursor = cursor
+        return windows, cursor
+
+    def _check_staging(self, windows: dict[int, WindowRecord], problems: list[str]) -> None:
+        base = self.staging_root / path_component(self.pipeline)
+        for s in windows:
+            m = base / f"w{s:010d}" / "manifest.json"
+            try:
+                data = m.read_bytes()
+            except FileNotFoundError:
+                continue
+            if s in self._manifests:
+                if self._manifests[s] != data:
+                    problems.append(f"staged window {s} changed: its manifest differs from the one first staged")
+                elif s in self._restage_seen:
+                    self.figures.restaged_identical += 1
+                    self._restage_seen.discard(s)
+            else:
+                self._manifests[s] = data
+                manifest = json.loads(data)
+                mine = [t for t in manifest.get("tables", []) if t["schema"] == self.workload.database]
+                self._manifest_tables[s] = [t["table"] for t in mine]
+                self._manifest_rows[s] = sum(f["rows"] for t in mine for f in t["files"])
+        for s in sorted(set(self._acked) - self._counted):  # what flowed: changes of acked windows
+            if s in self._manifest_rows:
+                self.figures.changes_staged += self._manifest_rows[s]
+                self._counted.add(s)
+
+    def forget_staged(self, seq: int) -> None:
+        """The test deleted window `seq`'s staged files: the next copy must be identical (counted)."""
+        self._restage_seen.add(seq)
+
+    def _delta_log_txns(self, uri: str) -> dict[str, tuple[tuple[str, int], ...]]:
+        """commit file -> its (appId, version) txn actions; commit files are immutable, so cached."""
+        log_dir = Path(uri) / "_delta_log"
+        cache = self._commits.setdefault(uri, {})
+        try:
+            names = sorted(n for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit())
+        except FileNotFoundError:
+            self._commits[uri] = {}
+            return {}
+        for stale in set(cache) - set(names):  # the table was deleted and re-created
+            del cache[stale]
+        for n in names:
+            if n in cache:
+                continue
+            txns = []
+            for line in (log_dir / n).read_text().splitlines():
+                action = json.loads(line)
+                if "txn" in action:
+                    txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
+            cache[n] = tuple(txns)
+        return cache
+
+    def _check_delta(
+        self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
+    ) -> dict[str, int | None]:
+        versions: dict[str, int | None] = {}
+        top = max(windows) if windows else 0
+        uris = {t: self.table_uri(t) for t in self.workload.table_names}
+        tomb_root = self.lake_root / "_cdc_tombstones" / path_component(self.workload.database)
+        for t in self.workload.table_names:
+            uris[f"tombstones of {t}"] = str(tomb_root / path_component(t))
+        for name, uri in uris.items():
+            seen: dict[tuple[str, int], str] = {}
+            for commit, txns in sorted(self._delta_log_txns(uri).items()):
+                for txn in txns:
+                    if txn in seen:
+                        problems.append(
+                            f"{name}: window {txn[1]} of {txn[0]!r} committed twice ({seen[txn]}, {commit})"
+                        )
+                    seen[txn] = commit
+            if name in self.workload.table_names:
+                # One snapshot for the txn version and, later, the rows: an orphaned merge (its client was
+                # killed) may still be committing while the oracle looks.
+                v, self._snapshots[name] = _txn_and_version(uri, self.pipeline)
+                versions[name] = v
+                if v is not None and v > top:
+                    problems.append(f"{name} holds window {v}, which was never planned (last planned {top})")
+        for s, rec in windows.items():
+            if rec.state != STATE_ACKED:
+                continue
+            for t in self._manifest_tables.get(s, []):
+                if t in self.damaged_tables:
+                    continue
+                v = versions.get(t)
+                if v is None or v < s:
+                    problems.append(f"window {s} is acked but Delta table {t} holds only window {v}")
+        return versions
+
+    def _check_content(self, windows: dict[int, WindowRecord], cursor: Cursor, versions: dict[str, int | None],
+                       problems: list[str], *, final: bool) -> Figures:
+        step = Figures()
+        acked_streams = [windows[s] for s in sorted(windows) if s <= cursor.seq and windows[s].plan.kind == KIND_STREAM]
+        cursor_gtid = gtid_seq(acked_streams[-1].plan.end) if acked_streams else None
+        conn = self.services.root_connect()
+        try:
+            for t in self.workload.table_names:
+                if t in self.damaged_tables:
+                    continue
+                v = versions.get(t)
+                if v is None:
+                    if cursor_gtid is not None and changed_between(self.workload, t, 0, cursor_gtid):
+                        problems.append(f"{t}: the cursor passed its changes but Delta has no table for it")
+                    continue
+                rec = windows.get(v)
+                if rec is None:
+                    problems.append(f"{t}: Delta holds window {v}, which has no record")
+                    continue
+                if rec.plan.kind == KIND_BACKFILL and cursor.backfill is not None:
+                    continue  # mid-backfill: tombstones make the partial state no prefix; checked when done
+                g = gtid_seq(rec.plan.end)
+                if v <= cursor.seq and cursor_gtid is not None and rec.plan.kind == KIND_STREAM:
+                    later = changed_between(self.workload, t, g, cursor_gtid)
+                    if later:
+                        problems.append(
+                            f"{t}: holds window {v} (to GTID {g}) but the cursor is at GTID {cursor_gtid} and {t} "
+                            f"changed in between (GTIDs {later[:5]}): a window was acked without it"
+                        )
+                self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
+                schema = self.shadow.database
+                if final:
+                    if cursor_gtid is not None:
+                        self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
+                    schema = self.workload.database  # the real source, not the replay
+                self._compare(conn, schema, t, step, problems)
+        finally:
+            conn.close()
+        self.figures.add(step)
+        return step
+
+    def _compare(self, conn: Any, schema: str, table: str, step: Figures, problems: list[str]) -> None:
+        uri = self.table_uri(table)
+        # Neither side changed since the last comparison that passed (same shadow position, same Delta
+        # commits): the answer is the same, skip the work.
+        snapshot = self._snapshots.get(table)
+        seen = (schema, self.shadow.at.get(table), snapshot)
+        if self._verified.get(table) == seen:
+            return
+        known = len(problems)
+        model = self.workload.table(table)
+        key = tuple(c.name for c in model.key)
+        diff = compare_table(conn, schema, table, uri, key, version=snapshot)
+        step.table_compares += 1
+        step.rows_compared += diff.source_rows
+        wrong = len({k for k, *_ in diff.different}) + len(diff.extra)
+        step.rows_lost += len(diff.missing)
+        step.rows_duplicated += len(diff.duplicates)
+        step.wrong_values += wrong
+        if not diff.equal:
+            problems.append(f"{table} differs from the source replayed to its window ({schema}): {diff.summary()}")
+        # Type for type: the Delta column types are the type map's for the source's columns.
+        from deltalake import DeltaTable
+
+        schema_json = json.loads(DeltaTable(uri, version=snapshot).schema().to_json())
+        fields = {f["name"]: f["type"] for f in schema_json["fields"]}
+        described = describe_tables(conn, TableFilter(include=(f"{schema}.{table}",), exclude=()), self.pipeline)
+        for col in described[f"{schema}.{table}"].columns:
+            if col.name not in fields:
+                continue  # not written since the column was added: compare_table checked it is all NULL
+            want = column_types(col, table)[1].replace(" ", "").upper()
+            have = _delta_type(fields[col.name])
+            if want != have:
+                step.type_mismatches += 1
+                problems.append(f"{table}.{col.name}: Delta type {have}, the type map says {want} for {col.mysql_type}")
+        if len(problems) == known:
+            self._verified[table] = seen

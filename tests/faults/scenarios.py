@@ -1,0 +1,316 @@
+"""Fault scenarios over a `Rig` (tests/faults/harness.py), shared by the CI tests and the soak.
+
+Each function writes some workload, injects one fault into the real `cdc` CLI (or the services around
+it), and checks the oracle right after; none of them drains the pipeline (the caller decides when to
+`rig.finish()`). Every function returns a short outcome string for the soak's log. Expectations are
+the product's promises: a crashed run leaves nothing the next run cannot recover; a zombie changes
+nothing; a restarted service makes a run either continue safely or stop with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.faults.harness import (
+    RC_COORDINATION,
+    RC_FENCED,
+    RC_LAKE,
+    RC_OK,
+    RC_SKIPPED,
+    RC_SOURCE,
+    CliResult,
+    Rig,
+)
+
+# Fault points a `cdc run` passes through, in order (cdc_core/faults.py).
+CRASH_POINTS = (
+    "after_acquire",
+    "after_plan",
+    "mid_stage_before",
+    "mid_stage",
+    "after_stage",
+    "mid_merge",
+    "mid_merge_table",
+    "after_merge",
+    "before_ack",
+    "mid_ack",
+    "after_ack",
+)
+# Where a paused zombie is most dangerous: holding a plan, a staged window, or an ack about to commit.
+ZOMBIE_POINTS = ("after_plan", "after_stage", "after_merge", "before_ack", "mid_ack")
+
+
+def _expect(r: CliResult, allowed: tuple[int, ...], what: str) -> None:
+    if r.rc not in allowed:
+        raise AssertionError(f"{what}: exit {r.rc}, expected one of {allowed}:\n{r.explain()}")
+
+
+# -------------------------------------------------------------------------------------- crashes
+
+
+def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attempts: int = 4) -> str:
+    """SIGKILL the run at `point`; with `require`, retry with more workload until the point fires
+    (a merge-job point needs a window with two tables, or with deletes)."""
+    for attempt in range(1, attempts + 1):
+        if txns or attempt > 1:
+            rig.write(max(txns, 3))
+        rig.wait_lease_free()
+        r = rig.run(fault=point)
+        rig.check(f"crash at {point} (attempt {attempt}, rc {r.rc})")
+        if r.killed:
+            if point not in r.fired:
+                raise AssertionError(f"run killed, but not at {point}:\n{r.explain()}")
+            return f"killed at {point}"
+        _expect(r, (RC_OK,), f"run with fault {point} that did not fire")
+        if not require:
+            return f"{point} not reached"
+    raise AssertionError(f"fault point {point} never fired in {attempts} runs")
+
+
+def random_kill(rig: Rig, rng: random.Random, txns: int = 6, max_after: float = 15.0) -> str:
+    """SIGKILL the run's process group after a random time."""
+    rig.write(txns)
+    rig.wait_lease_free()
+    after = rng.uniform(0.3, max_after)
+    r = rig.run(kill_after=after)
+    rig.check(f"random kill after {after:.1f}s (rc {r.rc})")
+    _expect(r, (RC_OK, -9), "a run killed at a random time")
+    return f"killed after {after:.1f}s" if r.timer_killed else f"finished before the kill ({after:.1f}s)"
+
+
+# ---------------------------------------------------------------------------------------- zombie
+
+
+def _state(rig: Rig) -> dict[str, Any]:
+    """Everything a zombie must not change: ZooKeeper records, staged manifests, Delta logs."""
+    co = rig.oracle.coordinator
+    zk = {
+        "cursor": co.read_cursor().to_dict(),
+        "windows": {s: json.dumps(w.to_dict(), sort_keys=True) for s in co._window_seqs()
+                    if (w := co.get_window(s)) is not None},
+    }
+    files: dict[str, int] = {}
+    for base in (rig.lake, rig.staging):
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and "/reports/" not in str(p):
+                files[str(p.relative_to(rig.workdir))] = p.stat().st_size
+    return {"zk": zk, "files": files}
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    out = []
+    if before["zk"] != after["zk"]:
+        out.append(f"ZooKeeper changed: {before['zk']} -> {after['zk']}")
+    for f in sorted(set(before["files"]) | set(after["files"])):
+        if before["files"].get(f) != after["files"].get(f):
+            out.append(f"{f}: {before['files'].get(f)} -> {after['files'].get(f)} bytes")
+    return out
+
+
+def zombie(rig: Rig, rng: random.Random, point: str | None = None, txns: int = 5) -> str:
+    """A run paused (SIGSTOP) past its lease expiry while another run completes windows; once resumed
+    (SIGCONT) it must be fenced and change nothing: cursor, window records, staged files, Delta logs.
+
+    With `point`, the run stops itself at that fault point; without, the test stops it at a random time.
+    """
+    rig.write(txns)
+    rig.wait_lease_free()
+    if point is not None:
+        a = rig.start_run(windows=1, fault=point, action="stop")
+        a.wait_stopped()
+        how = f"paused at {point}"
+    else:
+        a = rig.start_run(windows=1)
+        time.sleep(rng.uniform(0.2, 4.0))
+        if a.proc.poll() is not None:
+            r = a.finish()
+            rig.check(f"zombie candidate finished before the pause (rc {r.rc})")
+            return "finished before the pause"
+        a.stop()
+        how = "paused at a random time"
+    try:
+        # Past the lease's expiry: another run takes over and lands windows (the zombie's included).
+        rig.wait_lease_free()
+        rig.write(txns)
+        b = rig.run(windows=3)
+        _expect(b, (RC_OK,), f"the run taking over from a zombie {how}")
+        rig.check(f"took over from a zombie {how}")
+        before = _state(rig)
+    finally:
+        a.cont()
+    ra = a.finish()
+    rig.runs.append(ra)
+    after = _state(rig)
+    changed = _diff(before, after)
+    if changed:
+        raise AssertionError(f"a zombie {how} changed state after resuming:\n  " + "\n  ".join(changed[:20])
+                             + f"\n{ra.explain()}")
+    # Fenced (5), or stopped on its ZooKeeper session (4); 0 only if it had nothing left to write.
+    _expect(ra, (RC_FENCED, RC_COORDINATION, RC_OK), f"the zombie {how}")
+    if ra.rc == RC_FENCED:
+        rig.oracle.figures.fenced_zombies += 1
+        if "no longer holds the lease" not in ra.stderr and "fenced" not in ra.stderr.lower():
+            raise AssertionError(f"the zombie exited 5 without saying it was fenced:\n{ra.explain()}")
+    rig.check(f"zombie {how} resumed (rc {ra.rc})")
+    return f"zombie {how}: rc {ra.rc}"
+
+
+# ------------------------------------------------------------------------------- infrastructure
+
+
+def _wait_zk(rig: Rig, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not rig.zk_client.connected:
+        if time.monotonic() > deadline:
+            raise AssertionError("the oracle's ZooKeeper client did not reconnect")
+        time.sleep(0.1)
+
+
+def zk_restart(rig: Rig, point: str | None = "after_stage", txns: int = 4) -> str:
+    """ZooKeeper restarted while a run is in the middle of a window (paused at `point`, or running)."""
+    rig.write(txns)
+    rig.wait_lease_free()
+    if point:
+        a = rig.start_run(fault=point, action="stop")
+        a.wait_stopped()
+        rig.services.restart_zookeeper()
+        a.cont()
+    else:
+        a = rig.start_run()
+        time.sleep(1.0)
+        rig.services.restart_zookeeper()
+    r = a.finish()
+    rig.runs.append(r)
+    _wait_zk(rig)
+    _expect(r, (RC_OK, RC_COORDINATION), "a run across a ZooKeeper restart")
+    rig.check(f"ZooKeeper restarted mid-run at {point} (rc {r.rc})")
+    return f"ZooKeeper restart at {point}: rc {r.rc}"
+
+
+def session_expiry(rig: Rig, point: str = "after_stage", txns: int = 4) -> str:
+    """The run's ZooKeeper session is expired from outside (a second client with the same session id,
+    started then stopped) while the run is in the middle of a window."""
+    from kazoo.client import KazooClient
+
+    rig.write(txns)
+    rig.wait_lease_free()
+    session_file = rig.workdir / f"zk-session-{time.monotonic_ns()}.json"
+    a = rig.start_run(fault=point, action="stop", extra_env={"CDC_TEST_ZK_SESSION_FILE": str(session_file)})
+    a.wait_stopped()
+    sess = json.loads(session_file.read_text())
+    twin = KazooClient(hosts=rig.services.zk_hosts, client_id=(sess["session_id"], bytes.fromhex(sess["password"])))
+    twin.start(timeout=30)
+    twin.stop()
+    twin.close()
+    a.cont()
+    r = a.finish()
+    rig.runs.append(r)
+    _expect(r, (RC_OK, RC_COORDINATION), "a run whose session was expired")
+    rig.check(f"session expired at {point} (rc {r.rc})")
+    return f"session expired at {point}: rc {r.rc}"
+
+
+def mariadb_restart_mid_stage(rig: Rig, txns: int = 6) -> str:
+    """MariaDB restarted while the run is reading a window's binlog (paused at mid_stage)."""
+    rig.write(txns)
+    rig.wait_lease_free()
+    a = rig.start_run(fault="mid_stage", action="stop")
+    a.wait_stopped()
+    rig.services.restart_mariadb()
+    rig.reconnect()
+    a.cont()
+    r = a.finish()
+    rig.runs.append(r)
+    _expect(r, (RC_OK, RC_SOURCE), "a run whose source restarted mid-staging")
+    rig.check(f"MariaDB restarted mid-staging (rc {r.rc})")
+    return f"MariaDB restart mid-staging: rc {r.rc}"
+
+
+def mariadb_restart_between(rig: Rig, txns: int = 4) -> str:
+    """MariaDB restarted between two windows (the restart rotates the binlog)."""
+    rig.write(txns)
+    rig.wait_lease_free()
+    r1 = rig.run(windows=1)
+    _expect(r1, (RC_OK,), "the run before the restart")
+    rig.services.restart_mariadb()
+    rig.reconnect()
+    rig.write(txns)
+    r2 = rig.run()
+    _expect(r2, (RC_OK,), "the first run after a MariaDB restart")
+    rig.check("MariaDB restarted between windows")
+    return "MariaDB restart between windows"
+
+
+def staging_deleted(rig: Rig, rng: random.Random, txns: int = 5) -> str:
+    """The staged files of an un-merged window are deleted (all of them, or one Parquet file): the next
+    run must re-stage the very same window (the oracle compares the manifest byte for byte)."""
+    for _ in range(4):
+        rig.write(txns)
+        rig.wait_lease_free()
+        r = rig.run(fault="after_stage")
+        rig.check(f"crash after staging (rc {r.rc})")
+        if r.killed:
+            break
+    else:
+        raise AssertionError("after_stage never fired")
+    seq = rig.oracle.coordinator.read_cursor().seq + 1
+    wdir = rig.staging / rig.name / f"w{seq:010d}"
+    parts = sorted(wdir.rglob("*.parquet"))
+    if parts and rng.random() < 0.5:
+        victim = rng.choice(parts)
+        victim.unlink()
+        what = f"one file ({victim.name})"
+    else:
+        shutil.rmtree(wdir)
+        what = "the whole window"
+    rig.oracle.forget_staged(seq)
+    rig.wait_lease_free()
+    r2 = rig.run()
+    _expect(r2, (RC_OK,), "the run after the staged files were deleted")
+    rig.check(f"staged window {seq} deleted ({what}) and re-staged")
+    if rig.oracle.figures.restaged_identical < 1:
+        raise AssertionError("the deleted window was not re-staged (or not identically)")
+    return f"staged window {seq}: {what} deleted, re-staged identically"
+
+
+def lake_table_deleted(rig: Rig, rng: random.Random, txns: int = 6) -> str:
+    """One table's lakehouse directory is deleted: the run must fail clearly (naming the table and the
+    backfill that repairs it), change nothing, and `cdc backfill <p> --from <ts>` must repair it."""
+    rig.drain("before deleting a lake table")
+    present = [t for t in rig.workload.table_names if Path(rig.oracle.table_uri(t)).exists()]
+    table = rng.choice(present)
+    shutil.rmtree(rig.oracle.table_uri(table))
+    rig.oracle.damaged(table)
+    for _ in range(6):  # until a window touches the table (others land normally)
+        rig.write(txns)
+        rig.wait_lease_free()
+        r = rig.run()
+        rig.check(f"lake table {table} deleted (rc {r.rc})")
+        if r.rc == RC_LAKE:
+            break
+        _expect(r, (RC_OK,), f"a run after {table}'s Delta table was deleted")
+    else:
+        raise AssertionError(f"no run noticed that {table}'s Delta table is gone")
+    if table not in r.stderr or "cdc backfill" not in r.stderr:
+        raise AssertionError(f"the error does not name the table and the backfill:\n{r.explain()}")
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rig.created_at - 2))
+    rig.wait_lease_free()
+    b = rig.cli("backfill", rig.name, "--from", since, "--table", f"{rig.database}.{table}")
+    _expect(b, (RC_OK,), "the backfill that repairs the deleted table")
+    rig.oracle.repaired(table)
+    rig.check(f"backfill from {since} repaired {table}")
+    return f"lake table {table} deleted, failed clearly, repaired by backfill"
+
+
+def run_cleanly(rig: Rig, txns: int = 5) -> str:
+    rig.write(txns)
+    rig.wait_lease_free()
+    r = rig.run()
+    _expect(r, (RC_OK, RC_SKIPPED), "a clean run")
+    rig.check(f"clean run (rc {r.rc})")
+    return "clean run"
