@@ -189,6 +189,9 @@ def generate(conn: Any, db: str, width: int, txn_rows: int, rows: int, serial: i
     wl = Workload(db=db, table=td.name, width=width, txn_rows=txn_rows, rows=rows)
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
+        # No Annotate_rows events (the statement text per transaction): the reader never asks for them,
+        # and without them mysqlbinlog, the reference, has less to print.
+        cur.execute("SET SESSION binlog_annotate_row_events = OFF")
         cur.execute(td.create_sql(db))
         cols = ", ".join(f"`{c}`" for c in td.columns)
         if txn_rows == 1:
@@ -222,6 +225,19 @@ def generate(conn: Any, db: str, width: int, txn_rows: int, rows: int, serial: i
         wl.end_file, wl.end_pos = _master_status(cur)
         cur.execute("FLUSH BINARY LOGS")
     return wl
+
+
+def drop_workload(conn: Any, wl: Workload, purge: bool = False) -> None:
+    """Drop the workload's table (and generator procedure); with `purge` (a private server only), also
+    the binlog files before the current one."""
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS `{wl.db}`.`{wl.table}`")
+        cur.execute(f"DROP PROCEDURE IF EXISTS `{wl.db}`.`gen_{wl.table}`")
+        if purge:
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("SHOW MASTER STATUS")
+            current = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{current}'")
 
 
 # -------------------------------------------------------------------------------- synthetic changes

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -61,9 +61,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_core import rowdecode
 from cdc_core.changes import RowBatch, RowChange, SourceColumn, TableSchema
-from cdc_core.decode_worker import WorkerPool
 from cdc_core.errors import MissingKey, PositionPurged, SourceError, StagingError, UnknownTable
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.positions import (
@@ -84,6 +82,9 @@ from cdc_core.source import (
     source_error_from,
 )
 from cdc_core.window_plan import WindowPlan
+
+if TYPE_CHECKING:
+    from cdc_core import rowdecode
 
 log = logging.getLogger("cdc.binlog")
 
@@ -1066,7 +1067,9 @@ class _InlineDecoder:
     """Decodes slices in the reader's process (the same work a worker does)."""
 
     def submit(self, job: tuple[Any, ...]) -> Callable[[], rowdecode.SliceResult]:
-        result = rowdecode.decode_slice(job)
+        from cdc_core.rowdecode import decode_slice
+
+        result = decode_slice(job)
         return lambda: result
 
     def shutdown(self) -> None:
@@ -1098,6 +1101,9 @@ def read_change_batches(
     """
     if plan.start.same_point(plan.end):
         return
+    from cdc_core import rowdecode  # numpy and the decoders: only for a window with changes
+    from cdc_core.decode_worker import WorkerPool
+
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
@@ -1215,7 +1221,7 @@ def read_change_batches(
         decoder.shutdown()
 
 
-_EV_KIND = {"write": rowdecode.EV_WRITE, "update": rowdecode.EV_UPDATE, "delete": rowdecode.EV_DELETE}
+_EV_KIND = {"write": 0, "update": 1, "delete": 2}  # rowdecode.EV_WRITE, EV_UPDATE, EV_DELETE
 
 
 def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]]) -> None:

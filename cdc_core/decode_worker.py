@@ -14,6 +14,7 @@ number changes in binlog order; each worker holds at most one job.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
 import os
 import pickle
 import struct
@@ -120,8 +121,17 @@ class WorkerPool:
                 proc.stdout.close()  # type: ignore[union-attr]
 
 
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("a decode worker does not load pandas")
+
+
 def main() -> int:
     """The worker: decode jobs from stdin until it closes."""
+    # pyarrow imports pandas (about a second) the first time it converts a Python object, only to ask
+    # whether it is a pandas object; a worker has none.
+    sys.meta_path.insert(0, _NoPandas())
     from cdc_core.rowdecode import decode_slice
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer

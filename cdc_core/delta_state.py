@@ -176,3 +176,42 @@ def table_summary(
     if app_id is not None:
         out["txn_version"] = None if txn is None else int(txn)
     return out
+
+
+def commit_version(
+    table_uri: str, user_metadata: str, *, limit: int = 20, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The version of the commit carrying `commitInfo.userMetadata == user_metadata` among the table's
+    last `limit` commits (None when not found). The merge job reports its own commits this way."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        history = table.history(limit)
+    except Exception as e:
+        raise LakeError(f"cannot read the history of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    for commit in history:
+        if commit.get("userMetadata") == user_metadata:
+            return int(commit["version"])
+    return None
+
+
+def column_max(table_uri: str, column: str, *, storage_options: dict[str, str] | None = None) -> Any:
+    """The largest value of `column` by the files' statistics (None: no table or no rows).
+
+    Raises LookupError when a file has no statistics for the column (the answer is unknown). Rows a
+    deletion vector removed still count: the result is an upper bound.
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        adds = pa.table(table.get_add_actions(flatten=True))
+    except Exception as e:
+        raise LakeError(f"cannot read the files of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    if adds.num_rows == 0:
+        return None
+    name = f"max.{column}"
+    if name not in adds.column_names or adds[name].null_count:
+        raise LookupError(f"{table_uri}: no statistics for {column} in every file")
+    return pc.max(adds[name]).as_py()

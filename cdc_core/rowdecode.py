@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pymysqlreplication.constants import FIELD_TYPE
 
 from cdc_core.changes import RowBatch, TableSchema
 from cdc_core.errors import SourceError, StagingError
@@ -45,7 +45,7 @@ from cdc_core.types import ColumnCodec, TableCodec, _conv_bytes, _conv_json, _co
 
 # Op codes in the accumulator (index into _OP_LABELS).
 OPC_INSERT, OPC_UPDATE, OPC_DELETE = 0, 1, 2
-_OP_LABELS = pa.array([OP_INSERT, OP_UPDATE, OP_DELETE], pa.string())
+_OP_LABELS = (OP_INSERT, OP_UPDATE, OP_DELETE)
 _OP_BYTE = (b"\x00", b"\x01", b"\x02")
 
 
@@ -85,7 +85,6 @@ def decimal_size(precision: int, scale: int) -> int:
     return (intg // 9) * 4 + _DIG2BYTES[intg % 9] + (scale // 9) * 4 + _DIG2BYTES[scale % 9]
 
 
-_INT_WIDTH = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4, FIELD_TYPE.LONGLONG: 8}
 
 
 def _encoding(charset_name: str | None) -> str | None:
@@ -105,11 +104,17 @@ def _encoding(charset_name: str | None) -> str | None:
 def column_layout(col: Any, nullable: bool) -> ColumnLayout:
     """The layout of a python-mysql-replication table-map `Column`. Raises SourceError for a type the
     library cannot decode either."""
+    # Imported here: decode workers never build layouts and need not load the library.
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    int_width = {
+        FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4, FIELD_TYPE.LONGLONG: 8
+    }
     t = col.type
     name = str(col.name)
     base = {"name": name, "type": t, "nullable": nullable}
-    if t in _INT_WIDTH:
-        return ColumnLayout(kind="int", width=_INT_WIDTH[t], prefix=0, unsigned=bool(col.unsigned), **base)
+    if t in int_width:
+        return ColumnLayout(kind="int", width=int_width[t], prefix=0, unsigned=bool(col.unsigned), **base)
     if t == FIELD_TYPE.FLOAT:
         return ColumnLayout(kind="float", width=4, prefix=0, **base)
     if t == FIELD_TYPE.DOUBLE:
@@ -595,7 +600,7 @@ def _k_enum(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarr
             f"column {name!r}: an ENUM index beyond its {len(lay.labels) - 1} labels; the table map does not "
             "match the row (re-check binlog_row_metadata=FULL)"
         )
-    labels = pa.array(list(lay.labels), pa.string())
+    labels = pa.array(np.array(lay.labels, dtype=object), pa.string())
     return labels.take(pa.array(np.where(valid, idx, 0), mask=~valid))
 
 
@@ -1123,7 +1128,7 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
     for lo in range(0, n, max(1, batch_rows)):
         hi = min(n, lo + batch_rows)
         arrays = [
-            _OP_LABELS.take(pa.array(ops_np[lo:hi])),
+            _op_labels().take(pa.array(ops_np[lo:hi])),
             pa.array(versions_np[lo:hi], pa.int64()),
             pa.array(ordinals[lo:hi], pa.int64()),
             pa.Array.from_buffers(schema.field(3).type, hi - lo, [None, pa.py_buffer(ts[lo:hi].copy())]),
@@ -1132,6 +1137,13 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
         arrays += [dec.decode_column(i, buf, raw, offs) for i, offs in enumerate(offsets)]
         out.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     return out
+
+
+@functools.cache
+def _op_labels() -> pa.Array:
+    # Built on first use: any pa.array call makes pyarrow import pandas (a second on a small machine),
+    # which a window without changes should not pay for.
+    return pa.array(np.array(_OP_LABELS, dtype=object), pa.string())
 
 
 def finish_slice(result: SliceResult, base: int) -> list[RowBatch]:

@@ -142,6 +142,7 @@ STATUS_EMPTY = "empty"
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 ZK_AUTH_ENV = "CDC_ZK_AUTH"
 
@@ -518,7 +519,9 @@ class _Run:
 
     # ------------------------------------------------------------------------------ idempotent MERGE
 
-    def idempotent_merge(self, uri: str, label: str, source: DataFrame, sql: Callable[[str], str]) -> tuple[str, dict[str, int], int | None]:
+    def idempotent_merge(
+        self, uri: str, label: str, source: DataFrame, sql: Callable[[str], str], *, immutable_source: bool = False
+    ) -> tuple[str, dict[str, int], int | None]:
         """Run one MERGE as the commit (pipeline, seq); returns (status, metrics, delta version)."""
         spark = self.spark
         view = f"cdc_src_{uuid.uuid4().hex}"
@@ -528,7 +531,7 @@ class _Run:
             for attempt in (1, 2):
                 self.fence()
                 try:
-                    rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect())
+                    rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect(), immutable_source)
                 except Exception as e:
                     if not _is_commit_conflict(e):
                         raise
@@ -556,18 +559,28 @@ class _Run:
         finally:
             spark.catalog.dropTempView(view)
 
-    def _with_txn(self, meta: str, action: Callable[[], Any]) -> Any:
+    def _with_txn(self, meta: str, action: Callable[[], Any], immutable_source: bool = False) -> Any:
         conf = self.spark.conf
         conf.set(TXN_APP_ID_CONF, self.pipeline)
         conf.set(TXN_VERSION_CONF, str(self.seq))
         conf.set(USER_METADATA_CONF, meta)
+        keys = [TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF]
+        if immutable_source:
+            conf.set(MATERIALIZE_SOURCE_CONF, "none")
+            keys.append(MATERIALIZE_SOURCE_CONF)
         try:
             return action()
         finally:
-            for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
+            for k in keys:
                 conf.unset(k)
 
     def _commit_version(self, uri: str, meta: str) -> int | None:
+        try:
+            from cdc_core import delta_state
+
+            return delta_state.commit_version(uri, meta)
+        except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
+            log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=_one_line(e)))
         rows = (
             DeltaTable.forPath(self.spark, uri).history(20).where(F.col("userMetadata") == meta).select("version").collect()
         )
@@ -590,7 +603,10 @@ class _Run:
         columns = [(c.name, _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")) for c in st.columns]
         target = self.ensure_table(uri, st.name, [*columns, *metadata_columns(self.delete_mode)], options)
 
-        changes = latest_per_key(read_staged_table(spark, self.window_dir, st), st.key)
+        facts = staged_facts(self.window_dir, st)
+        changes = read_staged_table(spark, self.window_dir, st)
+        # A window usually changes each key once: then there is nothing to pick (no shuffle).
+        changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, st.key)
         changes = changes.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
         if self.delete_mode == DELETE_SOFT:
             is_delete = F.col(COL_OP) == OP_DELETE
@@ -599,21 +615,22 @@ class _Run:
             )
         source = conform(changes, target)
 
-        cached: DataFrame | None = None
-        try:
-            if self.delete_mode == DELETE_HARD:
-                tomb = tombstone_uri(self.lake_root, st.schema, st.table)
-                if _may_have_deletes(st):
-                    cached = source = source.persist()  # read by the tombstone MERGE and the main MERGE
-                    self.write_tombstones(st, tomb, source)
-                if DeltaTable.isDeltaTable(spark, tomb):
-                    source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
-            status, metrics, version = self.idempotent_merge(
-                uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode)
-            )
-        finally:
-            if cached is not None:
-                cached.unpersist()
+        # The source is read from the staged window's files, which never change, so Delta need not copy
+        # it before merging (it would: Delta copies any source but a Delta table). Not when it joins the
+        # tombstone table, and never cached (Delta refuses a cached source it did not copy itself).
+        immutable = True
+        if self.delete_mode == DELETE_HARD:
+            tomb = tombstone_uri(self.lake_root, st.schema, st.table)
+            older = tombstones_may_supersede(tomb, facts.min_version)  # before this window's own
+            if _may_have_deletes(st):
+                self.write_tombstones(st, tomb, source)
+            if older:
+                source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
+                immutable = False
+        status, metrics, version = self.idempotent_merge(
+            uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+            immutable_source=immutable,
+        )
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
         result.update(status=status, delta_version=version, **metrics)
@@ -631,8 +648,57 @@ class _Run:
         deletes = conform(
             source.where(F.col(COL_OP) == OP_DELETE).select(*[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)), target
         )
-        status, metrics, _ = self.idempotent_merge(uri, label, deletes, lambda view: tombstone_merge_sql(uri, view, st.key))
+        status, metrics, _ = self.idempotent_merge(
+            uri, label, deletes, lambda view: tombstone_merge_sql(uri, view, st.key), immutable_source=True
+        )
         self.log("merge.tombstones", table=st.name, status=status, **metrics)
+
+
+@dataclass(frozen=True)
+class StagedFacts:
+    """What the driver reads from a staged table's key and version columns (pyarrow, no Spark job)."""
+
+    unique_keys: bool  # no key changes twice in the window
+    min_version: int | None  # the oldest change's `_cdc_version` (None: no rows)
+
+
+def staged_facts(window_dir: str, st: StagedTable) -> StagedFacts:
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, root = fsspec.core.url_to_fs(window_dir)
+    parts = []
+    for f in st.files:
+        with fs.open(f"{root.rstrip('/')}/{f.path}", "rb") as fh:
+            parts.append(pq.read_table(fh, columns=[*st.key, COL_VERSION]))
+    if not parts:
+        return StagedFacts(True, None)
+    table = pa.concat_tables(parts, promote_options="permissive")
+    if table.num_rows == 0:
+        return StagedFacts(True, None)
+    distinct = table.group_by(list(st.key)).aggregate([]).num_rows
+    return StagedFacts(distinct == table.num_rows, int(pc.min(table[COL_VERSION]).as_py()))
+
+
+def tombstones_may_supersede(tomb_uri: str, min_version: int | None) -> bool:
+    """Whether some tombstone may be newer than a change of the window (so `drop_superseded` must run).
+
+    Delete tombstones matter only for changes older than them: a replayed window or a backfill. In
+    the steady stream every change is newer than every tombstone (change versions grow with binlog
+    positions), and the Delta log's file statistics say so without reading the table. The window's
+    own tombstones never drop one of its changes (only each key's latest change is merged).
+    """
+    from cdc_core import delta_state
+
+    if min_version is None:
+        return False
+    try:
+        newest = delta_state.column_max(tomb_uri, COL_VERSION)
+    except LookupError:
+        return True  # no statistics: cannot tell
+    return newest is not None and int(newest) >= min_version
 
 
 def _may_have_deletes(st: StagedTable) -> bool:
