@@ -29,6 +29,7 @@ ints, `Decimal`, `float`, `str` (text, ENUM label, MariaDB JSON text, BIT as a '
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pymysql
+from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
@@ -174,8 +176,25 @@ class _Ev:
     raw: Any = None
 
 
+@functools.lru_cache(maxsize=256)
+def _file_index(file: str) -> int:
+    return binlog_file_index(file)
+
+
 def _pos_key(file: str, offset: int) -> tuple[int, int]:
-    return (binlog_file_index(file), offset)
+    return (_file_index(file), offset)
+
+
+@functools.lru_cache(maxsize=256)
+def _version_base(epoch: int, file: str) -> int:
+    return change_version(epoch, file, 0)
+
+
+def _change_version(epoch: int, file: str, offset: int) -> int:
+    """`positions.change_version`, with the per-file part computed once (called for every rows event)."""
+    if not 0 <= offset <= 0xFFFFFFFF:
+        return change_version(epoch, file, offset)  # raises with the full message
+    return _version_base(epoch, file) | offset
 
 
 def _previous_gtids_text(ev: PreviousGtidsEvent) -> str:
@@ -275,6 +294,7 @@ class _LibraryEvents:
         self.private = private
         self.allowed = private("allowed_events")
         self.use_checksum = bool(private("use_checksum"))
+        self._post_header_lengths: tuple[int, ...] | None = None  # from the Format_description event
 
     def event(self, pkt: Any) -> Any:
         s, p = self.stream, self.private
@@ -290,6 +310,7 @@ class _LibraryEvents:
         if wrapper.event_type == FORMAT_DESCRIPTION_EVENT and ev is not None:
             s.mysql_version = ev.mysql_version
             setattr(s, "_BinLogStreamReader__post_header_lengths", ev.post_header_len)  # noqa: B010
+            self._post_header_lengths = None
         if wrapper.event_type == TABLE_MAP_EVENT and ev is not None:
             s.table_map[ev.table_id] = ev.get_table()
         if ev is None or ev.__class__ not in self.allowed:
@@ -297,10 +318,61 @@ class _LibraryEvents:
         return ev
 
     def post_header_len(self, event_type: int, default: int) -> int:
-        lengths = self.private("post_header_lengths")
-        if not lengths or not 0 < event_type <= len(lengths):
+        lengths = self._post_header_lengths
+        if lengths is None:
+            lengths = self._post_header_lengths = tuple(self.private("post_header_lengths") or ())
+        if not 0 < event_type <= len(lengths):
             return default
         return int(lengths[event_type - 1])
+
+
+class _Packets:
+    """Reads the dump's packets off the library's pymysql connection, like its `_read_packet` (framing,
+    sequence ids, packets over 16 MB, error packets) but returning the payload bytes: no packet object
+    per binlog event, which is most of pymysql's cost per event."""
+
+    _MAX = 0xFFFFFF
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        if conn._current_timeout != conn._read_timeout:
+            conn._sock.settimeout(conn._read_timeout)
+            conn._current_timeout = conn._read_timeout
+        self.rfile_read = conn._rfile.read
+
+    def read_bytes(self, n: int) -> bytes:
+        try:
+            data: bytes = self.rfile_read(n)
+        except OSError as e:  # pymysql's _read_bytes, minus the EINTR retry Python does itself (PEP 475)
+            self.conn._force_close()
+            raise pymysql.err.OperationalError(2013, f"Lost connection to MySQL server during query ({e})") from None
+        if len(data) < n:
+            self.conn._force_close()
+            raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+        return data
+
+    def read(self) -> bytes:
+        conn, read = self.conn, self.read_bytes
+        parts = []
+        while True:
+            header = read(4)
+            size = header[0] | header[1] << 8 | header[2] << 16
+            if header[3] != conn._next_seq_id:
+                conn._force_close()
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server: packet sequence {header[3]}, expected {conn._next_seq_id}"
+                )
+            conn._next_seq_id = (header[3] + 1) % 256
+            data = read(size)
+            if size < self._MAX and not parts:
+                break
+            parts.append(data)
+            if size < self._MAX:
+                data = b"".join(parts)
+                break
+        if data[0] == 0xFF:
+            pymysql.err.raise_mysql_exception(data)
+        return data
 
 
 def _raw_rows(lib: _LibraryEvents, data: bytes, event_type: int, size: int) -> RawRows | None:
@@ -376,7 +448,7 @@ def _stream_events(
         try:
             first = stream.fetchone()  # connects; the artificial Rotate to the starting file
             lib = _LibraryEvents(stream)
-            read_packet = stream._stream_connection._read_packet
+            read_packet = _Packets(stream._stream_connection).read
         except pymysql.err.MySQLError as e:
             raise _stream_error(e, params, current, offset) from None
         if first is None:
@@ -388,10 +460,9 @@ def _stream_events(
         header = _HEADER.unpack_from
         while True:
             try:
-                pkt = read_packet()
+                data = read_packet()
             except pymysql.err.MySQLError as e:
                 raise _stream_error(e, params, current, offset) from None
-            data = pkt._data
             if data[0] == 0xFE and len(data) < 9:  # EOF: the end of the binlog (non-blocking dump)
                 return
             if data[0] != 0:
@@ -421,7 +492,7 @@ def _stream_events(
                     if raw is not None or rows == ROWS_SKIP:
                         yield _Ev("rows", current, start, log_pos, ts, raw=raw)
                         continue
-            ev = lib.event(pkt)
+            ev = lib.event(MysqlPacket(data, "utf8mb4"))
             if ev is None:
                 if etype == _TABLE_MAP_EVENT:
                     ignored.add(int.from_bytes(data[20:26], "little"))
@@ -487,11 +558,15 @@ class _TxnAssembler:
         epoch: int,
         start_gtid: str | None,
         prev_commit_ts: float | None = None,
+        *,
+        track_gtid: bool = True,
     ) -> None:
         self.identity = identity
         self.flavor = identity.flavor
         self.epoch = epoch
-        self.state: GtidSet | None = _parse_state(start_gtid, self.flavor)
+        # Readers only count transactions: without GTID tracking, boundaries carry no GTID state.
+        self.track_gtid = track_gtid
+        self.state: GtidSet | None = _parse_state(start_gtid, self.flavor) if track_gtid else None
         self.prev_commit_ts = prev_commit_ts
         self._reset()
 
@@ -547,7 +622,7 @@ class _TxnAssembler:
             self.t_events = 1
             return None
         if k == "gtid_list":
-            if not self.in_txn and ev.gtid is not None:
+            if self.track_gtid and not self.in_txn and ev.gtid is not None:
                 header = _parse_state(ev.gtid, self.flavor)
                 if self.state is None and header is not None and (self.flavor == "mariadb" or header):
                     self.state = header
@@ -1107,7 +1182,7 @@ def read_change_batches(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
-    asm = _TxnAssembler(identity, plan.start.epoch, plan.start.gtid, plan.start.commit_ts)
+    asm = _TxnAssembler(identity, plan.start.epoch, None, plan.start.commit_ts, track_gtid=False)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)
     epoch = plan.start.epoch
@@ -1178,7 +1253,7 @@ def read_change_batches(
                                 "row images (binlog_row_image=FULL, binlog_row_metadata=FULL)"
                             )
                         current.add_rows(
-                            found[0], found[1], _EV_KIND[raw.kind], change_version(epoch, ev.file, ev.start),
+                            found[0], found[1], _EV_KIND[raw.kind], _change_version(epoch, ev.file, ev.start),
                             raw.data, raw.start, raw.end,
                         )
                 elif kind == "gtid":

@@ -215,3 +215,25 @@ def column_max(table_uri: str, column: str, *, storage_options: dict[str, str] |
     if name not in adds.column_names or adds[name].null_count:
         raise LookupError(f"{table_uri}: no statistics for {column} in every file")
     return pc.max(adds[name]).as_py()
+
+
+def read_rows(
+    table_uri: str, *, columns: list[str] | None = None, storage_options: dict[str, str] | None = None
+) -> pa.Table:
+    """The table's current rows (deletion vectors applied), as plain Arrow types; for tools and tests.
+
+    Lake tables are created with deletion vectors, which `DeltaTable.to_pyarrow_table` refuses; delta-rs'
+    own engine (`scan`) reads them, with view types for strings and binaries (cast back here).
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        raise LakeError(f"no Delta table at {table_uri}")
+    try:
+        data = pa.table(table.scan(columns=columns).read_all())
+    except Exception as e:
+        raise LakeError(f"cannot read Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    fields = [
+        next((pa.field(f.name, t, f.nullable) for test, t in plain.items() if test(f.type)), f) for f in data.schema
+    ]
+    return data.cast(pa.schema(fields)) if fields != list(data.schema) else data

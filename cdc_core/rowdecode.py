@@ -980,6 +980,8 @@ class Slice:
 
     def rollback(self) -> None:
         """Drop the open transaction (one that never committed in the stream)."""
+        if not self.touched and len(self.order) == self.committed[0]:
+            return
         for tid, (nbytes, nev) in self.touched.items():
             t = self.tables[tid]
             self.nbytes -= len(t.buf) - nbytes

@@ -39,9 +39,10 @@ How one table of a window lands:
    DECIMAL(10,2) -> DECIMAL(12,2), FLOAT -> DOUBLE, DATE -> TIMESTAMP_NTZ, ...) uses Delta's type
    widening table feature (`delta.enableTypeWidening`); anything else (e.g. STRING -> INT) fails the
    window with a SchemaConflict naming table and column. A source type narrower than Delta's is cast up.
-4. Hard deletes (default): first MERGE the window's deletes into the tombstone table (key columns +
-   `_cdc_version`, max version per key), then drop every source change older than its key's
-   tombstone, then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
+4. Hard deletes (default): first append the window's deletes to the tombstone table (key columns +
+   `_cdc_version`; a key deleted in several windows has several rows, the newest counts), then drop
+   every source change older than its key's tombstone (only when the tombstones' file statistics say
+   one may be newer than the window: replays and backfills), then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
    re-run of an old window under a new seq) would find no row to compare versions with and resurrect
    a row deleted later. Tombstones are written first so a crash between the two commits leaves only
    the harmless half (re-running finds the tombstone commit done and finishes the main table).
@@ -147,6 +148,14 @@ MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 ZK_AUTH_ENV = "CDC_ZK_AUTH"
 
 TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties")
+
+# Every table the job creates, unless --table-options says otherwise. Deletion vectors: a MERGE marks
+# the changed rows of a data file deleted instead of rewriting the file, so its cost follows the window,
+# not the table (bench/RESULTS.md: "without deletion vectors"). Readers need Delta reader version 3
+# (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.delta_state.read_rows).
+DEFAULT_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+# How long a run waits for a concurrent run's CREATE TABLE of the same table to commit.
+CREATE_RACE_SECONDS = 30.0
 
 # Characters Delta refuses in column names unless column mapping is on.
 _DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
@@ -406,6 +415,26 @@ def parse_table_options(raw: str | dict[str, Any] | None) -> dict[str, TableOpti
 # ------------------------------------------------------------------------------------------ merge
 
 
+def create_table_sql(uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions) -> str:
+    """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
+    its tables with it too)."""
+    names = {n for n, _ in columns}
+    bad = [p for p in options.partition_by if p not in names]
+    if bad:
+        raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
+    props = {**DEFAULT_TABLE_PROPERTIES, **options.table_properties()}
+    if any(needs_column_mapping(n) for n in names):
+        props.setdefault("delta.columnMapping.mode", "name")
+    ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
+        f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
+    ) + ") USING DELTA"
+    if options.partition_by:
+        ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
+    if props:
+        ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+    return ddl
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:500]
@@ -495,26 +524,18 @@ class _Run:
         return spark.read.format("delta").load(uri).schema
 
     def create_table(self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions) -> None:
-        names = {n for n, _ in columns}
-        bad = [p for p in options.partition_by if p not in names]
-        if bad:
-            raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-        props = options.table_properties()
-        if any(needs_column_mapping(n) for n in names):
-            props.setdefault("delta.columnMapping.mode", "name")
-        ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
-            f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
-        ) + ") USING DELTA"
-        if options.partition_by:
-            ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
-        if props:
-            ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+        ddl = create_table_sql(uri, label, columns, options)
         self.fence()
         try:
             self.spark.sql(ddl)
         except Exception:
-            if not DeltaTable.isDeltaTable(self.spark, uri):  # a concurrent run creating the same table is fine
-                raise
+            # A concurrent run creating the same table is fine, also one still writing its first commit
+            # (Spark then sees a directory that "is not empty and also not a Delta table").
+            deadline = time.monotonic() + CREATE_RACE_SECONDS
+            while not DeltaTable.isDeltaTable(self.spark, uri):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.log("merge.table_created", table=label, uri=uri)
 
     # ------------------------------------------------------------------------------ idempotent MERGE
@@ -648,10 +669,41 @@ class _Run:
         deletes = conform(
             source.where(F.col(COL_OP) == OP_DELETE).select(*[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)), target
         )
-        status, metrics, _ = self.idempotent_merge(
-            uri, label, deletes, lambda view: tombstone_merge_sql(uri, view, st.key), immutable_source=True
+        status, version = self.idempotent_append(uri, label, deletes)
+        self.log("merge.tombstones", table=st.name, status=status, delta_version=version)
+
+    def idempotent_append(self, uri: str, label: str, rows: DataFrame) -> tuple[str, int | None]:
+        """Append as the commit (pipeline, seq), once: Delta skips an append whose txn it holds."""
+        meta = json.dumps(
+            {"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            sort_keys=True,
         )
-        self.log("merge.tombstones", table=st.name, status=status, **metrics)
+        for attempt in (1, 2):
+            self.fence()
+            try:
+                (
+                    rows.write.format("delta").mode("append")
+                    .option("txnAppId", self.pipeline).option("txnVersion", str(self.seq))
+                    .option("userMetadata", meta).option("mergeSchema", "true")
+                    .save(uri)
+                )
+            except Exception as e:
+                if not _is_commit_conflict(e):
+                    raise
+                landed = last_txn_version(self.spark, uri, self.pipeline)
+                if landed is not None and landed >= self.seq:
+                    self.log("merge.lost_race", table=label, landed=landed)
+                    return STATUS_ALREADY, None
+                if attempt == 2:
+                    raise LakeError(
+                        f"{self.label()}: append to {label} ({uri}) lost two commit races ({_one_line(e)}); "
+                        "another writer is changing the table; the merge is safe to retry"
+                    ) from e
+                self.log("merge.retry", table=label, reason=_one_line(e))
+                continue
+            version = self._commit_version(uri, meta)
+            return (STATUS_COMMITTED if version is not None else STATUS_ALREADY), version
+        raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -721,8 +773,12 @@ def conform(df: DataFrame, target: StructType) -> DataFrame:
 
 
 def drop_superseded(source: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Drop changes older than their key's tombstone (a replayed insert must not resurrect a deleted row)."""
-    tomb = tombstones.select(
+    """Drop changes older than their key's tombstone (a replayed insert must not resurrect a deleted row).
+
+    The tombstone table is appended to, so a key deleted in several windows has several rows: the
+    newest counts."""
+    tomb = tombstones.groupBy(*[F.col(quote_spark(k)) for k in key]).agg(F.max(COL_VERSION).alias(COL_VERSION))
+    tomb = tomb.select(
         *[F.col(quote_spark(k)).alias(f"__cdc_tk{i}") for i, k in enumerate(key)], F.col(COL_VERSION).alias("__cdc_tv")
     )
     cond = functools.reduce(
@@ -754,16 +810,6 @@ def merge_sql(uri: str, view: str, key: Sequence[str], delete_mode: str) -> str:
             "WHEN NOT MATCHED THEN INSERT *",
         ]
     return f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
-
-
-def tombstone_merge_sql(uri: str, view: str, key: Sequence[str]) -> str:
-    q = quote_spark
-    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
-    return (
-        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} "
-        f"WHEN MATCHED AND s.{COL_VERSION} > t.{COL_VERSION} THEN UPDATE SET t.{COL_VERSION} = s.{COL_VERSION} "
-        "WHEN NOT MATCHED THEN INSERT *"
-    )
 
 
 def _no_fence() -> None:
