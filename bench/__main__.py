@@ -32,7 +32,9 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", default="capture,merge,fixed,memory", help="sections to run (comma-separated)")
     p.add_argument("--quick", action="store_true", help="small sizes and 2 rounds (a smoke run)")
     p.add_argument("--repeats", type=int, default=3, help="rounds per figure (median reported)")
@@ -40,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", type=_ints, default=None, help="capture: row changes per workload (default 1e5,1e6)")
     p.add_argument("--widths", type=_ints, default=None, help="capture: table widths (default 5,20,60)")
     p.add_argument("--txns", type=_ints, default=None, help="capture: rows per transaction (default 1,1000)")
-    p.add_argument("--stock-max-rows", type=int, default=100_000, help="capture: rows the stock loop reads per run")
+    p.add_argument("--stock-max-rows", type=int, default=20_000, help="capture: rows the stock loop reads per run")
     p.add_argument("--merge-sizes", type=_ints, default=None, help="merge: table sizes (default 1e5,1e6,1e7)")
     p.add_argument("--merge-window", type=int, default=10_000, help="merge: changes in the fixed window")
     p.add_argument("--big-window", type=int, default=1_000_000, help="merge: changes in the big window")
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"== {section}")
             try:
                 results[section] = _run_section(section, args, si, workdir, purge=not args.shared)
-            except Exception as e:  # noqa: BLE001 - keep the other sections
+            except Exception as e:
                 traceback.print_exc()
                 results[section] = {"errors": [short_error(e)]}
             results[section]["section_seconds"] = round(time.perf_counter() - t0, 1)
@@ -134,15 +136,29 @@ def _run_section(section: str, args: argparse.Namespace, si: Any, workdir: Path,
         from bench import capture
 
         return capture.run(
-            si, "bench_capture", args.sizes, args.widths, args.txns, args.repeats, args.long_run,
-            workdir, args.stock_max_rows, purge=purge,
+            si,
+            "bench_capture",
+            args.sizes,
+            args.widths,
+            args.txns,
+            args.repeats,
+            args.long_run,
+            workdir,
+            args.stock_max_rows,
+            purge=purge,
         )
     if section == "merge":
         from bench import merge
 
         return merge.run(
-            workdir, args.merge_sizes, args.merge_window, args.big_window, args.big_table, args.repeats,
-            args.long_run, args.driver_memory,
+            workdir,
+            args.merge_sizes,
+            args.merge_window,
+            args.big_window,
+            args.big_table,
+            args.repeats,
+            args.long_run,
+            args.driver_memory,
         )
     if section == "fixed":
         from bench import fixed

@@ -152,7 +152,9 @@ class Ours:
         wl = self.wl
         start = BinlogPosition(wl.start_file, wl.start_pos, self.identity, gtid=wl.start_gtid)
         scanner = BinlogScanner(self.params, self.identity)
-        boundaries = scanner.scan_transactions(wl.start_file, wl.start_pos, wl.start_gtid, 0, stop=(wl.end_file, wl.end_pos))
+        boundaries = scanner.scan_transactions(
+            wl.start_file, wl.start_pos, wl.start_gtid, 0, stop=(wl.end_file, wl.end_pos)
+        )
         caps = WindowCaps(max_events=10**12, max_bytes=10**15, max_transactions=10**12)
         plan = plan_window("bench", 1, start, boundaries, caps, now=0.0)
         if (plan.end.file, plan.end.offset) != (wl.end_file, wl.end_pos):
@@ -196,7 +198,7 @@ def measure(
         ours.make_plan()
         out["plan_seconds"] = round(time.perf_counter() - t0, 3)
         out["plan"] = {"transactions": ours.plan.transactions, "events": ours.plan.events, "bytes": ours.plan.bytes}
-    except Exception as e:  # noqa: BLE001 - record and carry on with the other workloads
+    except Exception as e:
         out["errors"].append(f"planning failed: {short_error(e)}")
         return out
     default_workers = decode_workers(ours.plan)
@@ -227,7 +229,7 @@ def measure(
             t0 = time.perf_counter()
             try:
                 seen = fn()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 out["errors"].append(f"{name}: {short_error(e)}")
                 log(f"  {name} failed: {short_error(e)}")
                 continue
@@ -252,8 +254,16 @@ def measure(
 
 
 def run(
-    si: SourceInfo, db: str, sizes: list[int], widths: list[int], txn_sizes: list[int], repeats: int,
-    long_run: float, workdir: Path, stock_max_rows: int, purge: bool = False,
+    si: SourceInfo,
+    db: str,
+    sizes: list[int],
+    widths: list[int],
+    txn_sizes: list[int],
+    repeats: int,
+    long_run: float,
+    workdir: Path,
+    stock_max_rows: int,
+    purge: bool = False,
 ) -> dict[str, Any]:
     from bench.workloads import drop_workload, generate
 
@@ -269,8 +279,10 @@ def run(
                     serial += 1
                     log(f"capture: generating {n} rows, {w} cols, {t}-row txns")
                     wl = generate(conn, db, w, t, n, serial)
-                    log(f"  generated in {wl.gen_seconds:.1f}s: {wl.start_file}:{wl.start_pos} .. "
-                        f"{wl.end_file}:{wl.end_pos}")
+                    log(
+                        f"  generated in {wl.gen_seconds:.1f}s: {wl.start_file}:{wl.start_pos} .. "
+                        f"{wl.end_file}:{wl.end_pos}"
+                    )
                     results.append(measure(si, wl, repeats, long_run, workdir, stock_max_rows))
                     drop_workload(conn, wl, purge=purge)
     finally:

@@ -128,9 +128,7 @@ def machine_info() -> dict[str, Any]:
         pass
     os_name = platform.platform()
     try:
-        rel = dict(
-            line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
-        )
+        rel = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
         os_name = f"{rel.get('PRETTY_NAME', '').strip(chr(34))} (kernel {platform.release()})"
     except OSError:
         pass
@@ -194,8 +192,14 @@ class SourceInfo:
         import pymysql
 
         return pymysql.connect(
-            host=self.host, port=self.port, user="root", password=self.root_password, database=database,
-            autocommit=True, charset="utf8mb4", **kw,
+            host=self.host,
+            port=self.port,
+            user="root",
+            password=self.root_password,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+            **kw,
         )
 
     def params(self) -> Any:

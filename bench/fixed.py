@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.common import ROOT, VENV_BIN, SourceInfo, Stat, log, ratio, short_error
 
-EMPTY_DAG = '''
+EMPTY_DAG = """
 from datetime import datetime
 from airflow.sdk import DAG, task
 
@@ -44,7 +44,7 @@ with DAG(dag_id="bench_same_shape", schedule=None, start_date=datetime(2024, 1, 
     ack = step.override(task_id="ack_window")("ack")
     release = step.override(task_id="release_lease")("release")
     lease >> plan >> stage >> merge >> ack >> release
-'''
+"""
 
 
 class _Services:
@@ -61,7 +61,9 @@ class _Services:
         return self.si.root_connect(database)
 
 
-def _timed(cmd: list[str], env: dict[str, str], timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess[str]]:
+def _timed(
+    cmd: list[str], env: dict[str, str], timeout: float = 1800
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
     return time.perf_counter() - t0, proc
@@ -79,7 +81,8 @@ def spark_context_figures(repeats: int) -> dict[str, Any]:
     script.write_text("print('ok')\n")
     confs = spark_confs()
     session_code = (
-        "import time; t=time.perf_counter(); from pyspark.sql import SparkSession; b=SparkSession.builder.master('local[2]')\n"
+        "import time; t=time.perf_counter(); from pyspark.sql import SparkSession\n"
+        "b=SparkSession.builder.master('local[2]')\n"
         + "".join(f"b=b.config({k!r}, {v!r})\n" for k, v in confs.items())
         + "s=b.getOrCreate(); print('SESSION', time.perf_counter()-t); s.stop()\n"
     )
@@ -110,9 +113,14 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
     home.mkdir(parents=True, exist_ok=True)
     af = AirflowHome(home=home, env=airflow_env(home))
     case = CdcCase(
-        name="bf_" + uuid.uuid4().hex[:6], database=db, zk_root=f"/bench-fixed-{uuid.uuid4().hex[:8]}",
-        lake=workdir / "lake", staging=workdir / "staging", config_path=workdir / "pipelines.json",
-        airflow=af, services=services,
+        name="bf_" + uuid.uuid4().hex[:6],
+        database=db,
+        zk_root=f"/bench-fixed-{uuid.uuid4().hex[:8]}",
+        lake=workdir / "lake",
+        staging=workdir / "staging",
+        config_path=workdir / "pipelines.json",
+        airflow=af,
+        services=services,
     )
     case.lake.mkdir(exist_ok=True)
     case.staging.mkdir(exist_ok=True)
@@ -133,7 +141,11 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
         for i in range(repeats):
             log(f"fixed cost: CLI empty window {i + 1}/{repeats}")
             secs, proc = _timed(cli, env)
-            (empty.values.append(secs) if proc.returncode == 0 else out["errors"].append(f"cli empty: {proc.stderr[-300:]}"))
+            (
+                empty.values.append(secs)
+                if proc.returncode == 0
+                else out["errors"].append(f"cli empty: {proc.stderr[-300:]}")
+            )
         log("fixed cost: CLI 1-change warm-up (creates the Delta table)")
         one_change()
         _timed(cli, env)
@@ -141,7 +153,11 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
             one_change()
             log(f"fixed cost: CLI 1-change window {i + 1}/{repeats}")
             secs, proc = _timed(cli, env)
-            (change.values.append(secs) if proc.returncode == 0 else out["errors"].append(f"cli 1-change: {proc.stderr[-300:]}"))
+            (
+                change.values.append(secs)
+                if proc.returncode == 0
+                else out["errors"].append(f"cli 1-change: {proc.stderr[-300:]}")
+            )
         out["cli_empty_window_seconds"] = empty.to_dict()
         out["cli_one_change_window_seconds"] = change.to_dict()
 
@@ -159,22 +175,38 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
             for i in range(repeats):
                 log(f"fixed cost: DAG round {i + 1}/{repeats}: empty reference DAGs")
                 secs, proc = _timed([str(VENV_BIN / "airflow"), "dags", "test", "bench_empty"], ref_env)
-                (ref_empty.values.append(secs) if proc.returncode == 0 else out["errors"].append(f"ref dag: {proc.stderr[-300:]}"))
+                (
+                    ref_empty.values.append(secs)
+                    if proc.returncode == 0
+                    else out["errors"].append(f"ref dag: {proc.stderr[-300:]}")
+                )
                 secs, proc = _timed([str(VENV_BIN / "airflow"), "dags", "test", "bench_same_shape"], ref_env)
-                (ref_shape.values.append(secs) if proc.returncode == 0 else out["errors"].append(f"ref dag: {proc.stderr[-300:]}"))
+                (
+                    ref_shape.values.append(secs)
+                    if proc.returncode == 0
+                    else out["errors"].append(f"ref dag: {proc.stderr[-300:]}")
+                )
                 log(f"fixed cost: DAG round {i + 1}/{repeats}: empty CDC window")
                 t0 = time.perf_counter()
                 result = case.run_pipeline()
                 secs = time.perf_counter() - t0
                 merge_states.append(result.tasks.get("merge_window"))
-                (dag_empty.values.append(secs) if result.state == "success" else out["errors"].append(f"dag empty: {result.state} {result.tasks}"))
+                (
+                    dag_empty.values.append(secs)
+                    if result.state == "success"
+                    else out["errors"].append(f"dag empty: {result.state} {result.tasks}")
+                )
             for i in range(max(1, repeats - 1)):
                 one_change()
                 log(f"fixed cost: DAG 1-change window {i + 1}")
                 t0 = time.perf_counter()
                 result = case.run_pipeline()
                 secs = time.perf_counter() - t0
-                (dag_change.values.append(secs) if result.state == "success" else out["errors"].append(f"dag 1-change: {result.state} {result.tasks}"))
+                (
+                    dag_change.values.append(secs)
+                    if result.state == "success"
+                    else out["errors"].append(f"dag 1-change: {result.state} {result.tasks}")
+                )
             out.update(
                 dag_empty_window_seconds=dag_empty.to_dict(),
                 dag_reference_empty_dag_seconds=ref_empty.to_dict(),
@@ -190,7 +222,7 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
                 ),
                 dag_empty_to_empty_dag=ratio(dag_empty.median, ref_empty.median),
             )
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         out["errors"].append(short_error(e))
         log(f"  fixed cost failed: {short_error(e)}")
     finally:
@@ -199,6 +231,11 @@ def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[s
         conn.close()
         _zk_cleanup(si.zk_hosts, case.zk_root)
     out["config"] = json.loads(case.config_path.read_text()) if case.config_path.exists() else None
+    log("fixed cost: context (a trivial spark-submit, a Spark session start)")
+    try:
+        out["spark"] = spark_context_figures(max(1, repeats - 1))
+    except Exception as e:
+        out["errors"].append(f"spark context: {short_error(e)}")
     return out
 
 
@@ -211,5 +248,5 @@ def _zk_cleanup(hosts: str, root: str) -> None:
         zk.delete(root, recursive=True)
         zk.stop()
         zk.close()
-    except Exception as e:  # noqa: BLE001 - cleanup only
+    except Exception as e:
         log(f"  ZooKeeper cleanup of {root} failed: {short_error(e)}")

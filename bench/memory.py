@@ -75,7 +75,7 @@ def run(si: SourceInfo, workdir: Path, sizes: list[int], width: int = 20, purge:
                     if got["changes"] != n:
                         out["errors"].append(f"{n}: staged {got['changes']} changes")
                 out["windows"].append(entry)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 out["errors"].append(f"{n}: {short_error(e)}")
             finally:
                 drop_workload(conn, wl, purge=purge)

@@ -58,7 +58,9 @@ def _delta_columns(td: TableDef) -> list[tuple[str, str, str]]:
     return [(c.name, c.delta_type, exprs[c.name]) for c in codec.columns]
 
 
-def build_table(spark: Any, td: TableDef, uri: str, rows: int, properties: dict[str, str] | None = None) -> tuple[int, int]:
+def build_table(
+    spark: Any, td: TableDef, uri: str, rows: int, properties: dict[str, str] | None = None
+) -> tuple[int, int]:
     """Create the Delta table as merge_window would, fill it with ids 1..rows; returns (version, files)."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import DataType
@@ -103,7 +105,13 @@ class Target:
     """One base table, its staged window, and the operations timed against it."""
 
     def __init__(
-        self, spark: Any, td: TableDef, workdir: Path, rows: int, window: int, properties: dict[str, str] | None = None,
+        self,
+        spark: Any,
+        td: TableDef,
+        workdir: Path,
+        rows: int,
+        window: int,
+        properties: dict[str, str] | None = None,
         name: str = "",
     ) -> None:
         from spark_apps.merge_window import table_uri, tombstone_uri
@@ -118,7 +126,9 @@ class Target:
         t0 = time.perf_counter()
         self.version, self.files = build_table(spark, td, self.uri, rows, properties)
         self.build_seconds = time.perf_counter() - t0
-        self.manifest, self.wdir, self.stage_seconds = stage(td, str(workdir / f"staging_{name or rows}"), "bench", rows, window)
+        self.manifest, self.wdir, self.stage_seconds = stage(
+            td, str(workdir / f"staging_{name or rows}"), "bench", rows, window
+        )
         self.runs = 0
         self.merge_secs = Stat(unit="s")
         self.append_secs = Stat(unit="s")
@@ -136,7 +146,9 @@ class Target:
         self.runs += 1
         pipeline = f"bench_run{self.runs}"
         t0 = time.perf_counter()
-        report = merge_window(self.spark, _as_pipeline(self.manifest, pipeline), self.wdir, self.lake_root, pipeline, 1, 1)
+        report = merge_window(
+            self.spark, _as_pipeline(self.manifest, pipeline), self.wdir, self.lake_root, pipeline, 1, 1
+        )
         took = time.perf_counter() - t0
         self.reports.append(dict(next(iter(report["tables"].values()))))
         self.restore()
@@ -185,7 +197,13 @@ class Target:
 
 
 def run(
-    workdir: Path, sizes: list[int], window: int, big_window: int, big_table: int, repeats: int, long_run: float,
+    workdir: Path,
+    sizes: list[int],
+    window: int,
+    big_window: int,
+    big_table: int,
+    repeats: int,
+    long_run: float,
     driver_memory: str,
 ) -> dict[str, Any]:
     td = table_def(20, prefix="m")
@@ -211,18 +229,23 @@ def run(
         no_dv = []
         for n in {sizes[0], sizes[-1]}:
             log(f"merge: building a table of {n} rows without deletion vectors")
-            no_dv.append(Target(spark, td, workdir, n, window, {"delta.enableDeletionVectors": "false"}, name=f"nodv_{n}"))
+            no_dv.append(
+                Target(spark, td, workdir, n, window, {"delta.enableDeletionVectors": "false"}, name=f"nodv_{n}")
+            )
         for r in range(repeats):
             longest = 0.0
             for t in [*targets, *no_dv]:
-                log(f"merge: round {r + 1}/{repeats}: {window} changes into {t.rows} rows ({'no DV' if t in no_dv else 'product'})")
+                log(
+                    f"merge: round {r + 1}/{repeats}: {window} changes into {t.rows} rows "
+                    f"({'no DV' if t in no_dv else 'product'})"
+                )
                 try:
                     took = t.merge()
                     t.merge_secs.values.append(took)
                     longest = max(longest, took)
                     if t not in no_dv:
                         t.append_secs.values.append(t.append())
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     out["errors"].append(f"{t.rows} rows: {short_error(e)}")
             if longest > long_run and r + 1 < repeats:
                 log(f"  a merge took {longest:.0f}s > {long_run:.0f}s: no more rounds")
@@ -257,8 +280,10 @@ def run(
             if took > long_run and r + 1 < repeats:
                 break
         out["big_window"] = big.entry()
-        out["big_window"]["staging_rows_per_s"] = round(big_window / big.stage_seconds, 1) if big.stage_seconds else None
-    except Exception as e:  # noqa: BLE001
+        out["big_window"]["staging_rows_per_s"] = (
+            round(big_window / big.stage_seconds, 1) if big.stage_seconds else None
+        )
+    except Exception as e:
         out["errors"].append(short_error(e))
         log(f"  merge failed: {short_error(e)}")
     finally:

@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - markdown rows and figure notes read best on one line each
 """bench/RESULTS.md from bench/results.json: the figures side by side with their references, the
 targets of the issue as ratios measured in the same run, and what was tried and did not help."""
 
@@ -8,7 +9,58 @@ from typing import Any
 # Tried during development and dropped (or kept off by default), with the figure that decided it.
 # Live counterparts of some of them are measured in every run (the *_inline / *_workers and the
 # merge "without deletion vectors" columns).
-TRIED: list[dict[str, str]] = []
+TRIED: list[dict[str, str]] = [
+    {
+        "what": "Staging the library's values row by row (the previous path: RowChange dicts, a converter per "
+        "value, pa.array of Python objects)",
+        "figure": "1e5 rows x 20 cols, 1000-row txns: 8,082 rows/s (stock loop 12,871 rows/s, same load)",
+        "verdict": "replaced by the columnar decoder; kept as `read_changes`, the reference the identity test compares with",
+    },
+    {
+        "what": "Scanner recording every column's offset per row (one list append per column)",
+        "figure": "decode of 1e5 rows x 20 cols: 0.66 CPU-s, vs 0.41 recording only row starts and recomputing "
+        "offsets in numpy",
+        "verdict": "dropped",
+    },
+    {
+        "what": "Gathering long string values with bytes/memoryview joins instead of an int32 index gather",
+        "figure": "TEXT of ~80 bytes, 16k rows: join of memoryview slices 0.66 µs/row, bytes slices 0.17, index gather 0.12",
+        "verdict": "index gather kept (joins only past 2 GiB buffers)",
+    },
+    {
+        "what": "Dictionary encoding of every staged column (pyarrow's default)",
+        "figure": "1e5 staged rows x 24 cols: 0.20 CPU-s and 9.3 MB with dictionaries, 0.10 CPU-s and 6.1 MB without",
+        "verdict": "dictionaries only for _cdc_op and ENUM/SET columns",
+    },
+    {
+        "what": "concurrent.futures.ProcessPoolExecutor (forkserver) for decode workers",
+        "figure": "each worker re-imports the parent's __main__ (Airflow's CLI in a task process); with pandas "
+        "imported by pyarrow's shim a worker took ~6 s to answer its first job under load",
+        "verdict": "plain `python -m cdc_core.decode_worker` subprocesses over pipes, pandas import blocked",
+    },
+    {
+        "what": "Decode worker processes for small windows",
+        "figure": "1e5 rows x 20 cols (20 MB): 2 workers 13,684 rows/s vs in-process 37,577 rows/s (worker start "
+        "dominates); 1e6 rows: 37,617 vs 38,385 rows/s under load 17",
+        "verdict": "workers only from 32 MB of binlog (`binlog.decode_workers`); the live figure is in the capture table",
+    },
+    {
+        "what": "pymysql's _read_packet + a library event object per binlog event",
+        "figure": "1e5 one-row transactions: 5.56 CPU-s (GTID-state parsing per transaction included) vs 2.59 with "
+        "native framing and handling of GTID/Xid/table-map/rows events and no GTID tracking in readers",
+        "verdict": "replaced for the hot events; the library still connects, registers, and builds every other event",
+    },
+    {
+        "what": "Delta's default log replay parallelism (spark.databricks.delta.snapshotPartitions=50)",
+        "figure": "a 1-row MERGE into a 1,000-row table: 45-51 s vs 12-15 s with 2 partitions (load ~20)",
+        "verdict": "set to the shuffle partitions (2) in cdc_core.spark_conf",
+    },
+    {
+        "what": "Letting Delta copy (materialize) the MERGE source, and persisting it for the tombstone MERGE",
+        "figure": "a cached source makes Delta refuse materializeSource=none (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION)",
+        "verdict": "no persist; materializeSource=none per MERGE when the source is only the immutable staged files",
+    },
+]
 
 
 def _med(stat: Any) -> float | None:
@@ -49,12 +101,23 @@ def render(r: dict[str, Any]) -> str:
     lines += _merge(r.get("merge"), targets)
     lines += _fixed(r.get("fixed"), targets)
     lines += _memory(r.get("memory"), targets)
-    head = ["## Targets (ratios measured in the same run)", "", "| target | figure | goal | verdict |", "|---|---|---|---|"]
+    head = [
+        "## Targets (ratios measured in the same run)",
+        "",
+        "| target | figure | goal | verdict |",
+        "|---|---|---|---|",
+    ]
     head += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in targets]
     tried = ["## Tried and did not help", "", "| what | figure | verdict |", "|---|---|---|"]
     tried += [f"| {t['what']} | {t['figure']} | {t['verdict']} |" for t in TRIED + r.get("tried", [])]
-    errors = [f"- {sec}: {e}" for sec in ("capture", "merge", "fixed", "memory") for e in (r.get(sec) or {}).get("errors", [])]
-    errors += [f"- capture {w['workload']['label']}: {e}" for w in (r.get("capture") or {}).get("workloads", []) for e in w.get("errors", [])]
+    errors = [
+        f"- {sec}: {e}" for sec in ("capture", "merge", "fixed", "memory") for e in (r.get(sec) or {}).get("errors", [])
+    ]
+    errors += [
+        f"- capture {w['workload']['label']}: {e}"
+        for w in (r.get("capture") or {}).get("workloads", [])
+        for e in w.get("errors", [])
+    ]
     out = lines[:8] + head + [""] + lines[8:] + tried + [""]
     if errors:
         out += ["## Errors and notes", "", *errors, ""]
@@ -94,8 +157,22 @@ def _capture(c: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         "(`binlog.decode_workers`).",
         "",
     ]
-    targets.append(("capture vs stock python-mysql-replication (worst workload)", _f(worst_stock, "x", 2), ">= 5x", _ok(None if worst_stock is None else worst_stock >= 5)))
-    targets.append(("capture vs mysqlbinlog rows/s (worst workload)", _f(worst_mb, "", 2), ">= 0.40", _ok(None if worst_mb is None else worst_mb >= 0.4)))
+    targets.append(
+        (
+            "capture vs stock python-mysql-replication (worst workload)",
+            _f(worst_stock, "x", 2),
+            ">= 5x",
+            _ok(None if worst_stock is None else worst_stock >= 5),
+        )
+    )
+    targets.append(
+        (
+            "capture vs mysqlbinlog rows/s (worst workload)",
+            _f(worst_mb, "", 2),
+            ">= 0.40",
+            _ok(None if worst_mb is None else worst_mb >= 0.4),
+        )
+    )
     return out
 
 
@@ -117,10 +194,20 @@ def _merge(mg: dict[str, Any] | None, targets: list[Any]) -> list[str]:
             f"{(e.get('merge_seconds') or {}).get('runs')} |"
         )
     g = mg.get("growth") or {}
-    out += ["", f"Merge time vs table size at a fixed window: {g.get('largest_rows', 0):,} rows / {g.get('smallest_rows', 0):,} rows = "
-            f"{_f(g.get('merge_time_ratio'), 'x', 2)} the time for {_f(g.get('rows_ratio'), 'x', 0)} the rows.", ""]
-    targets.append((f"merge {mg.get('window_changes'):,} changes into {g.get('largest_rows', 0):,} vs {g.get('smallest_rows', 0):,} rows",
-                    _f(g.get("merge_time_ratio"), "x", 2), "<= 3x", _ok(None if g.get("merge_time_ratio") is None else g["merge_time_ratio"] <= 3)))
+    out += [
+        "",
+        f"Merge time vs table size at a fixed window: {g.get('largest_rows', 0):,} rows / {g.get('smallest_rows', 0):,} rows = "
+        f"{_f(g.get('merge_time_ratio'), 'x', 2)} the time for {_f(g.get('rows_ratio'), 'x', 0)} the rows.",
+        "",
+    ]
+    targets.append(
+        (
+            f"merge {mg.get('window_changes'):,} changes into {g.get('largest_rows', 0):,} vs {g.get('smallest_rows', 0):,} rows",
+            _f(g.get("merge_time_ratio"), "x", 2),
+            "<= 3x",
+            _ok(None if g.get("merge_time_ratio") is None else g["merge_time_ratio"] <= 3),
+        )
+    )
     b = mg.get("big_window")
     if b:
         out += [
@@ -129,8 +216,14 @@ def _merge(mg: dict[str, Any] | None, targets: list[Any]) -> list[str]:
             f"{_f(b.get('merge_to_append'), 'x', 2)}.",
             "",
         ]
-        targets.append((f"merge of a {b['window_changes']:,}-change window vs a plain append", _f(b.get("merge_to_append"), "x", 2),
-                        "<= 3x", _ok(None if b.get("merge_to_append") is None else b["merge_to_append"] <= 3)))
+        targets.append(
+            (
+                f"merge of a {b['window_changes']:,}-change window vs a plain append",
+                _f(b.get("merge_to_append"), "x", 2),
+                "<= 3x",
+                _ok(None if b.get("merge_to_append") is None else b["merge_to_append"] <= 3),
+            )
+        )
     return out
 
 
@@ -152,11 +245,28 @@ def _fixed(fx: dict[str, Any] | None, targets: list[Any]) -> list[str]:
     ]
     if "spark" in fx:
         s = fx["spark"]
-        out += [f"Context: a trivial spark-submit takes {_f(_med(s.get('trivial_spark_submit_seconds')), ' s', 1)}, "
-                f"a Delta session start {_f(_med(s.get('spark_session_start_seconds')), ' s', 1)}.", ""]
+        out += [
+            f"Context: a trivial spark-submit takes {_f(_med(s.get('trivial_spark_submit_seconds')), ' s', 1)}, "
+            f"a Delta session start {_f(_med(s.get('spark_session_start_seconds')), ' s', 1)}.",
+            "",
+        ]
     over = fx.get("dag_empty_over_empty_dag_seconds")
-    targets.append(("empty window starts Spark", str(fx.get("empty_window_started_spark")), "never", _ok(None if "empty_window_started_spark" not in fx else not fx["empty_window_started_spark"])))
-    targets.append(("empty window DAG run over an empty DAG run", _f(over, " s", 1), "<= 5 s", _ok(None if over is None else over <= 5)))
+    targets.append(
+        (
+            "empty window starts Spark",
+            str(fx.get("empty_window_started_spark")),
+            "never",
+            _ok(None if "empty_window_started_spark" not in fx else not fx["empty_window_started_spark"]),
+        )
+    )
+    targets.append(
+        (
+            "empty window DAG run over an empty DAG run",
+            _f(over, " s", 1),
+            "<= 5 s",
+            _ok(None if over is None else over <= 5),
+        )
+    )
     return out
 
 
@@ -176,8 +286,26 @@ def _memory(mem: dict[str, Any] | None, targets: list[Any]) -> list[str]:
             f"{i.get('peak_rss_mb')} | {d.get('seconds')} |"
         )
     g = mem.get("growth") or {}
-    out += ["", f"{_f(g.get('changes_ratio'), 'x', 0)} the changes: peak RSS x{_f(g.get('peak_rss_ratio_default'), '', 2)} (default), "
-            f"x{_f(g.get('peak_rss_ratio_inline'), '', 2)} (inline).", ""]
-    worst = max((x for x in (g.get("peak_rss_ratio_default"), g.get("peak_rss_ratio_inline"), g.get("workers_peak_rss_ratio")) if x), default=None)
-    targets.append(("staging peak RSS, largest vs smallest window", _f(worst, "x", 2), "flat (<= 1.25x)", _ok(None if worst is None else worst <= 1.25)))
+    out += [
+        "",
+        f"{_f(g.get('changes_ratio'), 'x', 0)} the changes: peak RSS x{_f(g.get('peak_rss_ratio_default'), '', 2)} (default), "
+        f"x{_f(g.get('peak_rss_ratio_inline'), '', 2)} (inline).",
+        "",
+    ]
+    worst = max(
+        (
+            x
+            for x in (g.get("peak_rss_ratio_default"), g.get("peak_rss_ratio_inline"), g.get("workers_peak_rss_ratio"))
+            if x
+        ),
+        default=None,
+    )
+    targets.append(
+        (
+            "staging peak RSS, largest vs smallest window",
+            _f(worst, "x", 2),
+            "flat (<= 1.25x)",
+            _ok(None if worst is None else worst <= 1.25),
+        )
+    )
     return out

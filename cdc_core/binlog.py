@@ -1139,16 +1139,21 @@ def decode_workers(plan: WindowPlan) -> int:
 
 
 class _InlineDecoder:
-    """Decodes slices in the reader's process (the same work a worker does)."""
+    """Decodes slices in the reader's process, on one background thread: its numpy and Arrow work runs
+    while the reader thread reads the next slice's packets (the per-row scan shares the GIL)."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-decode")
 
     def submit(self, job: tuple[Any, ...]) -> Callable[[], rowdecode.SliceResult]:
         from cdc_core.rowdecode import decode_slice
 
-        result = decode_slice(job)
-        return lambda: result
+        return self.pool.submit(decode_slice, job).result
 
     def shutdown(self) -> None:
-        return None
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def read_change_batches(
@@ -1217,7 +1222,7 @@ def read_change_batches(
 
     def submit(sl: rowdecode.Slice) -> Iterator[Any]:
         inflight.append((decoder.submit(sl.job(batch_rows, vectorize)), sl.ddl))
-        while len(inflight) > nworkers:  # inline: at once; workers: keep each one busy
+        while len(inflight) > max(1, nworkers):  # one slice decoding per worker (or the decode thread)
             yield from finish(*inflight.popleft())
 
     events = _stream_events(
