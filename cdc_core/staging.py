@@ -328,7 +328,7 @@ class _WindowWriter:
             schema,
             compression=COMPRESSION,
             compression_level=COMPRESSION_LEVEL,
-            use_dictionary=True,
+            use_dictionary=_dictionary_columns(seg.codec),
             write_statistics=True,
         )
 
