@@ -1,18 +1,21 @@
-"""Capture figures: decoding a binlog range, ours against two references, in the same run.
+"""Capture figures: staging a binlog range, ours against two references, interleaved in the same run.
 
-For each workload (a binlog range holding only its inserts, plus whatever other users of the shared
-server wrote meanwhile):
+For each workload (a binlog range holding only its table's inserts, in files of their own):
 
 - stock:       the plain python-mysql-replication loop (BinLogStreamReader, resume_stream, non-blocking,
-               only_schemas = the workload's database, every row's values touched), stopped at the end;
+               only_schemas = the workload's database, every row's values touched); over at most
+               `stock_max_rows` rows of the range (its rate does not depend on the length: ~25 µs per
+               value), stopped there;
 - mysqlbinlog: `mysqlbinlog --base64-output=DECODE-ROWS -v` over the binlog files on disk with
                --start-position/--stop-position, `### INSERT/UPDATE/DELETE` lines of the table counted;
-- ours:        `cdc_core.binlog.read_changes` + `cdc_core.staging.stage_window` to Parquet (the stage
-               step of a window planned over exactly the range); plus, to attribute the time,
-               `read_changes` alone and the planning scan (`BinlogScanner.scan_transactions` +
-               `plan_window`).
+- ours:        the stage step of a window planned over exactly the range: `read_change_batches` (with
+               the product's default decode workers) + `stage_window` to Parquet, from the server;
+- ours_read:   the same without staging (decoding only), to attribute the time;
+- ours_inline / ours_workers: the other worker setting than the default, to show what it buys
+               (these two for workloads of at most `extras_max_rows` rows: they double the run time).
 
-Rates are rows of the workload's table per second of wall time.
+Each round runs every variant once, so load from other users of the machine hits them alike; figures
+are medians over the rounds. Rates are rows of the workload's table per second of wall time.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BINLOG_DIR, SourceInfo, log, rate, ratio, repeat, short_error
+from bench.common import SourceInfo, Stat, log, ratio, short_error
 from bench.workloads import Workload
 
 
@@ -36,8 +39,8 @@ def _pos_key(file: str, offset: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------- stock
 
 
-def stock_loop(si: SourceInfo, wl: Workload) -> int:
-    """The library's own loop over [start, end); returns the rows of the workload's table seen."""
+def stock_loop(si: SourceInfo, wl: Workload, max_rows: int) -> int:
+    """The library's own loop over [start, end), up to `max_rows` rows of the workload's table."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import RotateEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -82,6 +85,8 @@ def stock_loop(si: SourceInfo, wl: Workload) -> int:
                     for _v in row["after_values"].values():
                         pass
                     rows += mine
+            if rows >= max_rows:
+                break
     finally:
         stream.close()
     return rows
@@ -90,8 +95,8 @@ def stock_loop(si: SourceInfo, wl: Workload) -> int:
 # ---------------------------------------------------------------------------------- mysqlbinlog
 
 
-def mysqlbinlog_count(wl: Workload) -> int:
-    files = [str(BINLOG_DIR / f) for f in wl.files]
+def mysqlbinlog_count(si: SourceInfo, wl: Workload) -> int:
+    files = [str(si.binlog_dir / f) for f in wl.files]
     pattern = f"^### (INSERT INTO|UPDATE|DELETE FROM) `{wl.db}`.`{wl.table}`"
     cmd = (
         f"mysqlbinlog --base64-output=DECODE-ROWS -v --start-position={wl.start_pos} --stop-position={wl.end_pos} "
@@ -107,21 +112,10 @@ def mysqlbinlog_count(wl: Workload) -> int:
 # ------------------------------------------------------------------------------------------ ours
 
 
-def ours_available() -> str | None:
-    """None when cdc_core's reader, planner and staging import; else why not."""
-    try:
-        import cdc_core.binlog  # noqa: F401
-        import cdc_core.staging  # noqa: F401
-        import cdc_core.windows  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - any import problem means "not available yet"
-        return short_error(e)
-    return None
-
-
 class Ours:
     """Plan once per workload (timed separately), then read (+ stage) the planned window."""
 
-    def __init__(self, si: SourceInfo, wl: Workload, staging_parent: Path) -> None:
+    def __init__(self, si: SourceInfo, wl: Workload) -> None:
         from cdc_core.source import TableFilter, connect, describe_tables, inspect_source
 
         self.si = si
@@ -136,7 +130,6 @@ class Ours:
         self._schemas: dict[str, Any] = {}
         self._describe = describe_tables
         self._connect = connect
-        self.staging_parent = staging_parent
         self.plan: Any = None
 
     def schemas(self, schema: str, table: str) -> Any:
@@ -160,7 +153,9 @@ class Ours:
         wl = self.wl
         start = BinlogPosition(wl.start_file, wl.start_pos, self.identity, gtid=wl.start_gtid)
         scanner = BinlogScanner(self.params, self.identity)
-        boundaries = scanner.scan_transactions(wl.start_file, wl.start_pos, wl.start_gtid, 0, stop=(wl.end_file, wl.end_pos))
+        boundaries = scanner.scan_transactions(
+            wl.start_file, wl.start_pos, wl.start_gtid, 0, stop=(wl.end_file, wl.end_pos)
+        )
         caps = WindowCaps(max_events=10**12, max_bytes=10**15, max_transactions=10**12)
         plan = plan_window("bench", 1, start, boundaries, caps, now=0.0)
         if (plan.end.file, plan.end.offset) != (wl.end_file, wl.end_pos):
@@ -170,113 +165,137 @@ class Ours:
         self.plan = plan
         return plan
 
-    def read_only(self) -> int:
-        from cdc_core.binlog import read_changes
-        from cdc_core.changes import RowChange
+    def batches(self, workers: int | None) -> Any:
+        from cdc_core.binlog import read_change_batches
 
-        n = 0
-        for ch in read_changes(self.params, self.identity, self.plan, self.table_filter, self.schemas):
-            if isinstance(ch, RowChange):
-                n += 1
-        return n
+        return read_change_batches(
+            self.params, self.identity, self.plan, self.table_filter, self.schemas, workers=workers
+        )
 
-    def read_and_stage(self, staging_root: str) -> int:
-        from cdc_core.binlog import read_changes
+    def read_only(self, workers: int | None) -> int:
+        from cdc_core.changes import RowBatch
+
+        return sum(b.rows for b in self.batches(workers) if isinstance(b, RowBatch))
+
+    def stage(self, staging_root: str, workers: int | None) -> int:
         from cdc_core.staging import stage_window
 
-        changes = read_changes(self.params, self.identity, self.plan, self.table_filter, self.schemas)
-        manifest = stage_window(self.plan, changes, staging_root)
-        return int(manifest.changes)
+        return int(stage_window(self.plan, self.batches(workers), staging_root).changes)
 
 
 # ------------------------------------------------------------------------------------ the figure
 
 
-def measure(si: SourceInfo, wl: Workload, repeats: int, long_run: float, workdir: Path) -> dict[str, Any]:
+def measure(
+    si: SourceInfo,
+    wl: Workload,
+    repeats: int,
+    long_run: float,
+    workdir: Path,
+    stock_max_rows: int,
+    extras_max_rows: int = 200_000,
+) -> dict[str, Any]:
+    from cdc_core.binlog import decode_workers
+
     out: dict[str, Any] = {"workload": wl.to_dict(), "errors": []}
     rows = wl.rows
-
-    log(f"capture {wl.label}: stock python-mysql-replication")
-    secs, seen = repeat(lambda i: stock_loop(si, wl), repeats, long_run)
-    out["stock_rows_per_s"] = rate(rows, secs).to_dict()
-    out["stock_seconds"] = secs.to_dict()
-    if any(s != rows for s in seen):
-        out["errors"].append(f"stock loop saw {seen} rows of the table, expected {rows}")
-
-    log(f"capture {wl.label}: mysqlbinlog")
-    secs, seen = repeat(lambda i: mysqlbinlog_count(wl), repeats, long_run)
-    out["mysqlbinlog_rows_per_s"] = rate(rows, secs).to_dict()
-    out["mysqlbinlog_seconds"] = secs.to_dict()
-    if any(s != rows for s in seen):
-        out["errors"].append(f"mysqlbinlog printed {seen} row lines of the table, expected {rows}")
-
-    why = ours_available()
-    if why is not None:
-        out["ours"] = f"not available ({why})"
-        return out
     try:
-        ours = Ours(si, wl, workdir)
-        log(f"capture {wl.label}: ours, planning scan")
-        secs, _ = repeat(lambda i: ours.make_plan(), repeats, long_run)
-        out["ours_plan_seconds"] = secs.to_dict()
-        out["ours_plan_rows_per_s"] = rate(rows, secs).to_dict()
+        ours = Ours(si, wl)
+        t0 = time.perf_counter()
+        ours.make_plan()
+        out["plan_seconds"] = round(time.perf_counter() - t0, 3)
         out["plan"] = {"transactions": ours.plan.transactions, "events": ours.plan.events, "bytes": ours.plan.bytes}
-
-        log(f"capture {wl.label}: ours, read_changes only")
-        secs, seen = repeat(lambda i: ours.read_only(), repeats, long_run)
-        out["ours_read_rows_per_s"] = rate(rows, secs).to_dict()
-        if any(s != rows for s in seen):
-            out["errors"].append(f"read_changes yielded {seen} row changes, expected {rows}")
-
-        log(f"capture {wl.label}: ours, read_changes + stage_window")
-        roots: list[str] = []
-
-        def before(i: int) -> None:
-            roots.append(tempfile.mkdtemp(prefix="stage-", dir=workdir))
-
-        def after(i: int) -> None:
-            shutil.rmtree(roots[-1], ignore_errors=True)
-
-        secs, seen = repeat(lambda i: ours.read_and_stage(roots[-1]), repeats, long_run, before=before, after=after)
-        out["ours_rows_per_s"] = rate(rows, secs).to_dict()
-        out["ours_seconds"] = secs.to_dict()
-        if any(s != rows for s in seen):
-            out["errors"].append(f"stage_window staged {seen} changes, expected {rows}")
-    except Exception as e:  # noqa: BLE001 - record and carry on with the other figures
-        out["ours"] = f"failed: {short_error(e)}"
-        log(f"  ours failed: {short_error(e)}")
+    except Exception as e:
+        out["errors"].append(f"planning failed: {short_error(e)}")
         return out
+    default_workers = decode_workers(ours.plan)
+    other_workers = 0 if default_workers else 2
+    other_name = "ours_inline" if default_workers else "ours_workers"
+    out["default_decode_workers"] = default_workers
+    stock_rows = min(rows, stock_max_rows)
 
-    ours_med = out["ours_rows_per_s"].get("median")
-    out["ratio_ours_to_stock"] = ratio(ours_med, out["stock_rows_per_s"].get("median"))
-    out["ratio_ours_to_mysqlbinlog"] = ratio(ours_med, out["mysqlbinlog_rows_per_s"].get("median"))
-    out["ratio_read_to_stock"] = ratio(out["ours_read_rows_per_s"].get("median"), out["stock_rows_per_s"].get("median"))
+    def stage_run(workers: int | None) -> int:
+        root = tempfile.mkdtemp(prefix="stage-", dir=workdir)
+        try:
+            return ours.stage(root, workers)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    variants: list[tuple[str, Any, int]] = [
+        ("stock", lambda: stock_loop(si, wl, stock_max_rows), stock_rows),
+        ("mysqlbinlog", lambda: mysqlbinlog_count(si, wl), rows),
+        ("ours", lambda: stage_run(None), rows),
+    ]
+    if rows <= extras_max_rows:  # attribution variants: small workloads only (they double the run time)
+        variants += [
+            ("ours_read", lambda: ours.read_only(None), rows),
+            (other_name, lambda: stage_run(other_workers), rows),
+        ]
+    secs: dict[str, Stat] = {name: Stat(unit="s") for name, _, _ in variants}
+    for r in range(repeats):
+        longest = 0.0
+        for name, fn, expected in variants:
+            log(f"capture {wl.label}: round {r + 1}/{repeats}: {name}")
+            t0 = time.perf_counter()
+            try:
+                seen = fn()
+            except Exception as e:
+                out["errors"].append(f"{name}: {short_error(e)}")
+                log(f"  {name} failed: {short_error(e)}")
+                continue
+            took = time.perf_counter() - t0
+            longest = max(longest, took)
+            secs[name].values.append(took)
+            if seen != expected:
+                out["errors"].append(f"{name} saw {seen} rows of the table, expected {expected}")
+        if longest > long_run and r + 1 < repeats:
+            log(f"  a run took {longest:.0f}s > {long_run:.0f}s: no more rounds for this workload")
+            break
+    counted = {name: n for name, _, n in variants}
+    for name, stat in secs.items():
+        out[f"{name}_seconds"] = stat.to_dict()
+        out[f"{name}_rows_per_s"] = Stat([counted[name] / s for s in stat.values], "rows/s").to_dict()
+    out["stock_rows_measured"] = stock_rows
+    med = {name: out[f"{name}_rows_per_s"].get("median") for name, _, _ in variants}
+    out["ratio_ours_to_stock"] = ratio(med["ours"], med["stock"])
+    out["ratio_ours_to_mysqlbinlog"] = ratio(med["ours"], med["mysqlbinlog"])
+    if other_name in med:
+        out[f"ratio_{other_name}_to_ours"] = ratio(med[other_name], med["ours"])
     return out
 
 
 def run(
-    si: SourceInfo, db: str, sizes: list[int], widths: list[int], txn_sizes: list[int], repeats: int,
-    long_run: float, workdir: Path,
+    si: SourceInfo,
+    db: str,
+    sizes: list[int],
+    widths: list[int],
+    txn_sizes: list[int],
+    repeats: int,
+    long_run: float,
+    workdir: Path,
+    stock_max_rows: int,
+    purge: bool = False,
 ) -> dict[str, Any]:
-    from bench.workloads import generate
+    from bench.workloads import drop_workload, generate
 
     conn = si.root_connect()
     results = []
-    workloads: list[Workload] = []
     try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
         serial = 0
         for n in sizes:
             for w in widths:
                 for t in txn_sizes:
                     serial += 1
                     log(f"capture: generating {n} rows, {w} cols, {t}-row txns")
-                    t0 = time.perf_counter()
                     wl = generate(conn, db, w, t, n, serial)
-                    log(f"  generated in {time.perf_counter() - t0:.1f}s: {wl.start_file}:{wl.start_pos} .. "
-                        f"{wl.end_file}:{wl.end_pos}")
-                    workloads.append(wl)
-                    results.append(measure(si, wl, repeats, long_run, workdir))
+                    log(
+                        f"  generated in {wl.gen_seconds:.1f}s: {wl.start_file}:{wl.start_pos} .. "
+                        f"{wl.end_file}:{wl.end_pos}"
+                    )
+                    results.append(measure(si, wl, repeats, long_run, workdir, stock_max_rows))
+                    drop_workload(conn, wl, purge=purge)
     finally:
         conn.close()
-    return {"workloads": results, "_workloads": workloads}
-
+    return {"workloads": results}

@@ -128,9 +128,7 @@ def machine_info() -> dict[str, Any]:
         pass
     os_name = platform.platform()
     try:
-        rel = dict(
-            line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
-        )
+        rel = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
         os_name = f"{rel.get('PRETTY_NAME', '').strip(chr(34))} (kernel {platform.release()})"
     except OSError:
         pass
@@ -188,13 +186,20 @@ class SourceInfo:
     password: str
     root_password: str
     zk_hosts: str
+    binlog_dir: Path = BINLOG_DIR
 
     def root_connect(self, database: str | None = None, **kw: Any) -> Any:
         import pymysql
 
         return pymysql.connect(
-            host=self.host, port=self.port, user="root", password=self.root_password, database=database,
-            autocommit=True, charset="utf8mb4", **kw,
+            host=self.host,
+            port=self.port,
+            user="root",
+            password=self.root_password,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+            **kw,
         )
 
     def params(self) -> Any:
@@ -203,21 +208,68 @@ class SourceInfo:
         return SourceParams(host=self.host, port=self.port, user=self.user, password=self.password)
 
 
-def source_info() -> SourceInfo:
-    """The local services (scripts/services.sh env); they must already be running (never started here)."""
-    status = subprocess.run([str(SERVICES), "status"], capture_output=True, text=True, check=False)
+def _services_env(overrides: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, **(overrides or {})}
+
+
+def source_info(overrides: dict[str, str] | None = None) -> SourceInfo:
+    """The services of scripts/services.sh (with CDC_SERVICES_DIR/CDC_MARIADB_PORT/CDC_ZK_PORT
+    `overrides`); they must be running."""
+    env = _services_env(overrides)
+    status = subprocess.run([str(SERVICES), "status"], capture_output=True, text=True, check=False, env=env)
     if status.returncode != 0:
         raise SystemExit(f"services are not running ({status.stdout.strip()}): run scripts/services.sh start first")
-    out = subprocess.run([str(SERVICES), "env"], check=True, capture_output=True, text=True).stdout
-    env = dict(re.findall(r"export (\w+)=(.*)", out))
+    out = subprocess.run([str(SERVICES), "env"], check=True, capture_output=True, text=True, env=env).stdout
+    values = dict(re.findall(r"export (\w+)=(.*)", out))
     return SourceInfo(
-        host=env["CDC_MARIADB_HOST"],
-        port=int(env["CDC_MARIADB_PORT"]),
-        user=env["CDC_MARIADB_USER"],
-        password=env["CDC_MARIADB_PASSWORD"],
-        root_password=env["CDC_MARIADB_ROOT_PASSWORD"],
-        zk_hosts=env["CDC_ZK_HOSTS"],
+        host=values["CDC_MARIADB_HOST"],
+        port=int(values["CDC_MARIADB_PORT"]),
+        user=values["CDC_MARIADB_USER"],
+        password=values["CDC_MARIADB_PASSWORD"],
+        root_password=values["CDC_MARIADB_ROOT_PASSWORD"],
+        zk_hosts=values["CDC_ZK_HOSTS"],
+        binlog_dir=Path(values["CDC_MARIADB_SOCKET"]).parent / "binlog",
     )
+
+
+class PrivateServices:
+    """A MariaDB + ZooKeeper of the harness's own (scripts/services.sh with its own directory and ports),
+    so the big workloads' binlogs never land on the shared server; stopped (by their PIDs, through
+    services.sh stop) and deleted at the end unless kept."""
+
+    def __init__(self, directory: Path, mariadb_port: int, zk_port: int, keep: bool = False) -> None:
+        self.overrides = {
+            "CDC_SERVICES_DIR": str(directory),
+            "CDC_MARIADB_PORT": str(mariadb_port),
+            "CDC_ZK_PORT": str(zk_port),
+        }
+        self.directory = directory
+        self.keep = keep
+
+    def start(self) -> SourceInfo:
+        env = _services_env(self.overrides)
+        log(f"starting private services in {self.directory} (MariaDB :{self.overrides['CDC_MARIADB_PORT']})")
+        subprocess.run([str(SERVICES), "start"], check=True, env=env, capture_output=True, text=True)
+        si = source_info(self.overrides)
+        conn = si.root_connect()
+        try:
+            with conn.cursor() as cur:
+                # Workload generation only: commits need not reach the disk before the next one.
+                cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 0")
+                cur.execute("SET GLOBAL sync_binlog = 0")
+        finally:
+            conn.close()
+        return si
+
+    def stop(self) -> None:
+        if self.keep:
+            log(f"leaving the private services running ({self.directory})")
+            return
+        env = _services_env(self.overrides)
+        subprocess.run([str(SERVICES), "stop"], check=False, env=env, capture_output=True, text=True)
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def short_error(e: BaseException, limit: int = 400) -> str:

@@ -2,13 +2,17 @@
 plain Delta append of the same staged rows (the lower bound of landing them), in one Spark session.
 
 - fixed window: a window of `window` changes (50% updates and 20% deletes of distinct, uniformly
-  random existing keys, 30% inserts of new keys) merged into tables of each size; shows how merge time
-  grows with the table at a fixed window size;
-- big window: a window of `big_window` changes into a table of `big_table` rows, merge vs append.
+  random existing keys, 30% inserts of new keys) merged into tables of each size: how merge time grows
+  with the table at a fixed window size, and changes/s;
+- big window: a window of `big_window` changes into a table of `big_table` rows, merge vs append;
+- without deletion vectors: the smallest and largest tables again, created without them (what the
+  table layout buys).
 
-Tables use the 20-column mix of bench.workloads, are written by Spark (files of at most 1e6 rows) with
-the schema merge_window itself would create, and are restored (RESTORE TABLE ... TO VERSION AS OF) after
+Tables use the 20-column mix of bench.workloads, are created with the merge job's own CREATE TABLE
+(`create_table_sql`, so the product's table properties apply) and filled by Spark directly (files of at
+most ROWS_PER_FILE rows, keys in order), and are restored (RESTORE TABLE ... TO VERSION AS OF) after
 every timed run; each run merges as its own pipeline id, so Delta's idempotency never skips one.
+Rounds go over every table in turn, so load from other users of the machine hits every size alike.
 Windows are staged with cdc_core.staging.stage_window from synthetic row changes.
 """
 
@@ -22,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, rate, ratio, repeat, short_error
+from bench.common import Stat, log, rate, ratio, short_error
 from bench.workloads import TableDef, merge_ops, synthetic_changes, synthetic_plan, table_def
 
 SCHEMA = "bench"
@@ -31,7 +35,7 @@ BASE_VERSION = 1000  # _cdc_version of the base rows (older than any window chan
 
 
 def spark_session(driver_memory: str) -> Any:
-    """The tests' session recipe (tests/conftest.make_spark_session): local[2], 2 shuffle partitions."""
+    """The tests' session recipe (tests/conftest.make_spark_session): local[2], the project's confs."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -50,23 +54,24 @@ def _delta_columns(td: TableDef) -> list[tuple[str, str, str]]:
     from cdc_core.types import table_codec
 
     codec = table_codec(td.table_schema(SCHEMA))
-    exprs = {"id": "id", **{c: k.spark for c, k in zip(td.columns[1:], td.kinds)}}
+    exprs = {"id": "id", **{c: k.spark for c, k in zip(td.columns[1:], td.kinds, strict=True)}}
     return [(c.name, c.delta_type, exprs[c.name]) for c in codec.columns]
 
 
-def build_table(spark: Any, td: TableDef, uri: str, rows: int) -> tuple[int, int]:
+def build_table(
+    spark: Any, td: TableDef, uri: str, rows: int, properties: dict[str, str] | None = None
+) -> tuple[int, int]:
     """Create the Delta table as merge_window would, fill it with ids 1..rows; returns (version, files)."""
     from delta.tables import DeltaTable
+    from pyspark.sql.types import DataType
 
     from cdc_core.naming import quote_spark
-    from spark_apps.merge_window import metadata_columns
+    from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
 
     cols = _delta_columns(td)
-    meta = [(n, t.simpleString()) for n, t in metadata_columns("hard")]
-    ddl = ", ".join(f"{quote_spark(n)} {t}" for n, t, _ in cols) + ", " + ", ".join(
-        f"{quote_spark(n)} {t}" for n, t in meta
-    )
-    spark.sql(f"CREATE TABLE delta.{quote_spark(uri)} ({ddl}) USING DELTA")
+    columns = [(n, DataType.fromDDL(t)) for n, t, _ in cols] + metadata_columns("hard")
+    options = TableOptions(properties=tuple(sorted((properties or {}).items())))
+    spark.sql(create_table_sql(uri, td.name, columns, options))
     select = [f"CAST({e} AS {t}) AS {quote_spark(n)}" for n, t, e in cols]
     select += [
         "'I' AS _cdc_op",
@@ -97,21 +102,37 @@ def _as_pipeline(manifest: Any, pipeline: str) -> Any:
 
 
 class Target:
-    """One base table and the operations timed against it."""
+    """One base table, its staged window, and the operations timed against it."""
 
-    def __init__(self, spark: Any, td: TableDef, lake_root: str, rows: int) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        td: TableDef,
+        workdir: Path,
+        rows: int,
+        window: int,
+        properties: dict[str, str] | None = None,
+        name: str = "",
+    ) -> None:
         from spark_apps.merge_window import table_uri, tombstone_uri
 
         self.spark = spark
         self.td = td
-        self.lake_root = lake_root
         self.rows = rows
-        self.uri = table_uri(lake_root, SCHEMA, td.name)
-        self.tomb = tombstone_uri(lake_root, SCHEMA, td.name)
+        self.window = window
+        self.lake_root = str(workdir / f"lake_{name or rows}")
+        self.uri = table_uri(self.lake_root, SCHEMA, td.name)
+        self.tomb = tombstone_uri(self.lake_root, SCHEMA, td.name)
         t0 = time.perf_counter()
-        self.version, self.files = build_table(spark, td, self.uri, rows)
+        self.version, self.files = build_table(spark, td, self.uri, rows, properties)
         self.build_seconds = time.perf_counter() - t0
+        self.manifest, self.wdir, self.stage_seconds = stage(
+            td, str(workdir / f"staging_{name or rows}"), "bench", rows, window
+        )
         self.runs = 0
+        self.merge_secs = Stat(unit="s")
+        self.append_secs = Stat(unit="s")
+        self.reports: list[dict[str, Any]] = []
 
     def restore(self) -> None:
         from cdc_core.naming import quote_spark
@@ -119,59 +140,72 @@ class Target:
         self.spark.sql(f"RESTORE TABLE delta.{quote_spark(self.uri)} TO VERSION AS OF {self.version}")
         shutil.rmtree(self.tomb, ignore_errors=True)
 
-    def merge(self, manifest: Any, wdir: str) -> dict[str, Any]:
+    def merge(self) -> float:
         from spark_apps.merge_window import merge_window
 
         self.runs += 1
         pipeline = f"bench_run{self.runs}"
-        report = merge_window(self.spark, _as_pipeline(manifest, pipeline), wdir, self.lake_root, pipeline, 1, 1)
-        return dict(next(iter(report["tables"].values())))
+        t0 = time.perf_counter()
+        report = merge_window(
+            self.spark, _as_pipeline(self.manifest, pipeline), self.wdir, self.lake_root, pipeline, 1, 1
+        )
+        took = time.perf_counter() - t0
+        self.reports.append(dict(next(iter(report["tables"].values()))))
+        self.restore()
+        return took
 
-    def append(self, manifest: Any, wdir: str) -> int:
+    def append(self) -> float:
         """The same staged rows appended as they are (source columns + metadata), no MERGE."""
         from pyspark.sql import functions as F
 
         from cdc_core.manifest import COL_COMMIT_TS, COL_OP, COL_VERSION, COL_WINDOW_SEQ
         from cdc_core.naming import quote_spark
 
-        st = manifest.tables[0]
-        paths = [f"{wdir}/{f.path}" for f in st.files]
-        df = self.spark.read.parquet(*paths)
+        st = self.manifest.tables[0]
+        t0 = time.perf_counter()
+        df = self.spark.read.parquet(*[f"{self.wdir}/{f.path}" for f in st.files])
         cols = [F.col(quote_spark(c.name)).cast(c.delta_type).alias(c.name) for c in st.columns]
         cols += [F.col(COL_OP), F.col(COL_VERSION), F.col(COL_COMMIT_TS), F.lit(1).cast("bigint").alias(COL_WINDOW_SEQ)]
         df.select(*cols).write.format("delta").mode("append").save(self.uri)
-        return st.rows
+        took = time.perf_counter() - t0
+        self.restore()
+        return took
 
+    def entry(self) -> dict[str, Any]:
+        w = self.window
+        expected = {"inserted": w - w // 2 - w // 5, "updated": w // 2, "deleted": w // 5}
+        first = self.reports[0] if self.reports else {}
+        got = {k: first.get(k) for k in expected}
+        return {
+            "table_rows": self.rows,
+            "table_files": self.files,
+            "build_seconds": round(self.build_seconds, 1),
+            "staging_seconds": round(self.stage_seconds, 2),
+            "window_changes": w,
+            "merge_seconds": self.merge_secs.to_dict(),
+            "merge_changes_per_s": rate(w, self.merge_secs, "changes/s").to_dict(),
+            "append_seconds": self.append_secs.to_dict(),
+            "append_rows_per_s": rate(w, self.append_secs, "rows/s").to_dict(),
+            "merge_to_append": ratio(self.merge_secs.median, self.append_secs.median),
+            "merge_report": first,
+            "errors": [] if got == expected else [f"merge counted {got}, expected {expected}"],
+        }
 
-def _fixed_window_entry(t: Target, manifest: Any, wdir: str, window: int, repeats: int, long_run: float) -> dict[str, Any]:
-    log(f"merge: {window} changes into {t.rows} rows (merge_window)")
-    secs, reports = repeat(lambda i: t.merge(manifest, wdir), repeats, long_run, after=lambda i: t.restore())
-    log(f"merge: {window} changes into {t.rows} rows (plain append)")
-    asecs, _ = repeat(lambda i: t.append(manifest, wdir), repeats, long_run, after=lambda i: t.restore())
-    first = reports[0] if reports else {}
-    expected = {"inserted": window - window // 2 - window // 5, "updated": window // 2, "deleted": window // 5}
-    got = {k: first.get(k) for k in expected}
-    return {
-        "table_rows": t.rows,
-        "table_files": t.files,
-        "build_seconds": round(t.build_seconds, 2),
-        "window_changes": window,
-        "merge_seconds": secs.to_dict(),
-        "merge_changes_per_s": rate(window, secs, "changes/s").to_dict(),
-        "append_seconds": asecs.to_dict(),
-        "append_rows_per_s": rate(window, asecs, "rows/s").to_dict(),
-        "merge_to_append": ratio(secs.median, asecs.median),
-        "merge_report": first,
-        "errors": [] if got == expected else [f"merge counted {got}, expected {expected}"],
-    }
+    def drop(self) -> None:
+        shutil.rmtree(self.lake_root, ignore_errors=True)
+        shutil.rmtree(Path(self.wdir).parent.parent, ignore_errors=True)
 
 
 def run(
-    workdir: Path, sizes: list[int], window: int, big_window: int, big_table: int, repeats: int, long_run: float,
-    driver_memory: str, budget_seconds: float,
+    workdir: Path,
+    sizes: list[int],
+    window: int,
+    big_window: int,
+    big_table: int,
+    repeats: int,
+    long_run: float,
+    driver_memory: str,
 ) -> dict[str, Any]:
-    from cdc_core.errors import CdcError  # noqa: F401 - fail early when cdc_core is broken
-
     td = table_def(20, prefix="m")
     out: dict[str, Any] = {
         "table_columns": td.width,
@@ -183,66 +217,77 @@ def run(
     t0 = time.perf_counter()
     spark = spark_session(driver_memory)
     out["spark_session_seconds"] = round(time.perf_counter() - t0, 2)
+    sizes = sorted(sizes)
+    targets: list[Target] = []
     try:
-        sizes = sorted(sizes)
-        warmed = False
         for n in sizes:
-            if out["fixed_window"] and n > sizes[0]:
-                prev = out["fixed_window"][-1]
-                est = (prev["build_seconds"] + (prev["merge_seconds"].get("median") or 0) * 2 * repeats) * n / prev["table_rows"]
-                spent = time.perf_counter() - t0
-                if spent + est > budget_seconds:
-                    note = (f"table of {n} rows skipped: estimated {est:.0f}s more would pass the merge budget of "
-                            f"{budget_seconds:.0f}s (--merge-budget)")
-                    log("merge: " + note)
-                    out["errors"].append(note)
-                    continue
-            lake = str(workdir / f"lake_{n}")
-            log(f"merge: building a Delta table of {n} rows")
-            try:
-                target = Target(spark, td, lake, n)
-                manifest, wdir, stage_secs = stage(td, str(workdir / f"staging_{n}"), "bench", n, window)
-                if not warmed:  # the session's first MERGE pays for class loading and codegen
-                    target.merge(manifest, wdir)
-                    target.restore()
-                    warmed = True
-                entry = _fixed_window_entry(target, manifest, wdir, window, repeats, long_run)
-                entry["staging_seconds"] = round(stage_secs, 2)
-                out["fixed_window"].append(entry)
-            except Exception as e:  # noqa: BLE001
-                out["errors"].append(f"table of {n} rows: {short_error(e)}")
-                log(f"  failed: {short_error(e)}")
-            finally:
-                shutil.rmtree(lake, ignore_errors=True)
-                shutil.rmtree(workdir / f"staging_{n}", ignore_errors=True)
-        fw = [e for e in out["fixed_window"] if e["merge_seconds"].get("runs")]
-        if len(fw) >= 2:
-            lo, hi = fw[0], fw[-1]
-            out["growth"] = {
-                "smallest_rows": lo["table_rows"],
-                "largest_rows": hi["table_rows"],
-                "rows_ratio": hi["table_rows"] / lo["table_rows"],
-                "merge_time_ratio": ratio(hi["merge_seconds"]["median"], lo["merge_seconds"]["median"]),
-            }
+            log(f"merge: building a Delta table of {n} rows and staging a window of {window} changes")
+            targets.append(Target(spark, td, workdir, n, window))
+        log("merge: warm-up merge (class loading, code generation)")
+        targets[0].merge()
+        targets[0].reports.clear()
+        no_dv = []
+        for n in {sizes[0], sizes[-1]}:
+            log(f"merge: building a table of {n} rows without deletion vectors")
+            no_dv.append(
+                Target(spark, td, workdir, n, window, {"delta.enableDeletionVectors": "false"}, name=f"nodv_{n}")
+            )
+        for r in range(repeats):
+            longest = 0.0
+            for t in [*targets, *no_dv]:
+                log(
+                    f"merge: round {r + 1}/{repeats}: {window} changes into {t.rows} rows "
+                    f"({'no DV' if t in no_dv else 'product'})"
+                )
+                try:
+                    took = t.merge()
+                    t.merge_secs.values.append(took)
+                    longest = max(longest, took)
+                    if t not in no_dv:
+                        t.append_secs.values.append(t.append())
+                except Exception as e:
+                    out["errors"].append(f"{t.rows} rows: {short_error(e)}")
+            if longest > long_run and r + 1 < repeats:
+                log(f"  a merge took {longest:.0f}s > {long_run:.0f}s: no more rounds")
+                break
+        out["fixed_window"] = [t.entry() for t in targets]
+        by_rows = {t.rows: t for t in no_dv}
+        for e in out["fixed_window"]:
+            if e["table_rows"] in by_rows:
+                e["merge_seconds_no_dv"] = by_rows[e["table_rows"]].merge_secs.to_dict()
+        lo, hi = targets[0], targets[-1]
+        out["growth"] = {
+            "smallest_rows": lo.rows,
+            "largest_rows": hi.rows,
+            "rows_ratio": hi.rows / lo.rows,
+            "merge_time_ratio": ratio(hi.merge_secs.median, lo.merge_secs.median),
+        }
+        if len(by_rows) == 2:
+            a, b = by_rows[lo.rows], by_rows[hi.rows]
+            out["growth_no_dv"] = {"merge_time_ratio": ratio(b.merge_secs.median, a.merge_secs.median)}
+        for t in [*targets, *no_dv]:
+            t.drop()
+        targets, no_dv = [], []
 
-        # The big window: merge vs append of many changes.
-        lake = str(workdir / "lake_big")
-        try:
-            log(f"merge: big window, building a Delta table of {big_table} rows")
-            target = Target(spark, td, lake, big_table)
-            log(f"merge: staging a window of {big_window} changes")
-            manifest, wdir, stage_secs = stage(td, str(workdir / "staging_big"), "bench", big_table, big_window)
-            entry = _fixed_window_entry(target, manifest, wdir, big_window, repeats, long_run)
-            entry["staging_seconds"] = round(stage_secs, 2)
-            entry["staging_rows_per_s"] = round(big_window / stage_secs, 1) if stage_secs else None
-            out["big_window"] = entry
-        except Exception as e:  # noqa: BLE001
-            out["errors"].append(f"big window: {short_error(e)}")
-            log(f"  failed: {short_error(e)}")
-        finally:
-            shutil.rmtree(lake, ignore_errors=True)
-            shutil.rmtree(workdir / "staging_big", ignore_errors=True)
+        log(f"merge: big window, a table of {big_table} rows and a window of {big_window} changes")
+        big = Target(spark, td, workdir, big_table, big_window, name="big")
+        targets = [big]
+        for r in range(repeats):
+            log(f"merge: big window round {r + 1}/{repeats}")
+            took = big.merge()
+            big.merge_secs.values.append(took)
+            big.append_secs.values.append(big.append())
+            if took > long_run and r + 1 < repeats:
+                break
+        out["big_window"] = big.entry()
+        out["big_window"]["staging_rows_per_s"] = (
+            round(big_window / big.stage_seconds, 1) if big.stage_seconds else None
+        )
+    except Exception as e:
+        out["errors"].append(short_error(e))
+        log(f"  merge failed: {short_error(e)}")
     finally:
+        for t in targets:
+            t.drop()
         spark.stop()
     return out
-

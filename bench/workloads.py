@@ -46,35 +46,107 @@ class Kind:
 KINDS: dict[str, Kind] = {
     k.tag: k
     for k in (
-        Kind("int", "INT NOT NULL", "int", None, "({n} * 7) % 1000003", "(id * 7) % 1000003",
-             lambda n, s: (n * 7 + s) % 1000003),
-        Kind("ubig", "BIGINT UNSIGNED NOT NULL", "bigint unsigned", None, f"{_UBIG_MAX} - {{n}}",
-             f"{_UBIG_MAX} - id", lambda n, s: _UBIG_MAX - n - s),
-        Kind("dec", "DECIMAL(12,2)", "decimal(12,2)", None, "{n} * 1.25", "CAST(id AS DECIMAL(20,2)) * 1.25",
-             lambda n, s: decimal.Decimal(n * 125 + s).scaleb(-2)),
-        Kind("vc", "VARCHAR(64) NOT NULL", "varchar(64)", "utf8mb4", "CONCAT('name-', {n})", "concat('name-', id)",
-             lambda n, s: f"name-{n}" if not s else f"name-{n}-u{s}"),
-        Kind("dt6", "DATETIME(6)", "datetime(6)", None,
-             "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL ({n} * 1001) MICROSECOND",
-             "timestamp_micros(1704067200000000 + id * 1001)",
-             lambda n, s: _DT_BASE + dt.timedelta(microseconds=n * 1001 + s)),
-        Kind("ts", "TIMESTAMP NULL DEFAULT NULL", "timestamp", None, "FROM_UNIXTIME(1700000000 + {n})",
-             "timestamp_seconds(1700000000 + id)", lambda n, s: _EPOCH + dt.timedelta(seconds=1700000000 + n + s)),
+        Kind(
+            "int",
+            "INT NOT NULL",
+            "int",
+            None,
+            "({n} * 7) % 1000003",
+            "(id * 7) % 1000003",
+            lambda n, s: (n * 7 + s) % 1000003,
+        ),
+        Kind(
+            "ubig",
+            "BIGINT UNSIGNED NOT NULL",
+            "bigint unsigned",
+            None,
+            f"{_UBIG_MAX} - {{n}}",
+            f"{_UBIG_MAX} - id",
+            lambda n, s: _UBIG_MAX - n - s,
+        ),
+        Kind(
+            "dec",
+            "DECIMAL(12,2)",
+            "decimal(12,2)",
+            None,
+            "{n} * 1.25",
+            "CAST(id AS DECIMAL(20,2)) * 1.25",
+            lambda n, s: decimal.Decimal(n * 125 + s).scaleb(-2),
+        ),
+        Kind(
+            "vc",
+            "VARCHAR(64) NOT NULL",
+            "varchar(64)",
+            "utf8mb4",
+            "CONCAT('name-', {n})",
+            "concat('name-', id)",
+            lambda n, s: f"name-{n}" if not s else f"name-{n}-u{s}",
+        ),
+        Kind(
+            "dt6",
+            "DATETIME(6)",
+            "datetime(6)",
+            None,
+            "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL ({n} * 1001) MICROSECOND",
+            "timestamp_micros(1704067200000000 + id * 1001)",
+            lambda n, s: _DT_BASE + dt.timedelta(microseconds=n * 1001 + s),
+        ),
+        Kind(
+            "ts",
+            "TIMESTAMP NULL DEFAULT NULL",
+            "timestamp",
+            None,
+            "FROM_UNIXTIME(1700000000 + {n})",
+            "timestamp_seconds(1700000000 + id)",
+            lambda n, s: _EPOCH + dt.timedelta(seconds=1700000000 + n + s),
+        ),
         Kind("dbl", "DOUBLE", "double", None, "{n} / 3", "id / 3.0D", lambda n, s: n / 3 + s),
-        Kind("txt", "TEXT", "text", "utf8mb4", "REPEAT(CONCAT('t', {n}, ' '), 8)", "repeat(concat('t', id, ' '), 8)",
-             lambda n, s: f"t{n + s} " * 8),
-        Kind("enm", "ENUM('new','paid','shipped','cancelled') NOT NULL", "enum('new','paid','shipped','cancelled')",
-             "utf8mb4", "ELT(1 + {n} % 4, 'new','paid','shipped','cancelled')",
-             "element_at(array('new','paid','shipped','cancelled'), CAST(id % 4 AS INT) + 1)",
-             lambda n, s: ENUM_LABELS[(n + s) % 4]),
-        Kind("blb", "BLOB", "blob", "binary", "UNHEX(SHA2({n}, 256))", "unhex(sha2(CAST(id AS STRING), 256))",
-             lambda n, s: hashlib.sha256(str(n + s).encode()).digest()),
-        Kind("dte", "DATE", "date", None, "DATE'2020-01-01' + INTERVAL ({n} % 3650) DAY",
-             "date_add(DATE'2020-01-01', CAST(id % 3650 AS INT))",
-             lambda n, s: _DATE_BASE + dt.timedelta(days=(n + s) % 3650)),
+        Kind(
+            "txt",
+            "TEXT",
+            "text",
+            "utf8mb4",
+            "REPEAT(CONCAT('t', {n}, ' '), 8)",
+            "repeat(concat('t', id, ' '), 8)",
+            lambda n, s: f"t{n + s} " * 8,
+        ),
+        Kind(
+            "enm",
+            "ENUM('new','paid','shipped','cancelled') NOT NULL",
+            "enum('new','paid','shipped','cancelled')",
+            "utf8mb4",
+            "ELT(1 + {n} % 4, 'new','paid','shipped','cancelled')",
+            "element_at(array('new','paid','shipped','cancelled'), CAST(id % 4 AS INT) + 1)",
+            lambda n, s: ENUM_LABELS[(n + s) % 4],
+        ),
+        Kind(
+            "blb",
+            "BLOB",
+            "blob",
+            "binary",
+            "UNHEX(SHA2({n}, 256))",
+            "unhex(sha2(CAST(id AS STRING), 256))",
+            lambda n, s: hashlib.sha256(str(n + s).encode()).digest(),
+        ),
+        Kind(
+            "dte",
+            "DATE",
+            "date",
+            None,
+            "DATE'2020-01-01' + INTERVAL ({n} % 3650) DAY",
+            "date_add(DATE'2020-01-01', CAST(id % 3650 AS INT))",
+            lambda n, s: _DATE_BASE + dt.timedelta(days=(n + s) % 3650),
+        ),
         Kind("tiny", "TINYINT NOT NULL", "tinyint", None, "{n} % 100", "id % 100", lambda n, s: (n + s) % 100),
-        Kind("nvc", "VARCHAR(32) NULL", "varchar(32)", "utf8mb4", "IF({n} % 10 = 0, NULL, CONCAT('v', {n}))",
-             "IF(id % 10 = 0, NULL, concat('v', id))", lambda n, s: None if n % 10 == 0 else f"v{n + s}"),
+        Kind(
+            "nvc",
+            "VARCHAR(32) NULL",
+            "varchar(32)",
+            "utf8mb4",
+            "IF({n} % 10 = 0, NULL, CONCAT('v', {n}))",
+            "IF(id % 10 = 0, NULL, concat('v', id))",
+            lambda n, s: None if n % 10 == 0 else f"v{n + s}",
+        ),
     )
 }
 _CYCLE = ("int", "ubig", "dec", "vc", "dt6", "ts", "dbl", "txt", "enm", "blb", "dte", "tiny", "nvc")
@@ -96,7 +168,7 @@ class TableDef:
 
     def create_sql(self, db: str) -> str:
         cols = ["`id` BIGINT NOT NULL PRIMARY KEY"]
-        cols += [f"`{c}` {k.ddl}" for c, k in zip(self.columns[1:], self.kinds)]
+        cols += [f"`{c}` {k.ddl}" for c, k in zip(self.columns[1:], self.kinds, strict=False)]
         return f"CREATE TABLE `{db}`.`{self.name}` ({', '.join(cols)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
     def sql_values(self, n: str) -> str:
@@ -108,22 +180,19 @@ class TableDef:
         from cdc_core.source import column_attrs
 
         cols = [SourceColumn("id", "bigint", False, ())]
-        for c, k in zip(self.columns[1:], self.kinds):
+        for c, k in zip(self.columns[1:], self.kinds, strict=False):
             cols.append(SourceColumn(c, k.mysql_type, "NOT NULL" not in k.ddl, column_attrs(k.mysql_type, k.charset)))
         return TableSchema(schema=db, table=self.name, columns=tuple(cols), key=("id",))
 
     def py_row(self, n: int, salt: int = 0) -> dict[str, Any]:
         row: dict[str, Any] = {"id": n}
-        for c, k in zip(self.columns[1:], self.kinds):
+        for c, k in zip(self.columns[1:], self.kinds, strict=False):
             row[c] = k.py(n, salt)
         return row
 
 
 def table_def(width: int, prefix: str = "t") -> TableDef:
-    if width == 5:
-        tags = _FIVE
-    else:
-        tags = tuple(_CYCLE[i % len(_CYCLE)] for i in range(width - 1))
+    tags = _FIVE if width == 5 else tuple(_CYCLE[i % len(_CYCLE)] for i in range(width - 1))
     return TableDef(f"{prefix}{width}", tuple(KINDS[t] for t in tags))
 
 
@@ -189,6 +258,9 @@ def generate(conn: Any, db: str, width: int, txn_rows: int, rows: int, serial: i
     wl = Workload(db=db, table=td.name, width=width, txn_rows=txn_rows, rows=rows)
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
+        # No Annotate_rows events (the statement text per transaction): the reader never asks for them,
+        # and without them mysqlbinlog, the reference, has less to print.
+        cur.execute("SET SESSION binlog_annotate_row_events = OFF")
         cur.execute(td.create_sql(db))
         cols = ", ".join(f"`{c}`" for c in td.columns)
         if txn_rows == 1:
@@ -224,6 +296,19 @@ def generate(conn: Any, db: str, width: int, txn_rows: int, rows: int, serial: i
     return wl
 
 
+def drop_workload(conn: Any, wl: Workload, purge: bool = False) -> None:
+    """Drop the workload's table (and generator procedure); with `purge` (a private server only), also
+    the binlog files before the current one."""
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS `{wl.db}`.`{wl.table}`")
+        cur.execute(f"DROP PROCEDURE IF EXISTS `{wl.db}`.`gen_{wl.table}`")
+        if purge:
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("SHOW MASTER STATUS")
+            current = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+
+
 # -------------------------------------------------------------------------------- synthetic changes
 
 
@@ -242,7 +327,9 @@ def merge_ops(table_rows: int, window: int, seed: int = 7) -> list[tuple[str, in
     return ops
 
 
-def synthetic_changes(td: TableDef, db: str, ops: list[tuple[str, int, int]], binlog_file: str = "mysql-bin.000002") -> Iterator[Any]:
+def synthetic_changes(
+    td: TableDef, db: str, ops: list[tuple[str, int, int]], binlog_file: str = "mysql-bin.000002"
+) -> Iterator[Any]:
     """RowChanges (values as the binlog reader returns them), one per op, lazily."""
     from cdc_core.changes import RowChange
     from cdc_core.positions import change_version
@@ -268,5 +355,6 @@ def synthetic_plan(pipeline: str, seq: int, changes: int, binlog_file: str = "my
     server = ServerIdentity("mariadb", 1)
     start = BinlogPosition(binlog_file, 4, server)
     end = BinlogPosition(binlog_file, 4 + 1000 + changes * 100, server)
-    return WindowPlan(pipeline, seq, start, end, transactions=max(1, changes // 1000), events=changes,
-                      bytes=changes * 100)
+    return WindowPlan(
+        pipeline, seq, start, end, transactions=max(1, changes // 1000), events=changes, bytes=changes * 100
+    )

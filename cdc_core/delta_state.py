@@ -191,3 +191,72 @@ def table_summary(
     if app_id is not None:
         out["txn_version"] = None if txn is None else int(txn)
     return out
+
+
+def commit_version(
+    table_uri: str, user_metadata: str, *, limit: int = 20, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The version of the commit carrying `commitInfo.userMetadata == user_metadata` among the table's
+    last `limit` commits (None when not found). The merge job reports its own commits this way."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        history = table.history(limit)
+    except Exception as e:
+        raise LakeError(f"cannot read the history of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    for commit in history:
+        if commit.get("userMetadata") == user_metadata:
+            return int(commit["version"])
+    return None
+
+
+def column_max(table_uri: str, column: str, *, storage_options: dict[str, str] | None = None) -> Any:
+    """The largest value of `column` by the files' statistics (None: no table or no rows).
+
+    Raises LookupError when a file has no statistics for the column (the answer is unknown). Rows a
+    deletion vector removed still count: the result is an upper bound.
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        adds = pa.table(table.get_add_actions(flatten=True))
+    except Exception as e:
+        raise LakeError(f"cannot read the files of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    if adds.num_rows == 0:
+        return None
+    name = f"max.{column}"
+    if name not in adds.column_names or adds[name].null_count:
+        raise LookupError(f"{table_uri}: no statistics for {column} in every file")
+    return pc.max(adds[name]).as_py()
+
+
+def read_rows(
+    table_uri: str,
+    *,
+    columns: list[str] | None = None,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> pa.Table:
+    """The table's rows (current, or at `version`) as plain Arrow types with logical column names; for
+    verify, tools and tests.
+
+    Lake tables are created with deletion vectors, which `DeltaTable.to_pyarrow_table` refuses, and
+    source names with spaces or commas need column mapping, which it reads wrong (all NULL); delta-rs'
+    own engine (`scan`) handles both, with view types for strings and binaries (cast back here).
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        raise LakeError(f"no Delta table at {table_uri}")
+    if version is not None:
+        table.load_as_version(version)
+    try:
+        data = pa.table(table.scan(columns=columns).read_all())
+    except Exception as e:
+        raise LakeError(f"cannot read Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    fields = [
+        next((pa.field(f.name, t, f.nullable) for test, t in plain.items() if test(f.type)), f) for f in data.schema
+    ]
+    return data.cast(pa.schema(fields)) if fields != list(data.schema) else data

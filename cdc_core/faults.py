@@ -57,9 +57,14 @@ def point(name: str) -> None:
 
 
 def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:
-    """Pass `items` through, firing `name` once about half-way (after max(1, expected // 2) items)."""
+    """Pass `items` through, firing `name` once about half-way (after max(1, expected // 2) rows; an item
+    with a `rows` count, such as a RowBatch, counts that many)."""
     at = max(1, expected // 2)
-    for i, item in enumerate(items, 1):
+    seen = 0
+    fired = False
+    for item in items:
         yield item
-        if i == at:
+        seen += getattr(item, "rows", 1)
+        if not fired and seen >= at:
+            fired = True
             point(name)

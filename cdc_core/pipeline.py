@@ -32,7 +32,7 @@ from typing import Any
 import fsspec
 
 from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging
-from cdc_core.binlog import BinlogScanner, read_changes
+from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, StagingError, StateConflict
@@ -310,7 +310,7 @@ class Pipeline:
             t0 = time.time()
             table_filter, full_row_key = self._plan_capture(plan)
             schemas = self._schema_lookup(full_row_key)
-            changes = read_changes(self.source, plan.start.server, plan, table_filter, schemas)
+            changes = read_change_batches(self.source, plan.start.server, plan, table_filter, schemas)
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")

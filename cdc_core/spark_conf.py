@@ -44,6 +44,8 @@ def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         # Schema evolution is enabled per MERGE (WITH SCHEMA EVOLUTION), never session-wide.
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta replays a table's log with 50 tasks by default: seconds of overhead per table on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions)),
     }
     confs.update(extra or {})
     return confs

@@ -27,18 +27,22 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from cdc_core.changes import RowChange, TableSchema
+from cdc_core.changes import RowBatch, RowChange, TableSchema
 from cdc_core.errors import SchemaConflict, StagingError
 from cdc_core.manifest import (
+    COL_OP,
     MANIFEST_NAME,
     METADATA_COLUMNS,
     OP_DELETE,
@@ -65,6 +69,8 @@ DEFAULT_ROW_GROUP_BYTES = 64 * 1024 * 1024
 MIN_ROW_GROUP_ROWS = 64
 # Rows buffered across all tables before every buffer is flushed (bounds memory with many tables).
 BUFFERED_ROWS_FACTOR = 4
+# Row groups handed to the background writer and not yet written (each holds up to a row group of rows).
+MAX_PENDING_WRITES = 2
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
 PROGRESS_EVERY_ROWS = 10_000
@@ -193,6 +199,9 @@ class _Segment:
     index: int
     rel_path: str
     buffer: list[RowChange] = field(default_factory=list)
+    # Rows that arrived already in staged form (RowBatch), in order, all before `buffer`'s rows.
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    batch_rows: int = 0
     rows: int = 0
     writer: pq.ParquetWriter | None = None
     file: Any = None
@@ -208,6 +217,7 @@ class _TableState:
     segments: list[_Segment] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {OP_INSERT: 0, OP_UPDATE: 0, OP_DELETE: 0})
     current_shape: TableSchema | None = None  # the TableSchema object of the open segment (identity fast path)
+    last_ordinal: int | None = None  # of the last RowBatch (batches are ordered per table, not globally)
 
 
 class _WindowWriter:
@@ -222,6 +232,34 @@ class _WindowWriter:
         self.open_segments: list[_Segment] = []
         self.ddl: list[SchemaEvent] = []
         self.bytes = 0
+        # Row groups are encoded and compressed on one background thread (pyarrow releases the GIL
+        # there) while the reader decodes the next rows; one thread keeps every file's writes in order.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-parquet")
+        self._pending: deque[Future[None]] = deque()
+
+    # -- background writes
+
+    def _write(self, seg: _Segment, table: pa.Table) -> None:
+        self._pending.append(self._pool.submit(self._write_now, seg, table))
+        while len(self._pending) > MAX_PENDING_WRITES:  # bounds the row groups held in memory
+            self._pending.popleft().result()
+
+    def drain(self) -> None:
+        """Wait for every submitted row group to be written (raises the first write error)."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def shutdown(self) -> None:
+        for fut in self._pending:
+            fut.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True)
+
+    def _write_now(self, seg: _Segment, table: pa.Table) -> None:
+        if seg.writer is None:
+            self._open(seg, table.schema)
+        assert seg.writer is not None
+        seg.writer.write_table(table, row_group_size=table.num_rows)
 
     # -- segments
 
@@ -255,16 +293,42 @@ class _WindowWriter:
         return state, seg
 
     def flush(self, seg: _Segment) -> None:
+        """Write everything the segment buffers as one row group."""
         rows = seg.buffer
-        if not rows:
+        if not rows and not seg.batches:
             return
         seg.buffer = []
-        self.buffered -= len(rows)
-        batch = self._batch(seg.codec, rows)
-        if seg.writer is None:
-            self._open(seg, batch.schema)
-        assert seg.writer is not None
-        seg.writer.write_batch(batch, row_group_size=len(rows))
+        self.buffered -= len(rows) + seg.batch_rows
+        if not seg.batches:
+            self._write(seg, pa.Table.from_batches([self._batch(seg.codec, rows)]))
+            return
+        batches = seg.batches
+        if rows:
+            batches.append(self._batch(seg.codec, rows))
+        seg.batches, seg.batch_rows = [], 0
+        self._write(seg, pa.Table.from_batches(batches).combine_chunks())
+
+    def add_batch(self, seg: _Segment, batch: pa.RecordBatch) -> None:
+        """Buffer rows in staged form; cut a row group every `row_group_rows` rows of the segment, as the
+        row-by-row path does."""
+        if seg.buffer:  # keep arrival order: earlier RowChanges go first
+            seg.batches.append(self._batch(seg.codec, seg.buffer))
+            seg.batch_rows += len(seg.buffer)
+            seg.buffer = []
+        n = batch.num_rows
+        seg.batches.append(batch)
+        seg.batch_rows += n
+        seg.rows += n
+        self.buffered += n
+        rg = self.row_group_rows
+        while seg.batch_rows >= rg:
+            table = pa.Table.from_batches(seg.batches)
+            rest = table.slice(rg)
+            seg.batches, seg.batch_rows = rest.to_batches(), rest.num_rows
+            self.buffered -= rg
+            self._write(seg, table.slice(0, rg).combine_chunks())
+        if self.buffered >= self.max_buffered:
+            self.flush_all()
 
     def _open(self, seg: _Segment, schema: pa.Schema) -> None:
         seg.file = self.store.open_write(f"{self.dir}/{seg.rel_path}")
@@ -274,7 +338,7 @@ class _WindowWriter:
             schema,
             compression=COMPRESSION,
             compression_level=COMPRESSION_LEVEL,
-            use_dictionary=True,
+            use_dictionary=_dictionary_columns(seg.codec),
             write_statistics=True,
         )
 
@@ -284,6 +348,7 @@ class _WindowWriter:
 
     def close_segment(self, seg: _Segment) -> None:
         self.flush(seg)
+        self.drain()
         if seg.writer is None and seg.declared:
             self._open(seg, seg.codec.arrow_schema)  # a file with the schema and no rows
         if seg.writer is not None and seg.sink is not None:
@@ -302,6 +367,8 @@ class _WindowWriter:
             self.open_segments.remove(seg)
 
     def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.drain()
         for seg in self.open_segments:
             with contextlib.suppress(Exception):
                 if seg.writer is not None:
@@ -366,6 +433,14 @@ class _WindowWriter:
         return Manifest(plan=self.plan, tables=tuple(tables), ddl=tuple(self.ddl), info=info)
 
 
+def _dictionary_columns(codec: TableCodec) -> list[str]:
+    """Columns worth dictionary encoding: the op and ENUM/SET labels. Most source columns of a change
+    stream are high-cardinality, where trying a dictionary first costs about half the write time and
+    gives bigger files than zstd alone (bench/RESULTS.md)."""
+    low = [c.name for c in codec.columns if c.mysql_type.startswith(("enum(", "set("))]
+    return [COL_OP, *low]
+
+
 def _first_bad_value(col: Any, raw: list[Any]) -> Any:
     for v in raw:
         try:
@@ -415,11 +490,11 @@ def stage_window(
 ) -> Manifest:
     """Stage a window's changes and return its manifest (or the existing one if already staged).
 
-    `changes` yields `RowChange`s and DDL events (any object with `ordinal`, `schema`, `query` and
-    `version`), in binlog order. `progress(rows, tables=..., bytes=...)` is called every
-    `progress_every_rows` rows or `progress_every_secs` seconds (checked every 1,024 rows), and once
-    at the end; never per row. Tables in `declare` are staged even when no change arrives for them (a
-    file with their columns and no rows), so the merge creates their Delta table.
+    `changes` yields `RowChange`s, `RowBatch`es and DDL events (any object with `ordinal`, `schema`,
+    `query` and `version`), in binlog order (batches: in order per table). `progress(rows, tables=...,
+    bytes=...)` is called every `progress_every_rows` rows or `progress_every_secs` seconds (checked every
+    1,024 rows), and once at the end; never per row. Tables in `declare` are staged even when no change
+    arrives for them (a file with their columns and no rows), so the merge creates their Delta table.
     """
     t0 = time.monotonic()
     store = _Store(staging_root)
@@ -465,6 +540,8 @@ def stage_window(
             with contextlib.suppress(Exception):
                 store.remove(target)
         raise
+    finally:
+        writer.shutdown()
     if progress is not None:
         progress(manifest.changes, tables=len(manifest.tables), bytes=writer.bytes)
     log.info(
@@ -494,6 +571,15 @@ def _consume(
     last_report_t = time.monotonic()
     for item in changes:
         if item.__class__ is not RowChange and not isinstance(item, RowChange):
+            if isinstance(item, RowBatch):
+                n = _consume_batch(writer, item, label)
+                rows += n
+                if progress is not None and (rows >= next_report or time.monotonic() - last_report_t >= every_secs):
+                    progress(rows, tables=len(writer.tables))
+                    next_report = rows + every_rows
+                    last_report_t = time.monotonic()
+                last_shape = None  # the RowChange fast path must look its segment up again
+                continue
             writer.ddl.append(_schema_event(item, label))
             continue
         ordinal = item.ordinal
@@ -530,6 +616,38 @@ def _consume(
                 progress(rows, tables=len(writer.tables))
                 next_report = rows + every_rows
                 last_report_t = now
+
+
+def _consume_batch(writer: _WindowWriter, item: RowBatch, label: str) -> int:
+    state, seg = writer.segment_for(item.table)
+    batch = item.batch
+    n = batch.num_rows
+    if n == 0:
+        return 0
+    if not batch.schema.equals(seg.codec.arrow_schema):
+        raise StagingError(
+            f"window {label}: a batch of changes to {item.table.name!r} has the schema {batch.schema}, not the "
+            f"staged schema of the table ({seg.codec.arrow_schema}); this is a reader bug: report it"
+        )
+    if item.first_ordinal > item.last_ordinal or (
+        state.last_ordinal is not None and item.first_ordinal <= state.last_ordinal
+    ):
+        raise StagingError(
+            f"window {label}: change ordinals of {item.table.name!r} must increase strictly, got a batch "
+            f"{item.first_ordinal}..{item.last_ordinal} after {state.last_ordinal}; this is a reader bug: report it"
+        )
+    state.last_ordinal = item.last_ordinal
+    counts = state.counts
+    for entry in pc.value_counts(batch.column(0)).to_pylist():
+        op = entry["values"]
+        if op not in counts:
+            raise StagingError(
+                f"window {label}: a change to {item.table.name!r} has operation {op!r}, expected one of "
+                f"{OP_INSERT!r}, {OP_UPDATE!r}, {OP_DELETE!r}; this is a reader bug: report it"
+            )
+        counts[op] += entry["counts"]
+    writer.add_batch(seg, batch)
+    return int(n)
 
 
 def _schema_event(item: Any, label: str) -> SchemaEvent:

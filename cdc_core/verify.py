@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from cdc_core.delta_state import read_rows
 from cdc_core.manifest import COL_DELETED
 from cdc_core.naming import quote_mysql, table_id
 
@@ -84,25 +85,8 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def read_lake_table(table_uri: str, version: int | None = None) -> Any:
-    """A Delta table's rows (current, or at `version`) as a pyarrow Table, with logical column names.
-
-    delta-rs' `to_pyarrow_table` reads Parquet columns by their logical names, which with column
-    mapping (used for source names with spaces, commas, parentheses, ...) are not the physical ones:
-    every value would come back NULL. Such tables are scanned through delta-rs' query engine, which
-    applies the mapping.
-    """
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
-
-    dt = DeltaTable(table_uri, version=version)
-    if dt.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
-        return dt.to_pyarrow_table()
-    return pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t"))
-
-
 def _lake_rows(table_uri: str, version: int | None = None) -> list[dict[str, Any]]:
-    return list(read_lake_table(table_uri, version).to_pylist())
+    return list(read_rows(table_uri, version=version).to_pylist())
 
 
 def compare_table(

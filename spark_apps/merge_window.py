@@ -39,9 +39,10 @@ How one table of a window lands:
    DECIMAL(10,2) -> DECIMAL(12,2), FLOAT -> DOUBLE, DATE -> TIMESTAMP_NTZ, ...) uses Delta's type
    widening table feature (`delta.enableTypeWidening`); anything else (e.g. STRING -> INT) fails the
    window with a SchemaConflict naming table and column. A source type narrower than Delta's is cast up.
-4. Hard deletes (default): first MERGE the window's deletes into the tombstone table (key columns +
-   `_cdc_version`, max version per key), then drop every source change older than its key's
-   tombstone, then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
+4. Hard deletes (default): first append the window's deletes to the tombstone table (key columns +
+   `_cdc_version`; a key deleted in several windows has several rows, the newest counts), then drop
+   every source change older than its key's tombstone (only when the tombstones' file statistics say
+   one may be newer than the window: replays and backfills), then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
    re-run of an old window under a new seq) would find no row to compare versions with and resurrect
    a row deleted later. Tombstones are written first so a crash between the two commits leaves only
    the harmless half (re-running finds the tombstone commit done and finishes the main table).
@@ -142,11 +143,20 @@ STATUS_EMPTY = "empty"
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 ZK_AUTH_ENV = "CDC_ZK_AUTH"
 
 # zorder_by is read by the maintenance job (spark_apps/maintain_tables.py), not at table creation.
 TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_by")
+
+# Every table the job creates, unless --table-options says otherwise. Deletion vectors: a MERGE marks
+# the changed rows of a data file deleted instead of rewriting the file, so its cost follows the window,
+# not the table (bench/RESULTS.md: "without deletion vectors"). Readers need Delta reader version 3
+# (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.delta_state.read_rows).
+DEFAULT_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+# How long a run waits for a concurrent run's CREATE TABLE of the same table to commit.
+CREATE_RACE_SECONDS = 30.0
 
 # Characters Delta refuses in column names unless column mapping is on.
 _DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
@@ -406,6 +416,33 @@ def parse_table_options(raw: str | dict[str, Any] | None) -> dict[str, TableOpti
 # ------------------------------------------------------------------------------------------ merge
 
 
+def create_table_sql(
+    uri: str,
+    label: str,
+    columns: Sequence[tuple[str, DataType]],
+    options: TableOptions,
+    default_properties: dict[str, str] | None = None,
+) -> str:
+    """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
+    its tables with it too). Properties: the product's defaults, then the pipeline's (`--table-properties`,
+    e.g. retention), then the table's own options."""
+    names = {n for n, _ in columns}
+    bad = [p for p in options.partition_by if p not in names]
+    if bad:
+        raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
+    props = {**DEFAULT_TABLE_PROPERTIES, **(default_properties or {}), **options.table_properties()}
+    if any(needs_column_mapping(n) for n in names):
+        props.setdefault("delta.columnMapping.mode", "name")
+    ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
+        f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
+    ) + ") USING DELTA"
+    if options.partition_by:
+        ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
+    if props:
+        ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+    return ddl
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:500]
@@ -498,31 +535,25 @@ class _Run:
         return spark.read.format("delta").load(uri).schema
 
     def create_table(self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions) -> None:
-        names = {n for n, _ in columns}
-        bad = [p for p in options.partition_by if p not in names]
-        if bad:
-            raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-        props = {**self.default_properties, **options.table_properties()}
-        if any(needs_column_mapping(n) for n in names):
-            props.setdefault("delta.columnMapping.mode", "name")
-        ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
-            f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
-        ) + ") USING DELTA"
-        if options.partition_by:
-            ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
-        if props:
-            ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+        ddl = create_table_sql(uri, label, columns, options, self.default_properties)
         self.fence()
         try:
             self.spark.sql(ddl)
         except Exception:
-            if not DeltaTable.isDeltaTable(self.spark, uri):  # a concurrent run creating the same table is fine
-                raise
+            # A concurrent run creating the same table is fine, also one still writing its first commit
+            # (Spark then sees a directory that "is not empty and also not a Delta table").
+            deadline = time.monotonic() + CREATE_RACE_SECONDS
+            while not DeltaTable.isDeltaTable(self.spark, uri):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.log("merge.table_created", table=label, uri=uri)
 
     # ------------------------------------------------------------------------------ idempotent MERGE
 
-    def idempotent_merge(self, uri: str, label: str, source: DataFrame, sql: Callable[[str], str]) -> tuple[str, dict[str, int], int | None]:
+    def idempotent_merge(
+        self, uri: str, label: str, source: DataFrame, sql: Callable[[str], str], *, immutable_source: bool = False
+    ) -> tuple[str, dict[str, int], int | None]:
         """Run one MERGE as the commit (pipeline, seq); returns (status, metrics, delta version)."""
         spark = self.spark
         view = f"cdc_src_{uuid.uuid4().hex}"
@@ -532,7 +563,7 @@ class _Run:
             for attempt in (1, 2):
                 self.fence()
                 try:
-                    rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect())
+                    rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect(), immutable_source)
                 except Exception as e:
                     if not _is_commit_conflict(e):
                         raise
@@ -560,18 +591,28 @@ class _Run:
         finally:
             spark.catalog.dropTempView(view)
 
-    def _with_txn(self, meta: str, action: Callable[[], Any]) -> Any:
+    def _with_txn(self, meta: str, action: Callable[[], Any], immutable_source: bool = False) -> Any:
         conf = self.spark.conf
         conf.set(TXN_APP_ID_CONF, self.pipeline)
         conf.set(TXN_VERSION_CONF, str(self.seq))
         conf.set(USER_METADATA_CONF, meta)
+        keys = [TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF]
+        if immutable_source:
+            conf.set(MATERIALIZE_SOURCE_CONF, "none")
+            keys.append(MATERIALIZE_SOURCE_CONF)
         try:
             return action()
         finally:
-            for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
+            for k in keys:
                 conf.unset(k)
 
     def _commit_version(self, uri: str, meta: str) -> int | None:
+        try:
+            from cdc_core import delta_state
+
+            return delta_state.commit_version(uri, meta)
+        except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
+            log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=_one_line(e)))
         rows = (
             DeltaTable.forPath(self.spark, uri).history(20).where(F.col("userMetadata") == meta).select("version").collect()
         )
@@ -594,7 +635,10 @@ class _Run:
         columns = [(c.name, _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")) for c in st.columns]
         target = self.ensure_table(uri, st.name, [*columns, *metadata_columns(self.delete_mode)], options)
 
-        changes = latest_per_key(read_staged_table(spark, self.window_dir, st), st.key)
+        facts = staged_facts(self.window_dir, st)
+        changes = read_staged_table(spark, self.window_dir, st)
+        # A window usually changes each key once: then there is nothing to pick (no shuffle).
+        changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, st.key)
         changes = changes.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
         if self.delete_mode == DELETE_SOFT:
             is_delete = F.col(COL_OP) == OP_DELETE
@@ -603,22 +647,23 @@ class _Run:
             )
         source = conform(changes, target)
 
-        cached: DataFrame | None = None
-        try:
-            if self.delete_mode == DELETE_HARD:
-                tomb = tombstone_uri(self.lake_root, st.schema, st.table)
-                if _may_have_deletes(st):
-                    cached = source = source.persist()  # read by the tombstone MERGE and the main MERGE
-                    self.write_tombstones(st, tomb, source)
-                    faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
-                if DeltaTable.isDeltaTable(spark, tomb):
-                    source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
-            status, metrics, version = self.idempotent_merge(
-                uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode)
-            )
-        finally:
-            if cached is not None:
-                cached.unpersist()
+        # The source is read from the staged window's files, which never change, so Delta need not copy
+        # it before merging (it would: Delta copies any source but a Delta table). Not when it joins the
+        # tombstone table, and never cached (Delta refuses a cached source it did not copy itself).
+        immutable = True
+        if self.delete_mode == DELETE_HARD:
+            tomb = tombstone_uri(self.lake_root, st.schema, st.table)
+            older = tombstones_may_supersede(tomb, facts.min_version)  # before this window's own
+            if _may_have_deletes(st):
+                self.write_tombstones(st, tomb, source)
+                faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
+            if older:
+                source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
+                immutable = False
+        status, metrics, version = self.idempotent_merge(
+            uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+            immutable_source=immutable,
+        )
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
         result.update(status=status, delta_version=version, **metrics)
@@ -636,8 +681,88 @@ class _Run:
         deletes = conform(
             source.where(F.col(COL_OP) == OP_DELETE).select(*[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)), target
         )
-        status, metrics, _ = self.idempotent_merge(uri, label, deletes, lambda view: tombstone_merge_sql(uri, view, st.key))
-        self.log("merge.tombstones", table=st.name, status=status, **metrics)
+        status, version = self.idempotent_append(uri, label, deletes)
+        self.log("merge.tombstones", table=st.name, status=status, delta_version=version)
+
+    def idempotent_append(self, uri: str, label: str, rows: DataFrame) -> tuple[str, int | None]:
+        """Append as the commit (pipeline, seq), once: Delta skips an append whose txn it holds."""
+        meta = json.dumps(
+            {"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            sort_keys=True,
+        )
+        for attempt in (1, 2):
+            self.fence()
+            try:
+                (
+                    rows.write.format("delta").mode("append")
+                    .option("txnAppId", self.pipeline).option("txnVersion", str(self.seq))
+                    .option("userMetadata", meta).option("mergeSchema", "true")
+                    .save(uri)
+                )
+            except Exception as e:
+                if not _is_commit_conflict(e):
+                    raise
+                landed = last_txn_version(self.spark, uri, self.pipeline)
+                if landed is not None and landed >= self.seq:
+                    self.log("merge.lost_race", table=label, landed=landed)
+                    return STATUS_ALREADY, None
+                if attempt == 2:
+                    raise LakeError(
+                        f"{self.label()}: append to {label} ({uri}) lost two commit races ({_one_line(e)}); "
+                        "another writer is changing the table; the merge is safe to retry"
+                    ) from e
+                self.log("merge.retry", table=label, reason=_one_line(e))
+                continue
+            version = self._commit_version(uri, meta)
+            return (STATUS_COMMITTED if version is not None else STATUS_ALREADY), version
+        raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class StagedFacts:
+    """What the driver reads from a staged table's key and version columns (pyarrow, no Spark job)."""
+
+    unique_keys: bool  # no key changes twice in the window
+    min_version: int | None  # the oldest change's `_cdc_version` (None: no rows)
+
+
+def staged_facts(window_dir: str, st: StagedTable) -> StagedFacts:
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, root = fsspec.core.url_to_fs(window_dir)
+    parts = []
+    for f in st.files:
+        with fs.open(f"{root.rstrip('/')}/{f.path}", "rb") as fh:
+            parts.append(pq.read_table(fh, columns=[*st.key, COL_VERSION]))
+    if not parts:
+        return StagedFacts(True, None)
+    table = pa.concat_tables(parts, promote_options="permissive")
+    if table.num_rows == 0:
+        return StagedFacts(True, None)
+    distinct = table.group_by(list(st.key)).aggregate([]).num_rows
+    return StagedFacts(distinct == table.num_rows, int(pc.min(table[COL_VERSION]).as_py()))
+
+
+def tombstones_may_supersede(tomb_uri: str, min_version: int | None) -> bool:
+    """Whether some tombstone may be newer than a change of the window (so `drop_superseded` must run).
+
+    Delete tombstones matter only for changes older than them: a replayed window or a backfill. In
+    the steady stream every change is newer than every tombstone (change versions grow with binlog
+    positions), and the Delta log's file statistics say so without reading the table. The window's
+    own tombstones never drop one of its changes (only each key's latest change is merged).
+    """
+    from cdc_core import delta_state
+
+    if min_version is None:
+        return False
+    try:
+        newest = delta_state.column_max(tomb_uri, COL_VERSION)
+    except LookupError:
+        return True  # no statistics: cannot tell
+    return newest is not None and int(newest) >= min_version
 
 
 def _may_have_deletes(st: StagedTable) -> bool:
@@ -660,8 +785,12 @@ def conform(df: DataFrame, target: StructType) -> DataFrame:
 
 
 def drop_superseded(source: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Drop changes older than their key's tombstone (a replayed insert must not resurrect a deleted row)."""
-    tomb = tombstones.select(
+    """Drop changes older than their key's tombstone (a replayed insert must not resurrect a deleted row).
+
+    The tombstone table is appended to, so a key deleted in several windows has several rows: the
+    newest counts."""
+    tomb = tombstones.groupBy(*[F.col(quote_spark(k)) for k in key]).agg(F.max(COL_VERSION).alias(COL_VERSION))
+    tomb = tomb.select(
         *[F.col(quote_spark(k)).alias(f"__cdc_tk{i}") for i, k in enumerate(key)], F.col(COL_VERSION).alias("__cdc_tv")
     )
     cond = functools.reduce(
@@ -693,16 +822,6 @@ def merge_sql(uri: str, view: str, key: Sequence[str], delete_mode: str) -> str:
             "WHEN NOT MATCHED THEN INSERT *",
         ]
     return f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
-
-
-def tombstone_merge_sql(uri: str, view: str, key: Sequence[str]) -> str:
-    q = quote_spark
-    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
-    return (
-        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} "
-        f"WHEN MATCHED AND s.{COL_VERSION} > t.{COL_VERSION} THEN UPDATE SET t.{COL_VERSION} = s.{COL_VERSION} "
-        "WHEN NOT MATCHED THEN INSERT *"
-    )
 
 
 def _no_fence() -> None:

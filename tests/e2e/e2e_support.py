@@ -210,9 +210,9 @@ def source_rows(services, database: str, table: str) -> tuple[list[str], list[tu
 
 def delta_rows(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
     """The Delta table's rows (read with delta-rs, no Spark), projected on the source's columns."""
-    from cdc_core.verify import read_lake_table
+    from cdc_core.delta_state import read_rows
 
-    table = read_lake_table(str(path))  # column-mapped tables too
+    table = read_rows(str(path))  # deletion vectors applied, column-mapped tables too
     missing = [c for c in columns if c not in table.column_names]
     assert not missing, f"{path}: Delta table lacks source columns {missing} (has {table.column_names})"
     if "_cdc_deleted" in table.column_names:  # soft-delete mode keeps deleted rows, flagged

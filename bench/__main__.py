@@ -1,0 +1,183 @@
+"""`python -m bench`: run every benchmark and write bench/results.json and bench/RESULTS.md.
+
+    python -m bench                      # everything, the issue's sizes (hours on a loaded 2-core box)
+    python -m bench --quick              # small sizes, 2 rounds: a smoke run of the harness
+    python -m bench --only capture,memory --sizes 100000 --widths 20
+
+By default the capture, memory and fixed-cost workloads run against a private MariaDB + ZooKeeper
+(scripts/services.sh with the harness's own directory and ports, stopped by PID and deleted at the
+end): the big workloads write GBs of binlog, which must not land on the shared server. `--shared`
+uses the shared services instead (own database names, dropped at the end, binlogs left as they are).
+Never part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.common import ROOT, PrivateServices, log, short_error
+
+
+def _ints(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--only", default="capture,merge,fixed,memory", help="sections to run (comma-separated)")
+    p.add_argument("--quick", action="store_true", help="small sizes and 2 rounds (a smoke run)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds per figure (median reported)")
+    p.add_argument("--long-run", type=float, default=300.0, help="no further rounds after a round this long (s)")
+    p.add_argument("--sizes", type=_ints, default=None, help="capture: row changes per workload (default 1e5,1e6)")
+    p.add_argument("--widths", type=_ints, default=None, help="capture: table widths (default 5,20,60)")
+    p.add_argument("--txns", type=_ints, default=None, help="capture: rows per transaction (default 1,1000)")
+    p.add_argument("--stock-max-rows", type=int, default=20_000, help="capture: rows the stock loop reads per run")
+    p.add_argument("--merge-sizes", type=_ints, default=None, help="merge: table sizes (default 1e5,1e6,1e7)")
+    p.add_argument("--merge-window", type=int, default=10_000, help="merge: changes in the fixed window")
+    p.add_argument("--big-window", type=int, default=1_000_000, help="merge: changes in the big window")
+    p.add_argument("--big-table", type=int, default=1_000_000, help="merge: rows of the big window's table")
+    p.add_argument("--memory-sizes", type=_ints, default=None, help="memory: window sizes (default 1e5,1e6)")
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--shared", action="store_true", help="use the shared services (scripts/services.sh)")
+    p.add_argument("--keep-services", action="store_true", help="leave the private services running")
+    p.add_argument("--mariadb-port", type=int, default=33316)
+    p.add_argument("--zk-port", type=int, default=22191)
+    p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, deleted)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
+    p.add_argument("--no-dag", action="store_true", help="fixed cost: skip the Airflow runs")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats = min(args.repeats, 2)
+        args.sizes = args.sizes or [20_000]
+        args.widths = args.widths or [20]
+        args.txns = args.txns or [1000]
+        args.stock_max_rows = min(args.stock_max_rows, 20_000)
+        args.merge_sizes = args.merge_sizes or [100_000, 1_000_000]
+        args.merge_window = min(args.merge_window, 10_000)
+        args.big_window = min(args.big_window, 100_000)
+        args.big_table = min(args.big_table, 100_000)
+        args.memory_sizes = args.memory_sizes or [20_000, 100_000]
+    args.sizes = args.sizes or [100_000, 1_000_000]
+    args.widths = args.widths or [5, 20, 60]
+    args.txns = args.txns or [1, 1000]
+    args.merge_sizes = args.merge_sizes or [100_000, 1_000_000, 10_000_000]
+    args.memory_sizes = args.memory_sizes or [100_000, 1_000_000]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cdc-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    out_path = Path(args.out)
+    results: dict[str, Any] = {
+        "started": common.now_iso(),
+        "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": common.machine_info(),
+        "load_avg_start": common.load_avg(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
+    }
+    private = None
+    si = None
+    try:
+        if any(s in sections for s in ("capture", "memory", "fixed")):
+            if args.shared:
+                si = common.source_info()
+            else:
+                private = PrivateServices(
+                    ROOT / ".local" / "bench-services", args.mariadb_port, args.zk_port, keep=args.keep_services
+                )
+                si = private.start()
+        mariadb_version = None
+        if si is not None:
+            conn = si.root_connect()
+            with conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                mariadb_version = str(cur.fetchone()[0])
+            conn.close()
+        results["versions"] = common.versions(mariadb_version)
+        results["services"] = "shared" if args.shared else "private"
+        for section in sections:
+            t0 = time.perf_counter()
+            log(f"== {section}")
+            try:
+                results[section] = _run_section(section, args, si, workdir, purge=not args.shared)
+            except Exception as e:
+                traceback.print_exc()
+                results[section] = {"errors": [short_error(e)]}
+            results[section]["section_seconds"] = round(time.perf_counter() - t0, 1)
+            _write(results, out_path)  # after every section: a long run keeps what it measured
+    finally:
+        if private is not None:
+            private.stop()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results["finished"] = common.now_iso()
+    results["load_avg_end"] = common.load_avg()
+    _write(results, out_path)
+    log(f"wrote {out_path} and {out_path.with_name('RESULTS.md')}")
+    return 0
+
+
+def _run_section(section: str, args: argparse.Namespace, si: Any, workdir: Path, purge: bool) -> dict[str, Any]:
+    if section == "capture":
+        from bench import capture
+
+        return capture.run(
+            si,
+            "bench_capture",
+            args.sizes,
+            args.widths,
+            args.txns,
+            args.repeats,
+            args.long_run,
+            workdir,
+            args.stock_max_rows,
+            purge=purge,
+        )
+    if section == "merge":
+        from bench import merge
+
+        return merge.run(
+            workdir,
+            args.merge_sizes,
+            args.merge_window,
+            args.big_window,
+            args.big_table,
+            args.repeats,
+            args.long_run,
+            args.driver_memory,
+        )
+    if section == "fixed":
+        from bench import fixed
+
+        return fixed.run(si, workdir / "fixed", args.repeats, dag=not args.no_dag)
+    if section == "memory":
+        from bench import memory
+
+        return memory.run(si, workdir, args.memory_sizes, purge=purge)
+    raise SystemExit(f"unknown section {section!r}")
+
+
+def _write(results: dict[str, Any], path: Path) -> None:
+    from bench.report import render
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, sort_keys=False, default=str) + "\n")
+    path.with_name("RESULTS.md").write_text(render(results))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
