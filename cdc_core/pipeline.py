@@ -40,8 +40,16 @@ from cdc_core.manifest import Manifest
 from cdc_core.naming import path_component, table_id
 from cdc_core.positions import BinlogPosition
 from cdc_core.resolver import Resolution, StartSpec, resolve_start
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, check_cdc_ready, connect, describe_tables, inspect_source
-from cdc_core.source import check_privileges
+from cdc_core.source import (
+    SourceFacts,
+    SourceParams,
+    TableFilter,
+    check_cdc_ready,
+    check_privileges,
+    connect,
+    describe_tables,
+    inspect_source,
+)
 from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
@@ -733,8 +741,7 @@ class Pipeline:
         if end_at is not None:
             end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
             until = min(end_pos, until) if end_pos.server == until.server else until
-        if until < start:
-            until = start
+        until = max(until, start)
         report = {
             "pipeline": self.name,
             "from": start.label(),

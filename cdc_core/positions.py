@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import re
 import uuid as uuid_mod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from cdc_core.errors import ConfigError
 

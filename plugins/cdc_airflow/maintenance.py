@@ -39,7 +39,7 @@ def acquire_maintenance_lease(pipeline: str) -> dict[str, Any]:
 
     ctx = get_current_context()
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
-    with _step(pipeline) as p:
+    with _step(pipeline, "maintenance_lease") as p:
         try:
             grant = acquire_waiting(p, holder, p.config.maintenance.lease_wait_seconds)
         except LeaseHeld as e:
@@ -54,7 +54,7 @@ def clean_up(pipeline: str) -> dict[str, Any]:
 
     ctx = get_current_context()
     grant = _grant(ctx["ti"])
-    with _step(pipeline) as p:
+    with _step(pipeline, CLEANUP_TASK) as p:
         return dict(cleanup(p, grant, batched=False))
 
 

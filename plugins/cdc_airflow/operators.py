@@ -142,11 +142,10 @@ class CdcMergeOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         import sys
 
-        from cdc_core.coordination import LeaseGrant
-
         from airflow.sdk.log import mask_secret
 
         from cdc_airflow.hooks import open_pipeline, secrets_of
+        from cdc_core.coordination import LeaseGrant
         from cdc_core.pipeline import MERGE_JOB
 
         grant_dict, seq = pull_grant_and_seq(context["ti"], self.lease_task, self.plan_task)

@@ -221,9 +221,8 @@ def release_lease(pipeline: str) -> None:
     if not data:
         # Not ours to release: this run never acquired a lease (skipped or failed acquire).
         raise AirflowSkipException(f"pipeline {pipeline!r}: this run holds no lease")
-    from cdc_core.coordination import LeaseGrant
-
     from cdc_airflow.hooks import open_pipeline
+    from cdc_core.coordination import LeaseGrant
 
     grant = LeaseGrant.from_dict(data)
     with open_pipeline(pipeline) as p:

@@ -43,7 +43,7 @@ from cdc_core.positions import BinlogPosition, ServerIdentity, change_version
 from cdc_core.window_plan import KIND_STREAM, WindowPlan
 
 SERVER = ServerIdentity("mariadb", 1)
-BASE_TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+BASE_TS = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 META_SCHEMA = [
     pa.field(COL_OP, pa.string(), nullable=False),

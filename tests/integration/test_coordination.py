@@ -7,7 +7,6 @@ their own, never the shared `zk_client`. Waits are conditions with deadlines, ne
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator

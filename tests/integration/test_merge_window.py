@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
+from staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
 from cdc_core.errors import Fenced, SchemaConflict
 from cdc_core.manifest import (
@@ -39,7 +40,6 @@ from spark_apps.merge_window import (
     table_uri,
     tombstone_uri,
 )
-from staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +85,15 @@ def statuses(report: dict[str, Any]) -> dict[str, str]:
 
 def test_widening_rules_follow_delta():
     from pyspark.sql.types import (
-        DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType, ShortType, StringType, TimestampNTZType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        TimestampNTZType,
         TimestampType,
     )
 
@@ -125,7 +133,7 @@ def test_each_type_lands_exactly(spark, staging_dir, lake_dir):
         Col("b", pa.binary(), "BINARY"),
         Col("odd name, (x)", pa.string(), "STRING"),  # needs Delta column mapping
     ]
-    utc = dt.timezone.utc
+    utc = dt.UTC
     rows = [
         {
             "id": 1, "i8": -128, "i16": -32768, "i64": -(2**63), "ubig": Decimal("18446744073709551615"),
@@ -271,7 +279,7 @@ def test_two_concurrent_runs_land_the_window_once(spark, staging_dir, lake_dir):
         try:
             barrier.wait()
             reports.append(run(session, built, lake_dir))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=one_run) for _ in range(2)]
