@@ -54,7 +54,13 @@ def _emit(obj: Any) -> None:
 
 
 @click.group()
-@click.option("--config", "config", envvar="CDC_CONFIG", default=None, help="Pipelines file (default: $CDC_CONFIG or config/pipelines.yaml)")
+@click.option(
+    "--config",
+    "config",
+    envvar="CDC_CONFIG",
+    default=None,
+    help="Pipelines file (default: $CDC_CONFIG or config/pipelines.yaml)",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logs")
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
@@ -117,8 +123,15 @@ def resolve(ctx: click.Context, pipeline: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Only report the resolved positions and the number of changes")
 @click.option("--windows", default=100, show_default=True, help="At most this many backfill windows in this run")
 @click.pass_context
-def backfill(ctx: click.Context, pipeline: str, start_ts: str, end_ts: str | None, tables: tuple[str, ...],
-             dry_run: bool, windows: int) -> None:
+def backfill(  # noqa: PLR0917 (click passes options as arguments)
+    ctx: click.Context,
+    pipeline: str,
+    start_ts: str,
+    end_ts: str | None,
+    tables: tuple[str, ...],
+    dry_run: bool,
+    windows: int,
+) -> None:
     """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward)."""
     with _pipeline(ctx, pipeline) as p:
         # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
@@ -164,12 +177,18 @@ def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
 
 @cli.command()
 @click.argument("pipeline")
-@click.option("--table", "tables", multiple=True,
-              help="schema.table to (re-)load (repeatable); default: every captured table")
-@click.option("--chunk-rows", type=click.IntRange(min=1), default=None,
-              help="Rows per chunk (default: snapshot.chunk_rows)")
-@click.option("--windows", default=1000, show_default=True,
-              help="Run at most this many windows now (chunks, with stream windows in between); 0: only request")
+@click.option(
+    "--table", "tables", multiple=True, help="schema.table to (re-)load (repeatable); default: every captured table"
+)
+@click.option(
+    "--chunk-rows", type=click.IntRange(min=1), default=None, help="Rows per chunk (default: snapshot.chunk_rows)"
+)
+@click.option(
+    "--windows",
+    default=1000,
+    show_default=True,
+    help="Run at most this many windows now (chunks, with stream windows in between); 0: only request",
+)
 @click.option("--cancel", is_flag=True, help="Stop loading --table (default: every table not done); loaded rows stay")
 @click.pass_context
 def snapshot(  # noqa: PLR0917 - one parameter per CLI option
@@ -210,14 +229,23 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
 
 @cli.command()
 @click.argument("pipeline")
-@click.option("--wait", "wait_seconds", type=float, default=None,
-              help="Seconds to wait for a running pipeline run's lease (default: maintenance.lease_wait_seconds)")
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=float,
+    default=None,
+    help="Seconds to wait for a running pipeline run's lease (default: maintenance.lease_wait_seconds)",
+)
 @click.option("--no-tables", is_flag=True, help="Only clean staged windows and ZooKeeper records (no Spark)")
 @click.option("--skip-optimize", is_flag=True, help="Do not compact the Delta tables")
 @click.option("--skip-vacuum", is_flag=True, help="Do not VACUUM the Delta tables")
 @click.pass_context
 def maintain(  # noqa: PLR0917 - one parameter per click option
-    ctx: click.Context, pipeline: str, wait_seconds: float | None, no_tables: bool, skip_optimize: bool,
+    ctx: click.Context,
+    pipeline: str,
+    wait_seconds: float | None,
+    no_tables: bool,
+    skip_optimize: bool,
     skip_vacuum: bool,
 ) -> None:
     """Housekeeping without Airflow: staged windows, ZooKeeper records, Delta OPTIMIZE/VACUUM/log (as the
@@ -225,8 +253,14 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
     from cdc_core.housekeeping import MaintenanceRun
 
     with _pipeline(ctx, pipeline) as p:
-        run = MaintenanceRun(p, _holder("maintain"), wait_seconds=wait_seconds, optimize=not skip_optimize,
-                             vacuum=not skip_vacuum, tables=not no_tables)
+        run = MaintenanceRun(
+            p,
+            _holder("maintain"),
+            wait_seconds=wait_seconds,
+            optimize=not skip_optimize,
+            vacuum=not skip_vacuum,
+            tables=not no_tables,
+        )
         _emit(run.run())
 
 
@@ -242,7 +276,9 @@ def verify(ctx: click.Context, pipeline: str) -> None:
         tables = p.describe()
         conn = connect(p.source)
         try:
-            diffs = [compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key) for t in tables.values()]
+            diffs = [
+                compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key) for t in tables.values()
+            ]
         finally:
             conn.close()
     for d in diffs:

@@ -88,7 +88,13 @@ class StagedFile:
     columns: tuple[str, ...]  # source columns present in this file, in order
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256, "columns": list(self.columns)}
+        return {
+            "path": self.path,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "columns": list(self.columns),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedFile:
@@ -187,7 +193,9 @@ class Manifest:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         if d.get("format") != MANIFEST_FORMAT:
-            raise StagingError(f"unsupported manifest format {d.get('format')!r} (this version reads {MANIFEST_FORMAT})")
+            raise StagingError(
+                f"unsupported manifest format {d.get('format')!r} (this version reads {MANIFEST_FORMAT})"
+            )
         return cls(
             plan=WindowPlan.from_dict(d["plan"]),
             tables=tuple(StagedTable.from_dict(t) for t in d["tables"]),

@@ -94,8 +94,8 @@ class MysqlGtidSet:
         text = text.strip().replace("\n", "")
         if not text:
             return cls()
-        for part in text.split(","):
-            part = part.strip()
+        for raw in text.split(","):
+            part = raw.strip()
             if not part:
                 continue
             sid, *ranges = part.split(":")
@@ -168,8 +168,8 @@ class MariadbGtidList:
         if not text:
             return cls()
         by_domain: dict[int, tuple[int, int, int]] = {}
-        for part in text.split(","):
-            part = part.strip()
+        for raw in text.split(","):
+            part = raw.strip()
             if not part:
                 continue
             m = _MARIADB_GTID_RE.match(part)

@@ -57,7 +57,9 @@ def _normaliser(column_type: str) -> Any:
     if base in ("decimal", "numeric"):
         return lambda v: None if v is None else Decimal(str(v))
     if base == "bit":
-        return lambda v: None if v is None else (int.from_bytes(v, "big") if isinstance(v, bytes | bytearray) else int(v))
+        return lambda v: (
+            None if v is None else (int.from_bytes(v, "big") if isinstance(v, bytes | bytearray) else int(v))
+        )
     if base == "time":
 
         def time_us(v: Any) -> Any:
@@ -90,7 +92,12 @@ def _lake_rows(table_uri: str, version: int | None = None) -> list[dict[str, Any
 
 
 def compare_table(
-    conn: Any, schema: str, table: str, table_uri: str, key: tuple[str, ...] | None = None, *,
+    conn: Any,
+    schema: str,
+    table: str,
+    table_uri: str,
+    key: tuple[str, ...] | None = None,
+    *,
     version: int | None = None,
 ) -> TableDiff:
     """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its

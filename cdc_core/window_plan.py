@@ -59,7 +59,9 @@ class WindowPlan:
         if self.kind not in WINDOW_KINDS:
             raise ConfigError(f"unknown window kind {self.kind!r}")
         if self.end < self.start:
-            raise ConfigError(f"window {self.seq} of {self.pipeline!r} ends ({self.end}) before it starts ({self.start})")
+            raise ConfigError(
+                f"window {self.seq} of {self.pipeline!r} ends ({self.end}) before it starts ({self.start})"
+            )
 
     @property
     def is_empty(self) -> bool:
@@ -110,4 +112,6 @@ class WindowPlan:
         return cls.from_dict(json.loads(text))
 
     def label(self) -> str:
-        return f"{self.pipeline}#{self.seq} [{self.start.file}:{self.start.offset} .. {self.end.file}:{self.end.offset})"
+        return (
+            f"{self.pipeline}#{self.seq} [{self.start.file}:{self.start.offset} .. {self.end.file}:{self.end.offset})"
+        )

@@ -1,8 +1,8 @@
 """Demo workload for the embedded set-up: a small shop schema and a few rounds of changes.
 
-    python scripts/demo_workload.py reset     # forget the demo pipeline: its ZooKeeper subtree, lake, staging
-    python scripts/demo_workload.py init      # (re)create schema `demo` with rows (the initial snapshot loads them)
-    python scripts/demo_workload.py changes   # inserts, updates, deletes, a PK change, a big txn, a DDL
+python scripts/demo_workload.py reset     # forget the demo pipeline: its ZooKeeper subtree, lake, staging
+python scripts/demo_workload.py init      # (re)create schema `demo` with rows (the initial snapshot loads them)
+python scripts/demo_workload.py changes   # inserts, updates, deletes, a PK change, a big txn, a DDL
 """
 
 from __future__ import annotations
@@ -51,15 +51,24 @@ def seed(cur: pymysql.cursors.Cursor) -> None:
         "INSERT INTO customers (id, name, email, tier, balance, created_at) "
         "VALUES (%s, %s, %s, %s, %s, NOW(6) - INTERVAL %s DAY)",
         [
-            (i, f"Early customer {i}", None if i % 9 == 0 else f"early{i}@example.com",
-             ["free", "pro", "enterprise"][i % 3], round(i * 3.75, 2), i % 365)
+            (
+                i,
+                f"Early customer {i}",
+                None if i % 9 == 0 else f"early{i}@example.com",
+                ["free", "pro", "enterprise"][i % 3],
+                round(i * 3.75, 2),
+                i % 365,
+            )
             for i in range(1, 301)
         ],
     )
     cur.executemany(
         "INSERT INTO orders VALUES (%s,%s,%s,%s,%s,%s,%s)",
-        [(o, line, 1 + o % 300, f"OLD{o:05d}", 1 + line, o * 1.5 + line, None if o % 4 else "legacy")
-         for o in range(1, 151) for line in range(4)],
+        [
+            (o, line, 1 + o % 300, f"OLD{o:05d}", 1 + line, o * 1.5 + line, None if o % 4 else "legacy")
+            for o in range(1, 151)
+            for line in range(4)
+        ],
     )
 
 
@@ -70,7 +79,13 @@ def changes(cur: pymysql.cursors.Cursor, round_no: int) -> None:
     for i in range(1, 51):
         cur.execute(
             "INSERT INTO customers (id, name, email, tier, balance, created_at) VALUES (%s,%s,%s,%s,%s, NOW(6))",
-            (base + i, f"Customer {base + i} 🙂", f"c{base + i}@example.com", ["free", "pro", "enterprise"][i % 3], i * 1.25),
+            (
+                base + i,
+                f"Customer {base + i} 🙂",
+                f"c{base + i}@example.com",
+                ["free", "pro", "enterprise"][i % 3],
+                i * 1.25,
+            ),
         )
     cur.execute("COMMIT")
     cur.execute("BEGIN")
@@ -103,7 +118,11 @@ def reset() -> None:
     finally:
         zk.stop()
         zk.close()
-    for d in (Path(pc.lake_root) / SCHEMA, Path(pc.lake_root) / "_cdc_tombstones" / SCHEMA, Path(pc.staging_root) / pc.name):
+    for d in (
+        Path(pc.lake_root) / SCHEMA,
+        Path(pc.lake_root) / "_cdc_tombstones" / SCHEMA,
+        Path(pc.staging_root) / pc.name,
+    ):
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -42,10 +42,11 @@ How one table of a window lands:
 4. Hard deletes (default): first append the window's deletes to the tombstone table (key columns +
    `_cdc_version`; a key deleted in several windows has several rows, the newest counts), then drop
    every source change older than its key's tombstone (only when the tombstones' file statistics say
-   one may be newer than the window: replays and backfills), then run the main MERGE. Without tombstones a replayed older insert (a backfill, or a
-   re-run of an old window under a new seq) would find no row to compare versions with and resurrect
-   a row deleted later. Tombstones are written first so a crash between the two commits leaves only
-   the harmless half (re-running finds the tombstone commit done and finishes the main table).
+   one may be newer than the window: replays and backfills), then run the main MERGE. Without
+   tombstones a replayed older insert (a backfill, or a re-run of an old window under a new seq) would
+   find no row to compare versions with and resurrect a row deleted later. Tombstones are written
+   first so a crash between the two commits leaves only the harmless half (re-running finds the
+   tombstone commit done and finishes the main table).
    Soft deletes: the row is its own tombstone (`_cdc_deleted=true`, version kept), so no side table.
 5. One MERGE per table: a change applies only when `s._cdc_version >= t._cdc_version` (>= so that
    re-applying the identical change is harmless and a backfill can repair a damaged row).
@@ -161,7 +162,12 @@ CREATE_RACE_SECONDS = 30.0
 # Characters Delta refuses in column names unless column mapping is on.
 _DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
 
-_STAGED_META = ((COL_OP, StringType()), (COL_VERSION, LongType()), (COL_ORDINAL, LongType()), (COL_COMMIT_TS, TimestampType()))
+_STAGED_META = (
+    (COL_OP, StringType()),
+    (COL_VERSION, LongType()),
+    (COL_ORDINAL, LongType()),
+    (COL_COMMIT_TS, TimestampType()),
+)
 
 _CONFLICTS = tuple(
     getattr(delta_exceptions, n)
@@ -258,7 +264,9 @@ def _parse_type(ddl: str, where: str) -> DataType:
     try:
         return DataType.fromDDL(ddl)
     except Exception as e:
-        raise StagingError(f"{where}: delta_type {ddl!r} is not a Spark SQL type ({_one_line(e)}); fix the type map and re-stage") from e
+        raise StagingError(
+            f"{where}: delta_type {ddl!r} is not a Spark SQL type ({_one_line(e)}); fix the type map and re-stage"
+        ) from e
 
 
 # ------------------------------------------------------------------------------------ delta state
@@ -310,7 +318,9 @@ def read_manifest(window_dir: str) -> Manifest:
         with fsspec.open(uri, "rb") as f:
             return Manifest.from_json(f.read())
     except FileNotFoundError as e:
-        raise StagingError(f"no {MANIFEST_NAME} in {window_dir}: the window is not (completely) staged; run the stage step") from e
+        raise StagingError(
+            f"no {MANIFEST_NAME} in {window_dir}: the window is not (completely) staged; run the stage step"
+        ) from e
 
 
 def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable) -> DataFrame:
@@ -355,8 +365,9 @@ def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable) -> 
             have = present[name]
             if have != want and not can_widen(have, want):
                 raise SchemaConflict(
-                    f"table {st.name} column {name!r}: staged file(s) {paths} hold {have.simpleString()} but the window's "
-                    f"type is {want.simpleString()}, which is not a widening; the change cannot be applied exactly"
+                    f"table {st.name} column {name!r}: staged file(s) {paths} hold {have.simpleString()} "
+                    f"but the window's type is {want.simpleString()}, which is not a widening; the change cannot "
+                    "be applied exactly"
                 )
             select.append(F.col(quote_spark(name)).cast(want).alias(name))
         parts.append(df.select(*select))
@@ -391,7 +402,11 @@ class TableOptions:
             raise ConfigError(f"--table-options[{name!r}].partition_by must be a list of column names")
         if not isinstance(props, dict):
             raise ConfigError(f"--table-options[{name!r}].properties must be an object of strings")
-        return cls(tuple(parts), bool(d.get("change_data_feed", False)), tuple(sorted((str(k), str(v)) for k, v in props.items())))
+        return cls(
+            tuple(parts),
+            bool(d.get("change_data_feed", False)),
+            tuple(sorted((str(k), str(v)) for k, v in props.items())),
+        )
 
     def table_properties(self) -> dict[str, str]:
         props = dict(self.properties)
@@ -407,7 +422,7 @@ def parse_table_options(raw: str | dict[str, Any] | None) -> dict[str, TableOpti
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"--table-options is not valid JSON ({e}); expected {{\"schema.table\": {{...}}}}") from e
+            raise ConfigError(f'--table-options is not valid JSON ({e}); expected {{"schema.table": {{...}}}}') from e
     if not isinstance(raw, dict):
         raise ConfigError('--table-options must be a JSON object {"schema.table": {...}}')
     return {name: v if isinstance(v, TableOptions) else TableOptions.from_dict(name, v) for name, v in raw.items()}
@@ -433,9 +448,11 @@ def create_table_sql(
     props = {**DEFAULT_TABLE_PROPERTIES, **(default_properties or {}), **options.table_properties()}
     if any(needs_column_mapping(n) for n in names):
         props.setdefault("delta.columnMapping.mode", "name")
-    ddl = f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} (" + ", ".join(
-        f"{quote_spark(n)} {t.simpleString()}" for n, t in columns
-    ) + ") USING DELTA"
+    ddl = (
+        f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} ("
+        + ", ".join(f"{quote_spark(n)} {t.simpleString()}" for n, t in columns)
+        + ") USING DELTA"
+    )
     if options.partition_by:
         ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
     if props:
@@ -506,7 +523,10 @@ class _Run:
         props = dict(detail.get("properties") or {})
         features = set(detail.get("tableFeatures") or [])
         set_props: dict[str, str] = {}
-        if any(needs_column_mapping(n) for n, _ in new_cols) and props.get("delta.columnMapping.mode", "none") == "none":
+        if (
+            any(needs_column_mapping(n) for n, _ in new_cols)
+            and props.get("delta.columnMapping.mode", "none") == "none"
+        ):
             set_props["delta.columnMapping.mode"] = "name"
         wants_ntz = any(isinstance(t, TimestampNTZType) for _, t in new_cols) or any(
             isinstance(t, TimestampNTZType) for _, _, t in widen
@@ -525,7 +545,9 @@ class _Run:
             self.log("merge.table_properties", table=label, properties=",".join(sorted(set_props)))
         for col, have, want in widen:
             try:
-                spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} ALTER COLUMN {quote_spark(col)} TYPE {want.simpleString()}")
+                spark.sql(
+                    f"ALTER TABLE delta.{quote_spark(uri)} ALTER COLUMN {quote_spark(col)} TYPE {want.simpleString()}"
+                )
             except Exception as e:
                 raise SchemaConflict(
                     f"{self.label()}: table {label} column {col!r}: Delta refused to widen {have.simpleString()} to "
@@ -534,7 +556,9 @@ class _Run:
             self.log("merge.type_widened", table=label, column=col, old=have.simpleString(), new=want.simpleString())
         return spark.read.format("delta").load(uri).schema
 
-    def create_table(self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions) -> None:
+    def create_table(
+        self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
+    ) -> None:
         ddl = create_table_sql(uri, label, columns, options, self.default_properties)
         self.fence()
         try:
@@ -558,7 +582,10 @@ class _Run:
         spark = self.spark
         view = f"cdc_src_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
-        meta = json.dumps({"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label}, sort_keys=True)
+        meta = json.dumps(
+            {"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            sort_keys=True,
+        )
         try:
             for attempt in (1, 2):
                 self.fence()
@@ -614,7 +641,11 @@ class _Run:
         except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
             log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=_one_line(e)))
         rows = (
-            DeltaTable.forPath(self.spark, uri).history(20).where(F.col("userMetadata") == meta).select("version").collect()
+            DeltaTable.forPath(self.spark, uri)
+            .history(20)
+            .where(F.col("userMetadata") == meta)
+            .select("version")
+            .collect()
         )
         return int(rows[0]["version"]) if rows else None
 
@@ -624,7 +655,13 @@ class _Run:
         t0 = time.monotonic()
         spark = self.spark
         uri = table_uri(self.lake_root, st.schema, st.table)
-        result: dict[str, Any] = {"status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None}
+        result: dict[str, Any] = {
+            "status": STATUS_ALREADY,
+            "inserted": 0,
+            "updated": 0,
+            "deleted": 0,
+            "delta_version": None,
+        }
         landed = last_txn_version(spark, uri, self.pipeline)
         if landed is not None and landed >= self.seq:
             result["seconds"] = round(time.monotonic() - t0, 3)
@@ -661,7 +698,10 @@ class _Run:
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
                 immutable = False
         status, metrics, version = self.idempotent_merge(
-            uri, st.name, source, lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+            uri,
+            st.name,
+            source,
+            lambda view: merge_sql(uri, view, st.key, self.delete_mode),
             immutable_source=immutable,
         )
         if status == STATUS_COMMITTED and st.rows == 0:
@@ -679,7 +719,10 @@ class _Run:
         src_types = {f.name: f.dataType for f in source.schema.fields}
         target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in st.key), (COL_VERSION, LongType())])
         deletes = conform(
-            source.where(F.col(COL_OP) == OP_DELETE).select(*[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)), target
+            source.where(F.col(COL_OP) == OP_DELETE).select(
+                *[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)
+            ),
+            target,
         )
         status, version = self.idempotent_append(uri, label, deletes)
         self.log("merge.tombstones", table=st.name, status=status, delta_version=version)
@@ -694,9 +737,12 @@ class _Run:
             self.fence()
             try:
                 (
-                    rows.write.format("delta").mode("append")
-                    .option("txnAppId", self.pipeline).option("txnVersion", str(self.seq))
-                    .option("userMetadata", meta).option("mergeSchema", "true")
+                    rows.write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", self.pipeline)
+                    .option("txnVersion", str(self.seq))
+                    .option("userMetadata", meta)
+                    .option("mergeSchema", "true")
                     .save(uri)
                 )
             except Exception as e:
@@ -828,7 +874,7 @@ def _no_fence() -> None:
     return None
 
 
-def merge_window(
+def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it positionally)
     spark: SparkSession,
     manifest: Manifest,
     window_dir: str,
@@ -853,7 +899,9 @@ def merge_window(
         )
     for st in manifest.tables:
         if path_component(st.schema) == TOMBSTONE_DIR:
-            raise ConfigError(f"source schema {st.schema!r} collides with the lake's tombstone directory {TOMBSTONE_DIR!r}")
+            raise ConfigError(
+                f"source schema {st.schema!r} collides with the lake's tombstone directory {TOMBSTONE_DIR!r}"
+            )
     run = _Run(
         spark=spark,
         window_dir=window_dir,
@@ -880,7 +928,13 @@ def merge_window(
                 f"{run.label()}: merging table {st.name} into {table_uri(lake_root, st.schema, st.table)} failed: "
                 f"{_one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
             ) from e
-    report = {"pipeline": pipeline, "seq": seq, "token": token, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+    report = {
+        "pipeline": pipeline,
+        "seq": seq,
+        "token": token,
+        "tables": tables,
+        "seconds": round(time.monotonic() - t0, 3),
+    }
     run.log("merge.window", tables=len(tables), secs=report["seconds"])
     return report
 
@@ -910,7 +964,9 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
         client.start(timeout=15)
     except Exception as e:
         client.close()
-        raise CoordinationError(f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {_one_line(e)}") from e
+        raise CoordinationError(
+            f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {_one_line(e)}"
+        ) from e
     path = f"{root.rstrip('/')}/pipelines/{pipeline}/lease"
 
     def check() -> None:
@@ -921,7 +977,9 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
         try:
             _, stat = client.get(path)
         except NoNodeError as e:
-            raise Fenced(f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing") from e
+            raise Fenced(
+                f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing"
+            ) from e
         except NoAuthError as e:
             raise CoordinationError(
                 f"ZooKeeper refused reading the lease {path} of {pipeline!r} (not authorised): the pipeline's nodes "
@@ -970,7 +1028,7 @@ def parse_table_properties(raw: str | None) -> dict[str, str]:
     try:
         props = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--table-properties is not valid JSON ({e}); expected {{\"delta.key\": \"value\"}}") from e
+        raise ConfigError(f'--table-properties is not valid JSON ({e}); expected {{"delta.key": "value"}}') from e
     if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
         raise ConfigError('--table-properties must be a JSON object of strings {"delta.key": "value"}')
     return props
@@ -993,7 +1051,9 @@ def build_session(app_name: str) -> SparkSession:
             builder = builder.config(k, v)
     spark = builder.getOrCreate()
     if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
-        raise ConfigError("the Spark session has no Delta extension: submit with the Delta jars and cdc_core.spark_conf confs")
+        raise ConfigError(
+            "the Spark session has no Delta extension: submit with the Delta jars and cdc_core.spark_conf confs"
+        )
     return spark
 
 
@@ -1043,8 +1103,17 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         spark = build_session(f"cdc-merge-{args.pipeline}-{args.seq}")
         spark.sparkContext.setLogLevel("WARN")
         report = merge_window(
-            spark, manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
-            delete_mode=args.delete_mode, table_options=options, fence_check=fence, table_properties=properties,
+            spark,
+            manifest,
+            args.window_dir,
+            args.lake_root,
+            args.pipeline,
+            args.seq,
+            args.token,
+            delete_mode=args.delete_mode,
+            table_options=options,
+            fence_check=fence,
+            table_properties=properties,
         )
         write_report(args.report, report)
         return report

@@ -34,16 +34,28 @@ class Services:
         import pymysql
 
         return pymysql.connect(
-            host=self.mysql_host, port=self.mysql_port, user="root", password=self.root_password,
-            database=database, autocommit=True, charset="utf8mb4", **kw,
+            host=self.mysql_host,
+            port=self.mysql_port,
+            user="root",
+            password=self.root_password,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+            **kw,
         )
 
     def cdc_connect(self, database: str | None = None, **kw):  # type: ignore[no-untyped-def]
         import pymysql
 
         return pymysql.connect(
-            host=self.mysql_host, port=self.mysql_port, user=self.mysql_user, password=self.mysql_password,
-            database=database, autocommit=True, charset="utf8mb4", **kw,
+            host=self.mysql_host,
+            port=self.mysql_port,
+            user=self.mysql_user,
+            password=self.mysql_password,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+            **kw,
         )
 
     def binlog_end(self) -> dict[str, object]:
@@ -60,7 +72,12 @@ class Services:
     @property
     def source_params(self) -> dict[str, object]:
         """Connection parameters of the replication user, as cdc_core takes them."""
-        return {"host": self.mysql_host, "port": self.mysql_port, "user": self.mysql_user, "password": self.mysql_password}
+        return {
+            "host": self.mysql_host,
+            "port": self.mysql_port,
+            "user": self.mysql_user,
+            "password": self.mysql_password,
+        }
 
 
 def _service_env() -> dict[str, str]:
@@ -71,7 +88,7 @@ def _service_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
     """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them."""
-    was_running = subprocess.run([str(SERVICES), "status"], capture_output=True).returncode == 0
+    was_running = subprocess.run([str(SERVICES), "status"], capture_output=True, check=False).returncode == 0
     subprocess.run([str(SERVICES), "start"], check=True)
     env = _service_env()
     yield Services(

@@ -139,7 +139,8 @@ class WindowBuilder:
         per_table: dict[tuple[str, str], dict[str, Any]] = {}
         for spec in self.files:
             t = per_table.setdefault(
-                (spec.schema, spec.table), {"key": spec.key, "columns": {}, "files": [], "counts": {"I": 0, "U": 0, "D": 0}}
+                (spec.schema, spec.table),
+                {"key": spec.key, "columns": {}, "files": [], "counts": {"I": 0, "U": 0, "D": 0}},
             )
             t["key"] = spec.key
             for c in spec.columns:
@@ -149,8 +150,13 @@ class WindowBuilder:
                 ordinal += 1
                 t["counts"][op] += 1
                 rows.append(
-                    {COL_OP: op, COL_VERSION: version, COL_ORDINAL: ordinal, COL_COMMIT_TS: VersionClock.commit_ts(version),
-                     **{c.name: row.get(c.name) for c in spec.columns}}
+                    {
+                        COL_OP: op,
+                        COL_VERSION: version,
+                        COL_ORDINAL: ordinal,
+                        COL_COMMIT_TS: VersionClock.commit_ts(version),
+                        **{c.name: row.get(c.name) for c in spec.columns},
+                    }
                 )
             schema = pa.schema([*META_SCHEMA, *(pa.field(c.name, c.arrow) for c in spec.columns)])
             rel = (
@@ -162,12 +168,20 @@ class WindowBuilder:
             (wdir / rel).parent.mkdir(parents=True, exist_ok=True)
             (wdir / rel).write_bytes(data)
             t["files"].append(
-                StagedFile(rel, len(rows), len(data), hashlib.sha256(data).hexdigest(), tuple(c.name for c in spec.columns))
+                StagedFile(
+                    rel, len(rows), len(data), hashlib.sha256(data).hexdigest(), tuple(c.name for c in spec.columns)
+                )
             )
         tables = tuple(
             StagedTable(
-                schema=s, table=n, key=t["key"], columns=tuple(t["columns"].values()), files=tuple(t["files"]),
-                inserts=t["counts"]["I"], updates=t["counts"]["U"], deletes=t["counts"]["D"],
+                schema=s,
+                table=n,
+                key=t["key"],
+                columns=tuple(t["columns"].values()),
+                files=tuple(t["files"]),
+                inserts=t["counts"]["I"],
+                updates=t["counts"]["U"],
+                deletes=t["counts"]["D"],
             )
             for (s, n), t in sorted(per_table.items())
         )

@@ -36,10 +36,27 @@ def pos(offset: int, server: ServerIdentity = SERVER, epoch: int = 0) -> BinlogP
     return BinlogPosition("mysql-bin.000001", offset, server, gtid=f"0-{server.server_id}-{offset}", epoch=epoch)
 
 
-def plan(seq: int, start: int, end: int, kind: str = "stream", pipeline: str = "orders",
-         tables: tuple[str, ...] | None = None) -> WindowPlan:
-    return WindowPlan(pipeline, seq, pos(start), pos(end), kind=kind, transactions=1, events=3, bytes=100,
-                      planned_at=1_700_000_000.0, tables=tables, info={"holder": "test"})
+def plan(
+    seq: int,
+    start: int,
+    end: int,
+    kind: str = "stream",
+    pipeline: str = "orders",
+    tables: tuple[str, ...] | None = None,
+) -> WindowPlan:
+    return WindowPlan(
+        pipeline,
+        seq,
+        pos(start),
+        pos(end),
+        kind=kind,
+        transactions=1,
+        events=3,
+        bytes=100,
+        planned_at=1_700_000_000.0,
+        tables=tables,
+        info={"holder": "test"},
+    )
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -144,9 +161,7 @@ def test_expired_lease_takeover_gives_a_larger_token(zk_client: KazooClient, zk_
     assert grant_c.token > grant_b.token
 
 
-def test_zombie_is_fenced_and_the_cursor_holds_the_successors_value(
-    zk_client: KazooClient, zk_root: str
-) -> None:
+def test_zombie_is_fenced_and_the_cursor_holds_the_successors_value(zk_client: KazooClient, zk_root: str) -> None:
     a = PipelineCoordinator(zk_client, zk_root, "orders")
     b = PipelineCoordinator(zk_client, zk_root, "orders")
     grant_a = a.acquire("run-a", 0.3)
@@ -428,8 +443,9 @@ def test_a_store_plan_race_stores_no_window(coord: PipelineCoordinator, zk_clien
 # ------------------------------------------------------------------------------- session and ACLs
 
 
-def test_session_expiry_mid_run(services: Any, new_client: Callable[..., KazooClient], zk_root: str,
-                                zk_client: KazooClient) -> None:
+def test_session_expiry_mid_run(
+    services: Any, new_client: Callable[..., KazooClient], zk_root: str, zk_client: KazooClient
+) -> None:
     a = new_client()
     coord = PipelineCoordinator(a, zk_root, "orders")
     grant = coord.acquire("run-1", 600)
@@ -463,8 +479,8 @@ def test_session_expiry_mid_run(services: Any, new_client: Callable[..., KazooCl
                 lambda: coord.renew(grant, 600),
                 lambda: coord.release(grant),
                 lambda: coord.acquire("run-1", 600),
-                lambda: coord.read_cursor(),
-                lambda: coord.pending_window(),
+                coord.read_cursor,
+                coord.pending_window,
             ):
                 with pytest.raises(CoordinationError, match="not safe to act"):
                     act()
@@ -557,7 +573,10 @@ def test_digest_acl_locks_out_every_other_identity(
 
 
 def test_digest_acl_covers_the_whole_subtree_and_the_merge_jobs_fence_check(
-    services: Any, new_client: Callable[..., KazooClient], zk_client: KazooClient, zk_root: str,
+    services: Any,
+    new_client: Callable[..., KazooClient],
+    zk_client: KazooClient,
+    zk_root: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every node the pipeline creates (root, pipelines, lease, cursor, window records, snapshot) is the owner's
@@ -583,8 +602,17 @@ def test_digest_acl_covers_the_whole_subtree_and_the_merge_jobs_fence_check(
             path = stack.pop()
             nodes.append(path)
             stack += [f"{path}/{c}" for c in owner.get_children(path)]
-        expected = {zk_root, f"{zk_root}/pipelines", coord.base, coord.lease_path, coord.cursor_path,
-                    coord.windows_path, coord.window_path(1), coord.window_path(2), coord.snapshot_path}
+        expected = {
+            zk_root,
+            f"{zk_root}/pipelines",
+            coord.base,
+            coord.lease_path,
+            coord.cursor_path,
+            coord.windows_path,
+            coord.window_path(1),
+            coord.window_path(2),
+            coord.snapshot_path,
+        }
         assert set(nodes) == expected
         for path in nodes:
             acls, _ = owner.get_acls(path)
@@ -668,7 +696,12 @@ def test_last_error_is_a_note_that_changes_no_state(coord: PipelineCoordinator, 
     coord.record_error("run-b", "stage_window", 2, "SourceError: later")  # overwrites: the last one counts
     last = coord.read_last_error()
     assert last is not None
-    assert (last["holder"], last["step"], last["seq"], last["message"]) == ("run-b", "stage_window", 2, "SourceError: later")
+    assert (last["holder"], last["step"], last["seq"], last["message"]) == (
+        "run-b",
+        "stage_window",
+        2,
+        "SourceError: later",
+    )
     assert {p: raw(zk_client, f"{coord.base}/{p}") for p in ("cursor", "lease")} == before
     coord.release(g)
 

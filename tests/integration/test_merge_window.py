@@ -136,17 +136,36 @@ def test_each_type_lands_exactly(spark, staging_dir, lake_dir):
     utc = dt.UTC
     rows = [
         {
-            "id": 1, "i8": -128, "i16": -32768, "i64": -(2**63), "ubig": Decimal("18446744073709551615"),
-            "d38": Decimal("9999999999999999999999999999.9999999999"), "f32": -3.4028234663852886e38,
-            "f64": 1.7976931348623157e308, "day": dt.date(1000, 1, 1), "dtm": dt.datetime(1000, 1, 1, 0, 0, 0),
-            "ts": dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=utc), "s": "🙂 héllo \u0000 end", "b": b"\x00\xff",
+            "id": 1,
+            "i8": -128,
+            "i16": -32768,
+            "i64": -(2**63),
+            "ubig": Decimal("18446744073709551615"),
+            "d38": Decimal("9999999999999999999999999999.9999999999"),
+            "f32": -3.4028234663852886e38,
+            "f64": 1.7976931348623157e308,
+            "day": dt.date(1000, 1, 1),
+            "dtm": dt.datetime(1000, 1, 1, 0, 0, 0),
+            "ts": dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=utc),
+            "s": "🙂 héllo \u0000 end",
+            "b": b"\x00\xff",
             "odd name, (x)": "odd",
         },
         {
-            "id": 2, "i8": 127, "i16": 32767, "i64": 2**63 - 1, "ubig": Decimal(0), "d38": Decimal("-0.0000000001"),
-            "f32": 1.5, "f64": 2.2250738585072014e-308, "day": dt.date(9999, 12, 31),
+            "id": 2,
+            "i8": 127,
+            "i16": 32767,
+            "i64": 2**63 - 1,
+            "ubig": Decimal(0),
+            "d38": Decimal("-0.0000000001"),
+            "f32": 1.5,
+            "f64": 2.2250738585072014e-308,
+            "day": dt.date(9999, 12, 31),
             "dtm": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
-            "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=utc), "s": "", "b": b"", "odd name, (x)": "",
+            "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=utc),
+            "s": "",
+            "b": b"",
+            "odd name, (x)": "",
         },
         {"id": 3},  # every other column NULL
     ]
@@ -160,10 +179,24 @@ def test_each_type_lands_exactly(spark, staging_dir, lake_dir):
     df = spark.read.format("delta").load(table)
     types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     assert types == {
-        "id": "int", "i8": "tinyint", "i16": "smallint", "i64": "bigint", "ubig": "decimal(20,0)",
-        "d38": "decimal(38,10)", "f32": "float", "f64": "double", "day": "date", "dtm": "timestamp_ntz",
-        "ts": "timestamp", "s": "string", "b": "binary", "odd name, (x)": "string", COL_OP: "string",
-        COL_VERSION: "bigint", COL_COMMIT_TS: "timestamp", COL_WINDOW_SEQ: "bigint",
+        "id": "int",
+        "i8": "tinyint",
+        "i16": "smallint",
+        "i64": "bigint",
+        "ubig": "decimal(20,0)",
+        "d38": "decimal(38,10)",
+        "f32": "float",
+        "f64": "double",
+        "day": "date",
+        "dtm": "timestamp_ntz",
+        "ts": "timestamp",
+        "s": "string",
+        "b": "binary",
+        "odd name, (x)": "string",
+        COL_OP: "string",
+        COL_VERSION: "bigint",
+        COL_COMMIT_TS: "timestamp",
+        COL_WINDOW_SEQ: "bigint",
     }
     # TIMESTAMP is an instant: compare microseconds since the epoch, independent of any time zone.
     got = {
@@ -193,18 +226,36 @@ def test_window_through_real_staging(spark, staging_dir, lake_dir):
     from cdc_core.staging import stage_window
 
     shape = TableSchema(
-        "shop", "real",
-        (SourceColumn("id", "bigint unsigned", False), SourceColumn("amount", "decimal(10,2)"),
-         SourceColumn("at", "datetime(6)"), SourceColumn("label", "varchar(20)", attrs=(("charset", "utf8mb4"),))),
+        "shop",
+        "real",
+        (
+            SourceColumn("id", "bigint unsigned", False),
+            SourceColumn("amount", "decimal(10,2)"),
+            SourceColumn("at", "datetime(6)"),
+            SourceColumn("label", "varchar(20)", attrs=(("charset", "utf8mb4"),)),
+        ),
         ("id",),
     )
     shape2 = TableSchema("shop", "real", (*shape.columns, SourceColumn("extra", "int")), ("id",))  # ADD COLUMN
     clock = VersionClock()
     changes = [
-        RowChange("I", shape, {"id": 18446744073709551615, "amount": Decimal("-12.50"),
-                               "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456), "label": "ünï 🙂"}, clock(), 1, 1.7e9),
+        RowChange(
+            "I",
+            shape,
+            {
+                "id": 18446744073709551615,
+                "amount": Decimal("-12.50"),
+                "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456),
+                "label": "ünï 🙂",
+            },
+            clock(),
+            1,
+            1.7e9,
+        ),
         RowChange("I", shape, {"id": 7, "amount": None, "at": None, "label": None}, clock(), 2, 1.7e9),
-        RowChange("U", shape2, {"id": 7, "amount": Decimal("1.00"), "at": None, "label": "x", "extra": 5}, clock(), 3, 1.7e9),
+        RowChange(
+            "U", shape2, {"id": 7, "amount": Decimal("1.00"), "at": None, "label": "x", "extra": 5}, clock(), 3, 1.7e9
+        ),
     ]
     manifest = stage_window(make_plan(PIPE, 1, events=3), changes, str(staging_dir))
     from cdc_core.staging import window_dir
@@ -213,9 +264,13 @@ def test_window_through_real_staging(spark, staging_dir, lake_dir):
     assert statuses(report) == {"shop.real": STATUS_COMMITTED}
     got = contents(spark, lake_dir, "shop", "real")
     assert got == {
-        (Decimal("18446744073709551615"),): {"id": Decimal("18446744073709551615"), "amount": Decimal("-12.50"),
-                                            "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456), "label": "ünï 🙂",
-                                            "extra": None},
+        (Decimal("18446744073709551615"),): {
+            "id": Decimal("18446744073709551615"),
+            "amount": Decimal("-12.50"),
+            "at": dt.datetime(2024, 2, 29, 23, 59, 59, 123456),
+            "label": "ünï 🙂",
+            "extra": None,
+        },
         (Decimal(7),): {"id": Decimal(7), "amount": Decimal("1.00"), "at": None, "label": "x", "extra": 5},
     }
 
@@ -225,8 +280,13 @@ def test_window_through_real_staging(spark, staging_dir, lake_dir):
 
 def test_rerun_of_the_same_window_changes_nothing(spark, staging_dir, lake_dir):
     w = WindowBuilder(staging_dir, PIPE, 1)
-    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}),
-                                              ("D", {"id": 2, "note": "y"})])
+    w.file(
+        "shop",
+        "a",
+        ("id",),
+        [ID, NOTE],
+        [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}), ("D", {"id": 2, "note": "y"})],
+    )
     w.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 3})])
     built = w.build()
     first = run(spark, built, lake_dir)
@@ -239,7 +299,10 @@ def test_rerun_of_the_same_window_changes_nothing(spark, staging_dir, lake_dir):
     again = run(spark, built, lake_dir)
     assert statuses(again) == {"shop.a": STATUS_ALREADY, "shop.b": STATUS_ALREADY}
     assert [version(spark, t) for t in tables] == versions
-    assert (contents(spark, lake_dir, "shop", "a", meta=True), contents(spark, lake_dir, "shop", "b", meta=True)) == before
+    assert (
+        contents(spark, lake_dir, "shop", "a", meta=True),
+        contents(spark, lake_dir, "shop", "b", meta=True),
+    ) == before
     assert contents(spark, lake_dir, "shop", "a") == {(1,): {"id": 1, "note": "x"}}
     assert last_txn_version(spark, tables[0], PIPE) == 1
 
@@ -265,8 +328,13 @@ def test_two_concurrent_runs_land_the_window_once(spark, staging_dir, lake_dir):
     w1.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": i, "note": f"n{i}"}) for i in range(1, 6)])
     run(spark, w1.build(), lake_dir)
     w2 = WindowBuilder(staging_dir, PIPE, 2, clock)
-    w2.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "u"}), ("D", {"id": 2, "note": "n2"}),
-                                              ("I", {"id": 9, "note": "new"})])
+    w2.file(
+        "shop",
+        "a",
+        ("id",),
+        [ID, NOTE],
+        [("U", {"id": 1, "note": "u"}), ("D", {"id": 2, "note": "n2"}), ("I", {"id": 9, "note": "new"})],
+    )
     w2.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 1})])
     built = w2.build()
 
@@ -291,13 +359,18 @@ def test_two_concurrent_runs_land_the_window_once(spark, staging_dir, lake_dir):
     for name in ("shop.a", "shop.b"):
         assert sorted(r["tables"][name]["status"] for r in reports) == sorted([STATUS_COMMITTED, STATUS_ALREADY])
     assert contents(spark, lake_dir, "shop", "a") == {
-        (1,): {"id": 1, "note": "u"}, (3,): {"id": 3, "note": "n3"}, (4,): {"id": 4, "note": "n4"},
-        (5,): {"id": 5, "note": "n5"}, (9,): {"id": 9, "note": "new"},
+        (1,): {"id": 1, "note": "u"},
+        (3,): {"id": 3, "note": "n3"},
+        (4,): {"id": 4, "note": "n4"},
+        (5,): {"id": 5, "note": "n5"},
+        (9,): {"id": 9, "note": "new"},
     }
     # Exactly one commit of window 2 per table (main and tombstones).
     for table in (uri(lake_dir, "shop", "a"), uri(lake_dir, "shop", "b"), tombstone_uri(str(lake_dir), "shop", "a")):
         metas = [
-            json.loads(r["userMetadata"]) for r in DeltaTable.forPath(spark, table).history().collect() if r["userMetadata"]
+            json.loads(r["userMetadata"])
+            for r in DeltaTable.forPath(spark, table).history().collect()
+            if r["userMetadata"]
         ]
         assert [m["seq"] for m in metas].count(2) == 1, table
         assert last_txn_version(spark, table, PIPE) == 2
@@ -317,8 +390,18 @@ def test_replayed_older_windows_change_nothing(spark, staging_dir, lake_dir):
     w.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "v2-1"}), ("D", {"id": 2, "note": "v1-2"})])
     specs.append(w)
     w = WindowBuilder(staging_dir, PIPE, 3, clock)
-    w.file("shop", "a", ("id",), [ID, NOTE], [("D", {"id": 3, "note": "v1-3"}), ("I", {"id": 4, "note": "v3-4"}),
-                                              ("D", {"id": 1, "note": "v2-1"}), ("I", {"id": 1, "note": "v3-1"})])
+    w.file(
+        "shop",
+        "a",
+        ("id",),
+        [ID, NOTE],
+        [
+            ("D", {"id": 3, "note": "v1-3"}),
+            ("I", {"id": 4, "note": "v3-4"}),
+            ("D", {"id": 1, "note": "v2-1"}),
+            ("I", {"id": 1, "note": "v3-1"}),
+        ],
+    )
     specs.append(w)
     for w in specs:
         run(spark, w.build(), lake_dir)
@@ -339,13 +422,24 @@ def test_replayed_older_windows_change_nothing(spark, staging_dir, lake_dir):
 def test_key_lifecycle_inside_and_across_windows(spark, staging_dir, lake_dir):
     clock = VersionClock()
     w = WindowBuilder(staging_dir, PIPE, 1, clock)
-    w.file("shop", "a", ("id",), [ID, NOTE], [
-        ("I", {"id": 1, "note": "a"}), ("U", {"id": 1, "note": "b"}), ("D", {"id": 1, "note": "b"}),
-        ("I", {"id": 1, "note": "c"}),  # insert/update/delete/re-insert inside one window
-        ("I", {"id": 2, "note": "x"}), ("U", {"id": 2, "note": "y"}), ("D", {"id": 2, "note": "y"}),
-        ("I", {"id": 5, "note": "pk"}),
-        ("D", {"id": 5, "note": "pk"}), ("I", {"id": 6, "note": "pk"}),  # UPDATE of the key 5 -> 6
-    ])
+    w.file(
+        "shop",
+        "a",
+        ("id",),
+        [ID, NOTE],
+        [
+            ("I", {"id": 1, "note": "a"}),
+            ("U", {"id": 1, "note": "b"}),
+            ("D", {"id": 1, "note": "b"}),
+            ("I", {"id": 1, "note": "c"}),  # insert/update/delete/re-insert inside one window
+            ("I", {"id": 2, "note": "x"}),
+            ("U", {"id": 2, "note": "y"}),
+            ("D", {"id": 2, "note": "y"}),
+            ("I", {"id": 5, "note": "pk"}),
+            ("D", {"id": 5, "note": "pk"}),
+            ("I", {"id": 6, "note": "pk"}),  # UPDATE of the key 5 -> 6
+        ],
+    )
     report = run(spark, w.build(), lake_dir)
     assert report["tables"]["shop.a"]["inserted"] == 2 and report["tables"]["shop.a"]["deleted"] == 0
     assert contents(spark, lake_dir, "shop", "a") == {(1,): {"id": 1, "note": "c"}, (6,): {"id": 6, "note": "pk"}}
@@ -358,7 +452,9 @@ def test_key_lifecycle_inside_and_across_windows(spark, staging_dir, lake_dir):
     w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "again"}), ("U", {"id": 6, "note": "u"})])
     run(spark, w.build(), lake_dir)
     assert contents(spark, lake_dir, "shop", "a") == {
-        (1,): {"id": 1, "note": "again"}, (2,): {"id": 2, "note": "back"}, (6,): {"id": 6, "note": "u"},
+        (1,): {"id": 1, "note": "again"},
+        (2,): {"id": 2, "note": "back"},
+        (6,): {"id": 6, "note": "u"},
     }
 
 
@@ -370,8 +466,13 @@ def test_composite_keys(spark, staging_dir, lake_dir):
     w.file("shop", "c", key, cols, [("I", {"tenant": t, "id": i, "note": f"{t}{i}"}) for t in "ab" for i in (1, 2)])
     run(spark, w.build(), lake_dir)
     w = WindowBuilder(staging_dir, PIPE, 2, clock)
-    w.file("shop", "c", key, cols, [("D", {"tenant": "a", "id": 1, "note": "a1"}),
-                                    ("U", {"tenant": "b", "id": 1, "note": "B1"})])
+    w.file(
+        "shop",
+        "c",
+        key,
+        cols,
+        [("D", {"tenant": "a", "id": 1, "note": "a1"}), ("U", {"tenant": "b", "id": 1, "note": "B1"})],
+    )
     run(spark, w.build(), lake_dir)
     assert contents(spark, lake_dir, "shop", "c", key) == {
         ("a", 2): {"tenant": "a", "id": 2, "note": "a2"},
@@ -387,8 +488,13 @@ def test_table_first_seen_mid_stream(spark, staging_dir, lake_dir):
     run(spark, w.build(), lake_dir)
     w = WindowBuilder(staging_dir, PIPE, 2, clock)
     w.file("shop", "a", ("id",), [ID, NOTE], [("U", {"id": 1, "note": "y"})])
-    w.file("shop", "late", ("id",), [ID, QTY, Col("region", pa.string(), "STRING")],
-           [("I", {"id": 1, "qty": 1, "region": "eu"}), ("D", {"id": 0, "qty": None, "region": "us"})])
+    w.file(
+        "shop",
+        "late",
+        ("id",),
+        [ID, QTY, Col("region", pa.string(), "STRING")],
+        [("I", {"id": 1, "qty": 1, "region": "eu"}), ("D", {"id": 0, "qty": None, "region": "us"})],
+    )
     report = run(spark, w.build(), lake_dir, table_options={"shop.late": {"partition_by": ["region"]}})
     assert statuses(report) == {"shop.a": STATUS_COMMITTED, "shop.late": STATUS_COMMITTED}
     assert contents(spark, lake_dir, "shop", "late") == {(1,): {"id": 1, "qty": 1, "region": "eu"}}
@@ -401,7 +507,13 @@ def test_columns_added_dropped_and_widened(spark, staging_dir, lake_dir):
     clock = VersionClock()
     a = Col("a", pa.string(), "STRING")
     w = WindowBuilder(staging_dir, PIPE, 1, clock)
-    w.file("shop", "t", ("id",), [ID, a, QTY], [("I", {"id": 1, "a": "a1", "qty": 1}), ("I", {"id": 2, "a": "a2", "qty": 2})])
+    w.file(
+        "shop",
+        "t",
+        ("id",),
+        [ID, a, QTY],
+        [("I", {"id": 1, "a": "a1", "qty": 1}), ("I", {"id": 2, "a": "a2", "qty": 2})],
+    )
     run(spark, w.build(), lake_dir)
 
     # Between windows: ADD COLUMN c (odd name), qty INT -> BIGINT.
@@ -418,10 +530,30 @@ def test_columns_added_dropped_and_widened(spark, staging_dir, lake_dir):
     # Inside one window: ADD COLUMN d, then DROP COLUMN a, with DECIMAL widening of d in between.
     d1, d2 = Col("d", pa.decimal128(10, 2), "DECIMAL(10,2)"), Col("d", pa.decimal128(12, 4), "DECIMAL(12,4)")
     w = WindowBuilder(staging_dir, PIPE, 3, clock)
-    w.file("shop", "t", ("id",), [ID, a, qty64, c, d1], [("I", {"id": 3, "a": "a3", "qty": 3, "c c": "c3", "d": Decimal("1.25")})])
-    w.file("shop", "t", ("id",), [ID, a, qty64, c, d2], [("U", {"id": 2, "a": "a2", "qty": 2, "c c": "c2", "d": Decimal("2.1234")})])
-    w.file("shop", "t", ("id",), [ID, qty64, c, d2], [("I", {"id": 4, "qty": 4, "c c": "c4", "d": None}),
-                                                     ("U", {"id": 3, "qty": 33, "c c": "c3", "d": Decimal("3.5")})])
+    w.file(
+        "shop",
+        "t",
+        ("id",),
+        [ID, a, qty64, c, d1],
+        [("I", {"id": 3, "a": "a3", "qty": 3, "c c": "c3", "d": Decimal("1.25")})],
+    )
+    w.file(
+        "shop",
+        "t",
+        ("id",),
+        [ID, a, qty64, c, d2],
+        [("U", {"id": 2, "a": "a2", "qty": 2, "c c": "c2", "d": Decimal("2.1234")})],
+    )
+    w.file(
+        "shop",
+        "t",
+        ("id",),
+        [ID, qty64, c, d2],
+        [
+            ("I", {"id": 4, "qty": 4, "c c": "c4", "d": None}),
+            ("U", {"id": 3, "qty": 33, "c c": "c3", "d": Decimal("3.5")}),
+        ],
+    )
     run(spark, w.build(), lake_dir)
     table = uri(lake_dir, "shop", "t")
     types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(table).schema.fields}
@@ -502,9 +634,14 @@ def test_fence_check_stops_before_the_next_table(spark, staging_dir, lake_dir):
 
 def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_path, zk_client, zk_root):
     w = WindowBuilder(staging_dir, PIPE, 1)
-    w.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}),
-                                              ("D", {"id": 2, "note": "y"})])
-    manifest, wdir = w.build()
+    w.file(
+        "shop",
+        "a",
+        ("id",),
+        [ID, NOTE],
+        [("I", {"id": 1, "note": "x"}), ("I", {"id": 2, "note": "y"}), ("D", {"id": 2, "note": "y"})],
+    )
+    _manifest, wdir = w.build()
     lease = f"{zk_root}/pipelines/{PIPE}/lease"
     zk_client.ensure_path(f"{zk_root}/pipelines/{PIPE}")
     zk_client.create(lease, b"{}")
@@ -518,10 +655,23 @@ def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_pa
 
     def submit(tok: int) -> subprocess.CompletedProcess[str]:
         args = [
-            str(PROJECT_ROOT / "spark_apps" / "merge_window.py"), "--window-dir", wdir, "--lake-root", str(lake_dir),
-            "--pipeline", PIPE, "--seq", "1", "--token", str(tok), "--report", str(report_path),
-            "--zk-hosts", services.zk_hosts,
-            "--zk-root", zk_root,
+            str(PROJECT_ROOT / "spark_apps" / "merge_window.py"),
+            "--window-dir",
+            wdir,
+            "--lake-root",
+            str(lake_dir),
+            "--pipeline",
+            PIPE,
+            "--seq",
+            "1",
+            "--token",
+            str(tok),
+            "--report",
+            str(report_path),
+            "--zk-hosts",
+            services.zk_hosts,
+            "--zk-root",
+            zk_root,
         ]
         env = {**os.environ, **spark_env()}
         return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, check=False, cwd=tmp_path)
