@@ -464,6 +464,8 @@ def _stream_events(
             try:
                 data = read_packet()
             except pymysql.err.MySQLError as e:
+                if e.args and e.args[0] in _CONNECTION_LOST:  # never resumed: see _NoSilentResume
+                    e = _StreamLost(*e.args)
                 raise _stream_error(e, params, current, offset) from None
             if data[0] == 0xFE and len(data) < 9:  # EOF: the end of the binlog (non-blocking dump)
                 return
@@ -517,6 +519,9 @@ def _stream_events(
                 current = ev.next_binlog
     finally:
         stream.close()
+
+
+_CONNECTION_LOST = (2006, 2013)  # pymysql: server gone away, lost connection during query
 
 
 class _StreamLost(pymysql.err.OperationalError):  # type: ignore[misc]

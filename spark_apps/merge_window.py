@@ -300,6 +300,11 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
     return _jvm_last_txn_version(spark, uri, app_id)
 
 
+def _is_table_not_found(e: BaseException) -> bool:
+    text = str(e)
+    return "DELTA_TABLE_NOT_FOUND" in text or ("doesn't exist" in text and "delta" in text.lower())
+
+
 def _is_commit_conflict(e: BaseException) -> bool:
     if isinstance(e, _CONFLICTS):
         return True
@@ -573,6 +578,13 @@ class _Run:
                 time.sleep(0.5)
         self.log("merge.table_created", table=label, uri=uri)
 
+    def _wait_for_table(self, uri: str, cause: BaseException) -> None:
+        deadline = time.monotonic() + CREATE_RACE_SECONDS
+        while not DeltaTable.isDeltaTable(self.spark, uri):
+            if time.monotonic() > deadline:
+                raise cause
+            time.sleep(0.5)
+
     # ------------------------------------------------------------------------------ idempotent MERGE
 
     def idempotent_merge(
@@ -592,6 +604,12 @@ class _Run:
                 try:
                     rows = self._with_txn(meta, lambda: spark.sql(sql(view)).collect(), immutable_source)
                 except Exception as e:
+                    if attempt == 1 and _is_table_not_found(e):
+                        # A concurrent run of this window created the table and its first commit was not
+                        # visible yet when this MERGE resolved the path: wait for it, then retry once.
+                        self._wait_for_table(uri, e)
+                        self.log("merge.retry", table=label, reason=_one_line(e))
+                        continue
                     if not _is_commit_conflict(e):
                         raise
                     landed = last_txn_version(spark, uri, self.pipeline)

@@ -152,7 +152,7 @@ def zombie(rig: Rig, rng: random.Random, point: str | None = None, txns: int = 5
                              + f"\n{ra.explain()}")
     # Fenced (5), or stopped on its ZooKeeper session (4); 0 only if it had nothing left to write.
     _expect(ra, (RC_FENCED, RC_COORDINATION, RC_OK), f"the zombie {how}")
-    if ra.rc == RC_FENCED:
+    if ra.rc in (RC_FENCED, RC_COORDINATION):  # fenced by the lease token or by its expired session
         rig.oracle.figures.fenced_zombies += 1
         if "no longer holds the lease" not in ra.stderr and "fenced" not in ra.stderr.lower():
             raise AssertionError(f"the zombie exited 5 without saying it was fenced:\n{ra.explain()}")
@@ -217,6 +217,9 @@ def session_expiry(rig: Rig, point: str = "after_stage", txns: int = 4) -> str:
 
 def mariadb_restart_mid_stage(rig: Rig, txns: int = 6) -> str:
     """MariaDB restarted while the run is reading a window's binlog (paused at mid_stage)."""
+    # A window left pending (and staged) by an earlier step would be replayed without reading the
+    # binlog, and the run would never reach mid_stage: finish it first.
+    rig.drain("before the MariaDB restart mid-staging")
     rig.write(txns)
     rig.wait_lease_free()
     a = rig.start_run(fault="mid_stage", action="stop")

@@ -70,7 +70,7 @@ def test_deleted_staging_and_lake_table(rig) -> None:  # type: ignore[no-untyped
 
 
 def test_a_lost_binlog_connection_mid_transaction_is_an_error_not_a_gap(
-    private_services: Any, fault_zk: Any, tmp_path: Path
+    private_services: Any, fault_zk: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Regression: python-mysql-replication reconnects by itself after a dropped connection and resumes
     inside the transaction, where the rows after the drop reference a table map it never saw again and
@@ -116,6 +116,17 @@ def test_a_lost_binlog_connection_mid_transaction_is_an_error_not_a_gap(
                 finally:
                     admin.close()
 
+            # The reader takes the 30 MB transaction in about a second, which can be before the KILL
+            # lands (then nothing is lost and nothing fails): read it slowly so the KILL is mid-way.
+            from cdc_core import binlog
+
+            fast_read = binlog._Packets.read
+
+            def slow_read(self: Any) -> bytes:
+                time.sleep(0.002)
+                return fast_read(self)
+
+            monkeypatch.setattr(binlog._Packets, "read", slow_read)
             killer = threading.Thread(target=kill_dump_connection)
             killer.start()
             try:

@@ -145,7 +145,7 @@ def test_privileges_are_checked_by_name(services: Any, params: SourceParams, sou
             msg = str(e.value)
             assert "REPLICATION SLAVE" in msg and "BINLOG MONITOR" in msg and "SELECT on" not in msg
             assert user in msg and pw not in msg
-            with pytest.raises(SourceError, match=r"SELECT on other_schema"):
+            with pytest.raises(SourceError, match=r"SELECT on 'other_schema'"):
                 check_privileges(conn, "orders", [source_db, "other_schema"])
             with pytest.raises(SourceError, match="BINLOG MONITOR"):
                 inspect_source(conn)
