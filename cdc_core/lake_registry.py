@@ -249,7 +249,7 @@ def problems(
         if _rebuilding(entry, now, snapshots.get(name)):
             continue
         rb = entry.rebuild
-        if rb is not None and rb.broken:
+        if entry.damaged_at is not None and rb is not None and rb.broken:
             out[name] = (f"was found deleted or re-created at window {entry.damaged_at}, and snapshot round "
                          f"{rb.round} cannot rebuild it: its chunks landed in different Delta tables (the table "
                          f"was deleted or re-created again during the round, found at window {rb.seq})")

@@ -140,6 +140,9 @@ def test_a_table_deleted_mid_round_is_damaged_and_the_round_does_not_clear_it() 
     reg, flagged = after_ack(reg, chunk(5, 500, 3, last=True, rnd=2), landed_in("id-2"))
     assert flagged == [] and reg.tables["db.t"].damaged_at == 4  # the last chunk cannot vouch
     assert problems(reg, {"db.t": "id-2"}, 6)
+    # A backfill (where the binlog allows one) repairs it too; the broken round is no problem any more.
+    repaired, _ = after_ack(reg, plan(6, 100, 600, KIND_BACKFILL), landed_in("id-2"), completes_backfill=True)
+    assert problems(repaired, {"db.t": "id-2"}, 7) == {}
     # A new round, all of it in one table, repairs it.
     for seq, n in ((6, 1), (7, 2)):
         reg, _ = after_ack(reg, chunk(seq, 100 * seq, n, last=n == 2, rnd=3), landed_in("id-2"))
