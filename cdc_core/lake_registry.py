@@ -8,20 +8,43 @@ ZooKeeper node per pipeline (`<pipeline>/lake`, written by `PipelineCoordinator.
 as a plain value here, with the rules as pure functions:
 
 - **Recording** (`after_ack`, at every ack, before the ack's multi-op): each table of the window is
-  registered with its Delta table id (Delta's `metaData.id`, fixed when the table is created) and the
-  first window that landed it. A *stream* window that landed in a table whose id changed marks the
-  table damaged (it was deleted and re-created under the pipeline's feet: it now lacks every earlier
-  window). A *backfill* window may change the id: a backfill is how a table is rebuilt.
+  registered with its Delta table id (Delta's `metaData.id`, fixed when the table is created), the
+  first window that landed it and that window's kind. A *stream* window that landed in a table whose
+  id changed marks the table damaged (it was deleted and re-created under the pipeline's feet: it now
+  lacks every earlier window). A *backfill* window may change the id: a backfill is how a table is
+  rebuilt. A *snapshot* chunk is checked against its round (below).
 - **Checking** (`problems`, before a new stream window is planned): every registered table must exist
   with its registered id and must not be damaged; otherwise the run stops with a `LakeError` that names
-  the table and the repair (`cdc backfill <pipeline> --from <ts>`), and nothing is planned, so the
-  repair can start at once.
-- **Repair** (`check_backfill_start`, `after_ack`): a backfill covering a damaged table must start at or
-  before the first window that landed it (else the rebuilt table would still miss rows); the damage is
-  cleared when that backfill's last window is acked.
+  the table and the repair (`repair_hint`), and nothing is planned, so the repair can start at once.
+  Exception: a table a snapshot is rebuilding (below) does not stop stream windows, else the stream's
+  turn between two chunks would fail every run and the snapshot could never finish.
+- **Repair by snapshot** (`after_ack`): a snapshot round (`cdc snapshot <pipeline> --table <t>`, see
+  cdc_core.snapshot) reloads the table from the source and needs no old binlog; it is the only repair
+  for a table whose first window was a snapshot chunk (rows never changed since that snapshot are not
+  in the binlog, and the old binlog may be purged anyway). The entry's `rebuild` records the round and
+  the Delta id its chunk 1 landed in. A round vouches for the table only if *all* its chunks, 1 through
+  the `last` one, landed in that same Delta table: when that last chunk is acked the damage is cleared
+  and the id adopted. A chunk that lands in another table than the round's chunk 1 (the table was
+  deleted mid-round: the rows of the chunks before are gone), or a chunk of a round whose chunk 1 was
+  not seen, cannot vouch: the rebuild is marked broken, the table damaged if it is not the registered
+  one, and only a new round (a new request) repairs it.
+  Why a valid round leaves the table right: chunk rows carry their watermark's change version and the
+  merge lets only newer versions win, so stream changes that landed in the new table before or during
+  the round are overwritten only by newer reads (and win over older ones); a table that was deleted
+  (empty) and then fully re-read by one round holds every source row at least as new as the round's
+  watermark, and the stream, which never stopped, brings it up to date: it ends equal to the source.
+  While the round runs, `problems` lets stream windows through for the table as long as the round's
+  chunk 1 landed in the table that is there now (or the table's round has not started yet).
+- **Repair by backfill** (`check_backfill_start`, `after_ack`): a backfill covering a damaged table must
+  start at or before the first window that landed it (else the rebuilt table would still miss rows); the
+  damage is cleared when that backfill's last window is acked. It needs the binlog to reach back that
+  far, and it cannot rebuild a table first loaded by a snapshot.
 
-Known limit: a table is only noticed once it has been acked at least once with this registry in
-place; pipelines started before it are registered from their next window on.
+Known limits: a table is only noticed once it has been acked at least once with this registry in
+place; pipelines started before it are registered from their next window on. A table re-created with
+*foreign* rows (rows that are not in the source, e.g. restored from another environment) keeps them
+after either repair: a snapshot and a backfill are upserts by key, neither sweeps rows the source does
+not have. Delete the directory (an empty table) before repairing if in doubt.
 """
 
 from __future__ import annotations
@@ -32,9 +55,33 @@ from typing import Any
 
 from cdc_core.errors import ConfigError
 from cdc_core.positions import BinlogPosition
+from cdc_core.snapshot import ChunkSpec, chunk_of
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
-LAKE_FORMAT = 1
+LAKE_FORMAT = 1  # fields added since (first_kind, rebuild) are optional: older records read as before
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """The snapshot round reloading a table: the Delta table its chunk 1 landed in, and whether a later
+    chunk landed elsewhere (then the round cannot vouch for the table)."""
+
+    round: int
+    delta_id: str | None  # None: chunk 1 was not seen (the round started before this was recorded)
+    seq: int  # the window that recorded it (chunk 1, or the chunk that found the round broken)
+    broken: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "delta_id": self.delta_id, "seq": self.seq, "broken": self.broken}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Rebuild:
+        return cls(
+            round=int(d["round"]),
+            delta_id=None if d.get("delta_id") is None else str(d["delta_id"]),
+            seq=int(d["seq"]),
+            broken=bool(d.get("broken", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -47,6 +94,8 @@ class LandedTable:
     first_seq: int  # the first window that landed in it
     first_position: BinlogPosition  # where that window started: a rebuilding backfill starts at or before it
     damaged_at: int | None = None  # window that found it deleted or re-created; None = healthy
+    first_kind: str = ""  # kind of the first window (stream/backfill/snapshot); "" = recorded before it was kept
+    rebuild: Rebuild | None = None  # the snapshot round under way for this table, if any
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +105,8 @@ class LandedTable:
             "first_seq": self.first_seq,
             "first_position": self.first_position.to_dict(),
             "damaged_at": self.damaged_at,
+            "first_kind": self.first_kind,
+            "rebuild": self.rebuild.to_dict() if self.rebuild is not None else None,
         }
 
     @classmethod
@@ -67,6 +118,8 @@ class LandedTable:
             first_seq=int(d["first_seq"]),
             first_position=BinlogPosition.from_dict(d["first_position"]),
             damaged_at=None if d.get("damaged_at") is None else int(d["damaged_at"]),
+            first_kind=str(d.get("first_kind") or ""),
+            rebuild=Rebuild.from_dict(d["rebuild"]) if d.get("rebuild") else None,
         )
 
 
@@ -103,37 +156,104 @@ def after_ack(
     completes_backfill: bool = False,
     backfill_tables: tuple[str, ...] = (),
 ) -> tuple[LakeRegistry, list[str]]:
-    """The registry once `plan` is acked, given the window's tables as {name: (schema, table, Delta id now)};
-    and the tables this window found re-created (a stream window landed in a table that is not the
-    registered one)."""
+    """The registry once `plan` is acked, given the window's tables as {name: (schema, table, Delta id now)}
+    (for a snapshot chunk, its table is included even when the chunk staged no rows); and the tables
+    this window found re-created, or whose snapshot round it found broken (to be logged)."""
     tables = dict(registry.tables)
-    recreated: list[str] = []
+    flagged: list[str] = []
+    spec = chunk_of(plan) if plan.kind == KIND_SNAPSHOT else None
     for name, (schema, table, now) in sorted(landed.items()):
+        entry = tables.get(name)
+        if spec is not None and name == spec.table:
+            chunked, flag = _after_chunk(entry, (schema, table, now), plan, spec)
+            if chunked is not None:
+                tables[name] = chunked
+            if flag:
+                flagged.append(name)
+            continue
         if now is None:
             continue  # the ack refuses a window whose tables do not hold it; nothing to record
-        entry = tables.get(name)
         if entry is None:
-            tables[name] = LandedTable(schema, table, now, plan.seq, plan.start)
+            tables[name] = LandedTable(schema, table, now, plan.seq, plan.start, first_kind=plan.kind)
         elif entry.delta_id != now:
-            if plan.kind in (KIND_BACKFILL, KIND_SNAPSHOT):
-                tables[name] = replace(entry, delta_id=now)  # being rebuilt (only a backfill clears damage)
+            if plan.kind == KIND_BACKFILL:
+                tables[name] = replace(entry, delta_id=now)  # being rebuilt (only a backfill's end clears damage)
             else:
                 tables[name] = replace(entry, delta_id=now, damaged_at=entry.damaged_at or plan.seq)
-                recreated.append(name)
+                flagged.append(name)
     if completes_backfill:
         for name, entry in tables.items():
             if entry.damaged_at is not None and (not backfill_tables or name in backfill_tables):
                 tables[name] = replace(entry, damaged_at=None)
-    return LakeRegistry(tables), recreated
+    return LakeRegistry(tables), flagged
 
 
-def problems(registry: LakeRegistry, delta_ids: dict[str, str | None], next_seq: int) -> dict[str, str]:
+def _after_chunk(
+    entry: LandedTable | None, landed: tuple[str, str, str | None], plan: WindowPlan, spec: ChunkSpec
+) -> tuple[LandedTable | None, bool]:
+    """Snapshot chunk `spec` acked with its table's Delta id now (`landed`): (the entry, flag it?).
+
+    Chunk 1 starts the round's rebuild record in the table it landed in; every later chunk must land in
+    that same table, else the round is broken (it cannot vouch for the rows of its earlier chunks). The
+    last chunk of an unbroken round clears the damage and adopts the id. A chunk landing in a table
+    that is not the registered one marks it damaged, as a stream window would.
+    """
+    schema, table, now = landed
+    round_, chunk, last = spec.round, spec.chunk, spec.last
+    if entry is None:
+        if now is None:
+            return None, False  # nothing landed (the source table is gone) and nothing was registered
+        entry = LandedTable(schema, table, now, plan.seq, plan.start, first_kind=KIND_SNAPSHOT)
+    rb = entry.rebuild
+    if chunk == 1:
+        rb = Rebuild(round_, now, plan.seq)
+    elif rb is not None and rb.round > round_:
+        pass  # a stale chunk of an older round (re-requested while it was pending): the newer round's record stays
+    elif rb is None or rb.round != round_ or rb.broken or rb.delta_id is None or rb.delta_id != now:
+        was = rb.delta_id if rb is not None and rb.round == round_ else None
+        rb = Rebuild(round_, was, rb.seq if rb is not None and rb.broken and rb.round == round_ else plan.seq,
+                     broken=True)
+    flag = rb is not None and rb.broken and entry.rebuild != rb
+    damaged_at = entry.damaged_at
+    if now != entry.delta_id and damaged_at is None:
+        damaged_at, flag = plan.seq, True
+    if last and rb is not None and rb.round == round_ and not rb.broken and now is not None and rb.delta_id == now:
+        return replace(entry, delta_id=now, damaged_at=None, rebuild=None), flag  # rebuilt: every chunk is here
+    return replace(entry, damaged_at=damaged_at, rebuild=rb), flag
+
+
+def _rebuilding(entry: LandedTable, now: str | None, snapshot_round: int | None) -> bool:
+    """Is a snapshot round (the table's current one, `snapshot_round`; None = none active) rebuilding the
+    table into the Delta table that is there now, or about to start (its chunk 1 is not acked yet)?"""
+    if snapshot_round is None:
+        return False
+    rb = entry.rebuild
+    if rb is None or rb.round < snapshot_round:
+        return True  # requested, chunk 1 not landed yet: whatever table is there, chunk 1 starts the round in it
+    return rb.round == snapshot_round and not rb.broken and rb.delta_id is not None and rb.delta_id == now
+
+
+def problems(
+    registry: LakeRegistry, delta_ids: dict[str, str | None], next_seq: int, snapshots: dict[str, int] | None = None
+) -> dict[str, str]:
     """What is wrong with the registered tables given their Delta ids now: name -> reason. Tables found
-    deleted or replaced are to be marked damaged (`mark_damaged`) so that only a backfill clears them."""
+    deleted or replaced are to be marked damaged (`mark_damaged`) so that only a repair clears them.
+
+    `snapshots` maps each table with a snapshot not done to its round: a table that round is rebuilding
+    (`_rebuilding`) is not a problem for the stream, so that chunks and stream windows can alternate.
+    """
     out: dict[str, str] = {}
+    snapshots = snapshots or {}
     for name, entry in sorted(registry.tables.items()):
         now = delta_ids.get(name)
-        if entry.damaged_at is not None:
+        if _rebuilding(entry, now, snapshots.get(name)):
+            continue
+        rb = entry.rebuild
+        if entry.damaged_at is not None and rb is not None and rb.broken:
+            out[name] = (f"was found deleted or re-created at window {entry.damaged_at}, and snapshot round "
+                         f"{rb.round} cannot rebuild it: its chunks landed in different Delta tables (the table "
+                         f"was deleted or re-created again during the round, found at window {rb.seq})")
+        elif entry.damaged_at is not None:
             out[name] = f"was found deleted or re-created at window {entry.damaged_at} and not rebuilt since"
         elif now is None:
             out[name] = (f"has no Delta table any more (it held windows {entry.first_seq}..{next_seq - 1}, "
@@ -141,6 +261,9 @@ def problems(registry: LakeRegistry, delta_ids: dict[str, str | None], next_seq:
         elif now != entry.delta_id:
             out[name] = (f"is a different Delta table (id {now}) from the one that holds windows "
                          f"{entry.first_seq}..{next_seq - 1} (id {entry.delta_id}): it was deleted and re-created")
+        if name in out and name in snapshots and rb is not None and rb.round == snapshots[name] and not rb.broken:
+            out[name] += (f"; the snapshot round {rb.round} under way cannot repair it: its chunk 1 landed in "
+                          f"Delta table {rb.delta_id}, the table now is {now}")
     return out
 
 
@@ -153,15 +276,29 @@ def mark_damaged(registry: LakeRegistry, names: list[str], seq: int) -> LakeRegi
 
 
 def repair_hint(registry: LakeRegistry, pipeline: str, names: list[str]) -> str:
-    """The backfill that rebuilds `names`: from before the first window that landed any of them."""
-    entries = [registry.tables[n] for n in names if n in registry.tables]
-    first = min((e.first_position for e in entries), default=None, key=lambda p: p.sort_key())
-    when = _iso(first.commit_ts) if first is not None else None
-    start = f"{when} or earlier" if when else "a time before this pipeline's first window"
+    """The repairs for `names`: a snapshot (always possible: it reloads from the source), and a backfill
+    from before the first window that landed them, for tables not first loaded by a snapshot."""
     tables = " ".join(f"--table {n}" for n in sorted(names))
-    return (f"rebuild with a backfill from before its first window ({first.label() if first else '?'}): "
-            f"`cdc backfill {pipeline} --from <UTC time: {start}> {tables}` (or the backfill DAG); "
-            "stream windows resume once that backfill has finished")
+    hint = (f"Repair: reload from the source with a snapshot, `cdc snapshot {pipeline} {tables}` (or trigger the "
+            f"cdc_{pipeline}_snapshot DAG with these tables); it needs no old binlog, stream windows keep running "
+            "while it loads, and the table is healthy again once its last chunk is acked (rows in the Delta "
+            "table that are not in the source stay: a snapshot is an upsert)")
+    entries = {n: registry.tables[n] for n in names if n in registry.tables}
+    by_snapshot = sorted(n for n, e in entries.items() if e.first_kind == KIND_SNAPSHOT)
+    others = sorted(n for n in names if n not in by_snapshot)
+    if by_snapshot:
+        hint += (f". A binlog backfill cannot rebuild {', '.join(by_snapshot)}: first loaded by a snapshot, its "
+                 "rows never changed since are not in the binlog")
+    if others:
+        first = min((entries[n].first_position for n in others if n in entries), default=None,
+                    key=lambda p: p.sort_key())
+        when = _iso(first.commit_ts) if first is not None else None
+        start = f"{when} or earlier" if when else "a time before this pipeline's first window"
+        hint += (f". Or, while the source's binlog still reaches back before the first window "
+                 f"({first.label() if first else '?'}), rebuild with a backfill from before it: `cdc backfill "
+                 f"{pipeline} --from <UTC time: {start}> {' '.join(f'--table {n}' for n in others)}` (or the "
+                 "backfill DAG); stream windows resume once that backfill has finished")
+    return hint
 
 
 def check_backfill_start(registry: LakeRegistry, pipeline: str, start: BinlogPosition,

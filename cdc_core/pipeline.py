@@ -322,7 +322,9 @@ class Pipeline:
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")
-            manifest = staging.stage_window(plan, changes, self.staging_root, progress=self._stage_progress(grant, plan))
+            manifest = staging.stage_window(
+                plan, changes, self.staging_root, progress=self._stage_progress(grant, plan)
+            )
             self._log(
                 "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                 secs=f"{time.time() - t0:.2f}",
@@ -444,7 +446,8 @@ class Pipeline:
 
     def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str = "local[2]") -> list[str]:
         """The same command SparkSubmitOperator builds, for the CLI (pure: a test can assert it)."""
-        cmd = ["spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars()]
+        cmd = ["spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}",
+               "--jars", self.spark_jars()]
         for k, v in sorted(self.spark_conf().items()):
             cmd += ["--conf", f"{k}={v}"]
         return [*cmd, str(MERGE_JOB), *self.merge_application_args(grant, seq)]
@@ -571,12 +574,14 @@ class Pipeline:
     def check_lake(self, grant: LeaseGrant, next_seq: int) -> None:
         """Before a new stream window: every Delta table the pipeline landed windows into is still there,
         and is the same table (cdc_core.lake_registry). A deleted or re-created one stops the run with a
-        LakeError naming it and the backfill that rebuilds it; nothing is planned."""
+        LakeError naming it and the repairs (snapshot, backfill); nothing is planned. A table a snapshot
+        round is rebuilding does not stop the stream (chunks and stream windows alternate)."""
         reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
         if not reg.tables:
             return
         ids = {n: delta_state.table_id(self.table_uri(e.schema, e.table)) for n, e in reg.tables.items()}
-        bad = lake_registry.problems(reg, ids, next_seq)
+        rounds = {t.table: t.round for t in self.coordinator.read_snapshot().tables if not t.done}
+        bad = lake_registry.problems(reg, ids, next_seq, rounds)
         if not bad:
             return
         names = sorted(bad)
@@ -598,12 +603,19 @@ class Pipeline:
         cursor = self.coordinator.read_cursor()
         bf = cursor.backfill
         completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
-        if not manifest.tables and not completes:
-            return
         landed = {
             t.name: (t.schema, t.table, delta_state.table_id(self.table_uri(t.schema, t.table)))
             for t in manifest.tables
         }
+        if plan.kind == KIND_SNAPSHOT:
+            # A chunk that staged no rows still tells whether its round's table is still there.
+            name = snapshot.chunk_of(plan).table
+            entry = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()).tables.get(name)
+            if name not in landed and entry is not None:
+                now = delta_state.table_id(self.table_uri(entry.schema, entry.table))
+                landed[name] = (entry.schema, entry.table, now)
+        if not landed and not completes:
+            return
         recreated: list[str] = []
 
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
@@ -614,13 +626,20 @@ class Pipeline:
             recreated[:] = found
             return new.to_dict()
 
-        self.coordinator.update_lake(grant, change)
-        for n in recreated:  # the next stream window refuses to plan until a backfill rebuilt it
-            self._log("lake.table_recreated", grant, seq=plan.seq, table=n)
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.update_lake(grant, change))
+        for n in recreated:  # the next stream window refuses to plan until a repair rebuilt it
+            rb = reg.tables[n].rebuild if n in reg.tables else None
+            if rb is not None and rb.broken:
+                self._log("lake.snapshot_round_broken", grant, seq=plan.seq, table=n, round=rb.round,
+                          round_delta_id=rb.delta_id, reason="a chunk landed in another Delta table than chunk 1")
+            else:
+                self._log("lake.table_recreated", grant, seq=plan.seq, table=n)
 
     # ------------------------------------------------------------------------------------ whole run
 
-    def run_cycle(self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None) -> dict[str, Any]:
+    def run_cycle(
+        self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None
+    ) -> dict[str, Any]:
         """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
         grant = self.acquire(holder)
         done: list[dict[str, Any]] = []
@@ -739,7 +758,9 @@ class Pipeline:
         )
         until = cursor.position
         if end_at is not None:
-            end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            end_pos = (
+                self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            )
             until = min(end_pos, until) if end_pos.server == until.server else until
         until = max(until, start)
         report = {
@@ -751,7 +772,10 @@ class Pipeline:
         }
         if dry_run:
             txns = changes = 0
-            for b in self.scanner().scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)):
+            scan = self.scanner().scan_transactions(
+                start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)
+            )
+            for b in scan:
                 txns += 1
                 changes += b.events
             report.update(transactions=txns, events=changes)
@@ -781,7 +805,9 @@ class Pipeline:
             last_error = self.coordinator.read_last_error()
             if last_error is not None:
                 # A window acked after the failure means the pipeline got past it.
-                last_error["resolved"] = bool(cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0))
+                last_error["resolved"] = bool(
+                    cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0)
+                )
             out["last_error"] = last_error
             out["snapshot"] = snapshot.progress_view(self.coordinator.read_snapshot())
         except CdcError as e:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -508,3 +509,61 @@ def test_types_an_empty_table_and_a_table_added_later(spark, case: Case, root_db
     assert progress[f"{source_db}.later"]["rows"] == 39 and progress[f"{source_db}.later"]["status"] == "done"
     assert progress[f"{source_db}.nothing"]["rows"] == 0 and progress[f"{source_db}.all_types"]["rows"] == 3
 
+
+
+# ------------------------------------------- a snapshot-loaded Delta table deleted, repaired by a snapshot
+
+
+def test_a_deleted_snapshot_loaded_table_is_repaired_by_a_snapshot(  # type: ignore[no-untyped-def]
+    spark, case: Case, root_db: Any, source_db: str
+) -> None:
+    from cdc_core import delta_state
+    from cdc_core.errors import LakeError
+    from cdc_core.lake_registry import LakeRegistry
+
+    execute(root_db, "CREATE TABLE lk (id INT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(20) NULL)")
+    execute(root_db, "INSERT INTO lk VALUES " + ", ".join(f"({i}, {i}, 'loaded {i}')" for i in range(1, 26)))
+    name = f"{source_db}.lk"
+    p = case.pipeline([name])  # snapshot on start: the table's first window is a chunk
+    merge = in_process_merge(spark, p)
+    run_until_caught_up(p, merge, case.services)
+    assert_lake_equals_source(root_db, p, source_db, "lk", ("id",))
+    first = LakeRegistry.from_dict(p.coordinator.read_lake()).tables[name]
+    assert first.first_kind == "snapshot" and first.damaged_at is None
+
+    # The table's directory is deleted; rows change. The next run stops before planning and says how to repair.
+    uri = p.table_uri(source_db, "lk")
+    shutil.rmtree(uri)
+    execute(root_db, "UPDATE lk SET v = -2 WHERE id = 2", "DELETE FROM lk WHERE id = 3")
+    seq_before = p.coordinator.read_cursor().seq
+    grant = p.acquire("after-delete")
+    try:
+        with pytest.raises(LakeError) as failed:
+            p.plan(grant)
+    finally:
+        p.release(grant)
+    message = str(failed.value)
+    assert f"`cdc snapshot {case.name} --table {name}`" in message and "no old binlog" in message, message
+    assert f"backfill cannot rebuild {name}" in message, message
+    assert p.coordinator.read_cursor().seq == seq_before and p.coordinator.pending_window() is None
+    assert LakeRegistry.from_dict(p.coordinator.read_lake()).tables[name].damaged_at == seq_before + 1
+
+    # The snapshot: chunks re-create and fill the table, stream windows keep landing in between.
+    grant = p.acquire("repair")
+    kinds: list[str] = []
+    try:
+        snap.request(p, grant, [name], chunk_rows=10)
+        for i in range(30):
+            execute(root_db, "UPDATE lk SET v = v + 100 WHERE id = %s", args=(10 + i % 3,))  # the stream has work
+            kinds.append(run_window(p, grant, merge)["kind"])
+            if not p.coordinator.read_snapshot().active:
+                break
+    finally:
+        p.release(grant)
+    assert kinds.count("snapshot") >= 3 and "stream" in kinds[kinds.index("snapshot"):], kinds
+    run_until_caught_up(p, merge, case.services, holder="after-repair")
+    # Rows never changed since the first snapshot are back (they are in no binlog window after it).
+    assert_lake_equals_source(root_db, p, source_db, "lk", ("id",))
+    entry = LakeRegistry.from_dict(p.coordinator.read_lake()).tables[name]
+    assert entry.damaged_at is None and entry.rebuild is None and entry.delta_id == delta_state.table_id(uri)
+    assert entry.delta_id != first.delta_id
