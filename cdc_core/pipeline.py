@@ -31,7 +31,7 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging
+from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging, windows
 from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -267,6 +267,9 @@ class Pipeline:
         scanner = self.scanner(facts)
         boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+        if plan.info.get("capped") and facts.end is not None:
+            # What "behind" meant when the cap cut the window (see `more_work`).
+            info["source_end"] = {"file": facts.end.file, "offset": facts.end.offset}
         return WindowPlan(
             **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
                "capture": self.capture_settings(tables)}
@@ -322,7 +325,9 @@ class Pipeline:
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")
-            manifest = staging.stage_window(plan, changes, self.staging_root, progress=self._stage_progress(grant, plan))
+            manifest = staging.stage_window(
+                plan, changes, self.staging_root, progress=self._stage_progress(grant, plan)
+            )
             self._log(
                 "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                 secs=f"{time.time() - t0:.2f}",
@@ -444,7 +449,9 @@ class Pipeline:
 
     def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str = "local[2]") -> list[str]:
         """The same command SparkSubmitOperator builds, for the CLI (pure: a test can assert it)."""
-        cmd = ["spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars()]
+        cmd = [
+            "spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars(),
+        ]
         for k, v in sorted(self.spark_conf().items()):
             cmd += ["--conf", f"{k}={v}"]
         return [*cmd, str(MERGE_JOB), *self.merge_application_args(grant, seq)]
@@ -527,6 +534,27 @@ class Pipeline:
 
         housekeeping.cleanup_after_ack(self, grant)
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def more_work(self, seq: int) -> dict[str, Any]:
+        """Right after window `seq` was acked: is more work waiting now, and why?
+
+        {"more": bool, "reason": one of `windows.MORE_*`, "detail": text, "seq": seq}. More is waiting
+        while a backfill or a snapshot is in progress, or when the window was cut short by a cap before
+        the source's end (see `windows.more_work`); the DAGs then trigger the next run at once instead
+        of waiting for the schedule (`continue_while_behind`). Reads ZooKeeper only.
+        """
+        record = self.coordinator.get_window(seq)
+        cursor = self.coordinator.read_cursor()
+        answer = windows.more_work(
+            record.plan if record is not None else None,
+            acked=record is not None and record.state == "acked",
+            enabled=self.config.continue_while_behind,
+            backfill_active=cursor.backfill is not None,
+            snapshot_active=self.coordinator.read_snapshot().active,
+        )
+        answer["seq"] = seq
+        self._log("window.more_work", None, seq=seq, more=answer["more"], reason=answer["reason"])
+        return answer
 
     def merge_report(self, seq: int) -> dict[str, Any] | None:
         """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
@@ -620,7 +648,9 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------ whole run
 
-    def run_cycle(self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None) -> dict[str, Any]:
+    def run_cycle(
+        self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None
+    ) -> dict[str, Any]:
         """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
         grant = self.acquire(holder)
         done: list[dict[str, Any]] = []
@@ -739,7 +769,9 @@ class Pipeline:
         )
         until = cursor.position
         if end_at is not None:
-            end_pos = self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            end_pos = (
+                self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            )
             until = min(end_pos, until) if end_pos.server == until.server else until
         until = max(until, start)
         report = {
@@ -751,7 +783,10 @@ class Pipeline:
         }
         if dry_run:
             txns = changes = 0
-            for b in self.scanner().scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)):
+            scan = self.scanner().scan_transactions(
+                start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)
+            )
+            for b in scan:
                 txns += 1
                 changes += b.events
             report.update(transactions=txns, events=changes)
@@ -781,7 +816,9 @@ class Pipeline:
             last_error = self.coordinator.read_last_error()
             if last_error is not None:
                 # A window acked after the failure means the pipeline got past it.
-                last_error["resolved"] = bool(cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0))
+                last_error["resolved"] = bool(
+                    cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0)
+                )
             out["last_error"] = last_error
             out["snapshot"] = snapshot.progress_view(self.coordinator.read_snapshot())
         except CdcError as e:

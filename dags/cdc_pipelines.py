@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TriggerRule
 from cdc_airflow import tasks
 from cdc_airflow.operators import CdcMergeOperator
@@ -51,10 +52,36 @@ def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # ty
     merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id)
     ack = tasks.ack_window.override(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)(pc.name)
     release = tasks.release_lease(pc.name)
+    more = tasks.more_work()
+    carry_on = continue_run(pc)
 
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
     ack >> release.as_teardown(setups=lease)
+    # After the teardown, so the next run finds the lease released (it may belong to another DAG); ack
+    # stays a leaf (its only downstream is the teardown), so a failed window still fails the run.
+    release >> more >> carry_on
+
+
+def continue_run(pc: PipelineConfig) -> TriggerDagRunOperator:
+    """Trigger `cdc_<name>` now (it continues backfills and snapshots too), without waiting for it.
+
+    The run id comes from the ack (`tasks.continue_run_id`): a retried trigger finds its run and skips.
+    The new run queues behind this one when it is the same DAG (max_active_runs=1).
+    """
+    more = f"ti.xcom_pull(task_ids='{tasks.MORE_WORK_TASK}')"
+    return TriggerDagRunOperator(
+        task_id=tasks.CONTINUE_TASK,
+        trigger_dag_id=f"cdc_{pc.name}",
+        trigger_run_id="{{ " + more + "['trigger_run_id'] }}",
+        conf={
+            "continued_from": "{{ dag.dag_id }}/{{ run_id }}",
+            "after_window": "{{ " + more + "['seq'] }}",
+            "reason": "{{ " + more + "['reason'] }}",
+        },
+        wait_for_completion=False,
+        skip_when_already_exists=True,
+    )
 
 
 def pipeline_dag(pc: PipelineConfig) -> DAG:
