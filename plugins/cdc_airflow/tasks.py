@@ -12,6 +12,10 @@ Task states map CDC outcomes:
   acquired.
 - a configuration error or a lost lease -> failed without retries (`AirflowFailException`).
 - anything else (source, ZooKeeper, staging, lake hiccups) -> failed, retried with back-off.
+
+After the teardown, `more_work` (a short-circuit) lets `continue_run` trigger the next run only when
+this run's ack succeeded and `Pipeline.more_work` said more is waiting (its answer travels in the ack's
+XCom, with the continuation's run id).
 """
 
 from __future__ import annotations
