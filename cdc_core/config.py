@@ -1,7 +1,7 @@
 """The configuration model: one YAML file that declares any number of pipelines.
 
 The file has two keys. `defaults` holds every setting a pipeline may override (ZooKeeper, lease,
-storage roots, Spark, window caps, schedule, delete mode, ...); `pipelines` lists the pipelines, each
+storage roots, Spark, window caps, schedule, catching up, delete mode, ...); `pipelines` lists the pipelines, each
 with its name, its source (an Airflow connection id: secrets never live in this file), its table
 filter and its configured start. `load_config()` reads the file named by `$CDC_CONFIG` (default
 `<repo>/config/pipelines.yaml`), merges the defaults into each pipeline (mappings key by key; lists
@@ -357,6 +357,9 @@ class PipelineSettings(_Model):
     delete_mode: Literal["hard", "soft"] = "hard"
     timestamp_fallback_seconds: int = Field(default=60, ge=0)
     retries: int = Field(default=3, ge=0)
+    # After a successful ack with more work waiting (a capped window, a backfill or a snapshot in progress),
+    # trigger the pipeline's next run at once instead of waiting for the schedule (see `Pipeline.more_work`).
+    continue_while_behind: bool = True
     staging_retention_hours: int = Field(default=72, gt=0)
     table_options: dict[str, TableOptions] = Field(default_factory=dict)  # "schema.table" -> options
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)

@@ -31,7 +31,7 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging
+from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging, windows
 from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -267,6 +267,9 @@ class Pipeline:
         scanner = self.scanner(facts)
         boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+        if plan.info.get("capped") and facts.end is not None:
+            # What "behind" meant when the cap cut the window (see `more_work`).
+            info["source_end"] = {"file": facts.end.file, "offset": facts.end.offset}
         return WindowPlan(
             **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
                "capture": self.capture_settings(tables)}
@@ -530,6 +533,27 @@ class Pipeline:
 
         housekeeping.cleanup_after_ack(self, grant)
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def more_work(self, seq: int) -> dict[str, Any]:
+        """Right after window `seq` was acked: is more work waiting now, and why?
+
+        {"more": bool, "reason": one of `windows.MORE_*`, "detail": text, "seq": seq}. More is waiting
+        while a backfill or a snapshot is in progress, or when the window was cut short by a cap before
+        the source's end (see `windows.more_work`); the DAGs then trigger the next run at once instead
+        of waiting for the schedule (`continue_while_behind`). Reads ZooKeeper only.
+        """
+        record = self.coordinator.get_window(seq)
+        cursor = self.coordinator.read_cursor()
+        answer = windows.more_work(
+            record.plan if record is not None else None,
+            acked=record is not None and record.state == "acked",
+            enabled=self.config.continue_while_behind,
+            backfill_active=cursor.backfill is not None,
+            snapshot_active=self.coordinator.read_snapshot().active,
+        )
+        answer["seq"] = seq
+        self._log("window.more_work", None, seq=seq, more=answer["more"], reason=answer["reason"])
+        return answer
 
     def merge_report(self, seq: int) -> dict[str, Any] | None:
         """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""

@@ -5,6 +5,9 @@ caps (events, bytes, transactions). The first transaction is always taken whole,
 exceeds a cap, so a huge transaction cannot stall the pipeline. The boundary iterator is consumed
 lazily and abandoned as soon as the window is full, so planning never scans more of the binlog than
 the window needs (plus at most one transaction, to learn that it does not fit).
+
+A window cut short by a cap records which cap in `info["capped"]` (absent when the boundaries ran
+out first), so that after its ack the pipeline can tell that more is waiting (`continuation`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from cdc_core.binlog import TxnBoundary
 from cdc_core.errors import ConfigError
 from cdc_core.positions import BinlogPosition, binlog_file_index
-from cdc_core.window_plan import KIND_STREAM, WindowCaps, WindowPlan
+from cdc_core.window_plan import KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 
 
 def _check_caps(caps: WindowCaps) -> None:
@@ -48,18 +51,17 @@ def plan_window(
     start_key = (binlog_file_index(start.file), start.offset)
     end = start
     txns = events = size = 0
+    capped: str | None = None
     for b in boundaries:
         if (binlog_file_index(b.start_file), b.start_offset) < start_key:
             raise ConfigError(
                 f"window {seq} of {pipeline!r}: transaction at {b.start_file}:{b.start_offset} starts before the "
                 f"window start {start.label()} (the boundaries do not follow the start)"
             )
-        if txns and (
-            txns + 1 > caps.max_transactions
-            or events + b.events > caps.max_events
-            or size + b.bytes > caps.max_bytes
-        ):
-            break
+        if txns:
+            capped = _exceeded(caps, txns + 1, events + b.events, size + b.bytes, strictly=True)
+            if capped:
+                break
         if not b.end.server.same_server(start.server):
             raise ConfigError(
                 f"window {seq} of {pipeline!r}: transaction end {b.end.label()} is on {b.end.server}, "
@@ -69,7 +71,8 @@ def plan_window(
         txns += 1
         events += b.events
         size += b.bytes
-        if txns >= caps.max_transactions or events >= caps.max_events or size >= caps.max_bytes:
+        capped = _exceeded(caps, txns, events, size, strictly=False)
+        if capped:
             break  # full: do not pull (scan) another transaction
     return WindowPlan(
         pipeline=pipeline,
@@ -82,5 +85,83 @@ def plan_window(
         bytes=size,
         planned_at=time.time() if now is None else now,
         tables=tables,
-        info=dict(info or {}),
+        info={**(info or {}), **({"capped": capped} if capped else {})},
     )
+
+
+def _exceeded(caps: WindowCaps, txns: int, events: int, size: int, *, strictly: bool) -> str | None:
+    """The first cap that `txns`/`events`/`size` go over (`strictly`) or reach, else None."""
+    for name, value in (("max_transactions", txns), ("max_events", events), ("max_bytes", size)):
+        limit = getattr(caps, name)
+        if value > limit or (not strictly and value >= limit):
+            return name
+    return None
+
+
+# Why `more_work` says what it says (the "reason" of its answer).
+MORE_DISABLED = "disabled"
+MORE_NOT_ACKED = "not_acked"
+MORE_EMPTY = "empty_window"
+MORE_BACKFILL = "backfill"
+MORE_SNAPSHOT = "snapshot"
+MORE_CAPPED = "capped"
+MORE_CAUGHT_UP = "caught_up"
+
+
+def more_work(
+    plan: WindowPlan | None,
+    *,
+    acked: bool,
+    enabled: bool = True,
+    backfill_active: bool = False,
+    snapshot_active: bool = False,
+) -> dict[str, Any]:
+    """After window `plan` was acked: is more work waiting right now, and why? ({"more", "reason", "detail"})
+
+    More is waiting while a backfill or a snapshot is still in progress, or when the window was cut
+    short by a cap before the source's end seen when it was planned (`info["capped"]`,
+    `info["source_end"]`). Never after a window that is not acked (a failed run does not continue)
+    and never after an empty window: an empty window made no progress, so continuing could only
+    loop (an active snapshot gives an empty binlog turn to its next chunk when it can, so an empty
+    window means no chunk could be planned either).
+    """
+    if not enabled:
+        return _answer(False, MORE_DISABLED, "continue_while_behind is false: the schedule continues")
+    if plan is None or not acked:
+        what = "no such window" if plan is None else f"window {plan.seq} is not acked"
+        return _answer(False, MORE_NOT_ACKED, f"{what}: only an acked window continues")
+    seq = plan.seq
+    if plan.is_empty:
+        return _answer(False, MORE_EMPTY, f"window {seq} was empty: nothing more to land now")
+    if backfill_active:
+        return _answer(True, MORE_BACKFILL, f"a backfill is still in progress after window {seq}")
+    if snapshot_active:
+        return _answer(True, MORE_SNAPSHOT, f"a snapshot is still in progress after window {seq}")
+    if plan.kind == KIND_SNAPSHOT:
+        return _answer(False, MORE_CAUGHT_UP, f"the snapshot finished with window {seq}")
+    cap = plan.info.get("capped")
+    if cap and _before(plan.end, plan.info.get("source_end")):
+        seen = plan.info.get("source_end")
+        seen = seen if isinstance(seen, dict) else {}
+        return _answer(
+            True,
+            MORE_CAPPED,
+            f"window {seq} stopped at caps.{cap} at {plan.end.file}:{plan.end.offset}, before the source's end "
+            f"{seen.get('file', '?')}:{seen.get('offset', '?')} seen when it was planned",
+        )
+    return _answer(False, MORE_CAUGHT_UP, f"window {seq} reached the source's end seen when it was planned")
+
+
+def _answer(more: bool, reason: str, detail: str) -> dict[str, Any]:
+    return {"more": more, "reason": reason, "detail": detail}
+
+
+def _before(end: BinlogPosition, source_end: Any) -> bool:
+    """`end` is before the recorded source end; True when none was recorded (trust the cap)."""
+    if not isinstance(source_end, dict) or "file" not in source_end or "offset" not in source_end:
+        return True
+    try:
+        seen = (binlog_file_index(str(source_end["file"])), int(source_end["offset"]))
+    except (ConfigError, TypeError, ValueError):
+        return True
+    return (binlog_file_index(end.file), end.offset) < seen

@@ -11,10 +11,23 @@ cdc_<name>_snapshot   manual, with a form (tables, chunk_rows): request a lock-f
                       The scheduled runs continue it: while a snapshot is active every run of cdc_<name> lands
                       one window, chunks and stream windows in turn (progress on the monitor page).
 
+Every run lands one window, then, after release_lease: more_work -> continue_run. When the ack said more
+work is waiting (`Pipeline.more_work`: the window was cut short by a cap before the source's end seen when
+it was planned, or a backfill or a snapshot is still in progress) and `continue_while_behind` is on,
+continue_run triggers cdc_<name> at once (not waited for) instead of leaving it to the schedule: a
+pipeline that is behind catches up run after run, a backfill replays up to its end, a snapshot loads
+chunk after chunk, and then the schedule takes over again. The new run queues behind this one
+(max_active_runs=1) and finds the lease released. Its run id (`continue__w<seq>__t<token>`) is fixed by
+the ack, so a retried trigger finds the run it created and skips. Only a successful ack continues, never
+after an empty window (no progress: no loop).
+
 The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
 - release_lease is a teardown: it runs after everything else whether the run succeeded or failed, is
   skipped when acquire_lease was skipped (another run holds the lease: the whole run skips), and does
   not decide the run's state (a failed merge still fails the run).
+- more_work runs after release_lease whatever happened (ALL_DONE) and reads the ack's result from XCom:
+  a failed, skipped or dry run has none and triggers nothing. The run's state still comes from
+  ack_window (its only downstream is the teardown, so it stays a leaf) and continue_run.
 - merge_window is skipped for an empty window; ack_window then still runs (it records the empty
   window), but never after a failed merge.
 - Every task retries `retries` times with exponential back-off, starting from Airflow's
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TriggerRule
 from cdc_airflow import tasks
 from cdc_airflow.operators import CdcMergeOperator
@@ -51,10 +65,36 @@ def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # ty
     merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id)
     ack = tasks.ack_window.override(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)(pc.name)
     release = tasks.release_lease(pc.name)
+    more = tasks.more_work()
+    carry_on = continue_run(pc)
 
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
     ack >> release.as_teardown(setups=lease)
+    # After the teardown, so the next run finds the lease released (it may belong to another DAG); ack
+    # stays a leaf (its only downstream is the teardown), so a failed window still fails the run.
+    release >> more >> carry_on
+
+
+def continue_run(pc: PipelineConfig) -> TriggerDagRunOperator:
+    """Trigger `cdc_<name>` now (it continues backfills and snapshots too), without waiting for it.
+
+    The run id comes from the ack (`tasks.continue_run_id`): a retried trigger finds its run and skips.
+    The new run queues behind this one when it is the same DAG (max_active_runs=1).
+    """
+    more = f"ti.xcom_pull(task_ids='{tasks.MORE_WORK_TASK}')"
+    return TriggerDagRunOperator(
+        task_id=tasks.CONTINUE_TASK,
+        trigger_dag_id=f"cdc_{pc.name}",
+        trigger_run_id="{{ " + more + "['trigger_run_id'] }}",
+        conf={
+            "continued_from": "{{ dag.dag_id }}/{{ run_id }}",
+            "after_window": "{{ " + more + "['seq'] }}",
+            "reason": "{{ " + more + "['reason'] }}",
+        },
+        wait_for_completion=False,
+        skip_when_already_exists=True,
+    )
 
 
 def pipeline_dag(pc: PipelineConfig) -> DAG:

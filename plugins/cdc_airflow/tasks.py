@@ -12,6 +12,10 @@ Task states map CDC outcomes:
   acquired.
 - a configuration error or a lost lease -> failed without retries (`AirflowFailException`).
 - anything else (source, ZooKeeper, staging, lake hiccups) -> failed, retried with back-off.
+
+After the teardown, `more_work` (a short-circuit) lets `continue_run` trigger the next run only when
+this run's ack succeeded and `Pipeline.more_work` said more is waiting (its answer travels in the ack's
+XCom, with the continuation's run id).
 """
 
 from __future__ import annotations
@@ -22,11 +26,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import get_current_context, task
+from airflow.sdk import TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cdc_airflow.operators import LEASE_TASK, PLAN_TASK, pull_grant_and_seq
 from cdc_core.errors import ConfigError, Fenced, LeaseHeld
+
+ACK_TASK = "ack_window"
+MORE_WORK_TASK = "more_work"  # the short-circuit after release_lease
+CONTINUE_TASK = "continue_run"  # the TriggerDagRunOperator after it
 
 log = logging.getLogger("cdc.airflow")
 
@@ -204,13 +212,47 @@ def stage_window(pipeline: str) -> dict[str, Any]:
         return dict(p.stage(grant, seq))
 
 
-@task(task_id="ack_window")
+@task(task_id=ACK_TASK)
 def ack_window(pipeline: str) -> dict[str, Any]:
-    """Move the cursor past the window once Delta holds it for every staged table."""
+    """Move the cursor past the window once Delta holds it for every staged table; say whether more work
+    is waiting (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
     ctx = get_current_context()
     grant, seq = _grant_and_seq(ctx["ti"])
-    with _step(pipeline, "ack_window", seq) as p:
-        return dict(p.ack(grant, seq))
+    with _step(pipeline, ACK_TASK, seq) as p:
+        result = dict(p.ack(grant, seq))
+        more = dict(p.more_work(seq))
+    more["trigger_run_id"] = continue_run_id(seq, grant.token)
+    result["more_work"] = more
+    return result
+
+
+def continue_run_id(seq: int, token: int) -> str:
+    """The run id of the run that continues after window `seq`, acked under lease `token`.
+
+    The same for every try of the ack, `more_work` and trigger tasks of one run, so a retried trigger
+    finds the run it already created (and skips) instead of creating a second one; different for every
+    window. Not derived from the current run id: a chain of continuations would grow it without bound.
+    """
+    return f"continue__w{seq}__t{token:x}"
+
+
+@task.short_circuit(task_id=MORE_WORK_TASK, trigger_rule=TriggerRule.ALL_DONE)
+def more_work() -> dict[str, Any] | bool:
+    """After release_lease: continue (trigger the next run) only if this run's ack succeeded and said so.
+
+    Runs whatever happened before (ALL_DONE, so it comes after the teardown whatever the teardown's
+    state), and reads the ack's result from XCom: a run whose ack did not succeed (failed merge,
+    skipped run, dry run) has none, so it never continues. Returns the answer (truthy) to continue,
+    False to skip the trigger.
+    """
+    ctx = get_current_context()
+    ack = ctx["ti"].xcom_pull(task_ids=ACK_TASK)
+    answer = ack.get("more_work") if isinstance(ack, dict) else None
+    if not isinstance(answer, dict):
+        log.info("more_work more=False reason=no_ack (this run acked no window)")
+        return False
+    log.info("more_work more=%s reason=%s detail=%r", answer.get("more"), answer.get("reason"), answer.get("detail"))
+    return answer if answer.get("more") else False
 
 
 @task(task_id="release_lease")

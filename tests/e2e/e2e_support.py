@@ -154,7 +154,7 @@ class CdcCase:
             if r[0] not in before
         ]
         assert runs, f"`airflow dags test {dag_id}` created no run (exit {proc.returncode}):\n{output[-6000:]}"
-        run_id, state = runs[-1]
+        run_id, state = runs[0]  # the run `dags test` ran; one its `continue_run` task triggered comes after
         rows = self.airflow.query(
             "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id
         )

@@ -6,7 +6,9 @@
 - a merge that dies half-way (after its first table committed) is retried by Airflow and converges
   without duplicates;
 - a run started while someone else holds the lease skips entirely and leaves that lease alone;
-- a backfill from a timestamp repairs a damaged Delta table (dry run first: reports, changes nothing).
+- a backfill from a timestamp repairs a damaged Delta table (dry run first: reports, changes nothing);
+- a run whose window a cap cut short triggers the next run of `cdc_<name>` at once (one queued DagRun,
+  created by its `continue_run` task); a run that reached the source's end, or was skipped, triggers none.
 
 DAG runs are expensive here (10-25 s each), so each test does as few as it can.
 """
@@ -163,11 +165,55 @@ def test_run_skips_while_another_run_holds_the_lease(cdc_case: CdcCase) -> None:
             p.release(grant)
 
     assert_all(result, "skipped")
+    assert result.tasks["continue_run"] == "skipped", result.explain()  # a skipped run never continues
+    assert continuation_runs(case) == [], result.explain()
     assert "someone-else/manual" in result.output, result.explain()
     # release_lease skipped too: the other holder's lease is untouched, and nothing moved.
     assert status["lease"]["holder"] == "someone-else/manual", status
     assert status["cursor"]["seq"] == 0, status
     assert not any(case.lake.iterdir())
+
+
+def continuation_runs(case: CdcCase) -> list[tuple[str, str, str, str]]:
+    """(run_id, state, run_type, conf) of the runs of cdc_<name> that a `continue_run` task created."""
+    return case.airflow.query(
+        "SELECT run_id, state, run_type, CAST(conf AS TEXT) FROM dag_run WHERE dag_id = ? AND run_id LIKE "
+        "'continue\\_\\_%' ESCAPE '\\' ORDER BY id",
+        f"cdc_{case.name}",
+    )
+
+
+def test_a_run_cut_short_by_a_cap_triggers_the_next_run_at_once(cdc_case: CdcCase) -> None:
+    case = cdc_case
+    sql(case.services, case.database, "CREATE TABLE t (id INT NOT NULL PRIMARY KEY, v INT NOT NULL)")
+    # At most 2 transactions per window, and at least 5 of ours after the start: the first window is capped.
+    case.write_config(binlog_position(case.services), caps={"max_transactions": 2})
+    sql(case.services, case.database, *(f"INSERT INTO t VALUES ({i}, {i})" for i in range(5)))
+
+    first = case.run_pipeline()
+    assert first.state == "success", first.explain()
+    assert_all(first, "success", [*WINDOW_TASKS, "more_work", "continue_run"])
+    runs = continuation_runs(case)
+    assert len(runs) == 1, (runs, first.explain())
+    run_id, state, run_type, conf = runs[0]
+    assert run_id.startswith("continue__w1__t"), runs  # after window 1, named after the lease token
+    assert (state, run_type) == ("queued", "operator_triggered"), runs  # not waited for: starts after this run
+    assert first.run_id in conf and "capped" in conf, runs
+    with case.pipeline() as p:
+        status = p.status()
+    assert status["cursor"]["seq"] == 1, status
+    lease = status["lease"]  # released before the trigger fired: the next run can take it
+    assert lease is None or lease.get("holder") is None or lease["expires_at"] <= time.time(), status
+    window = status["windows"][0]["plan"]
+    assert window["info"]["capped"] == "max_transactions" and window["transactions"] == 2, window
+
+    # Caps wide open: the next window reaches the source's end, so nothing more is triggered.
+    case.write_config(binlog_position(case.services))
+    second = case.run_pipeline()
+    assert second.state == "success", second.explain()
+    assert second.tasks["more_work"] == "success" and second.tasks["continue_run"] == "skipped", second.explain()
+    assert continuation_runs(case) == runs, second.explain()
+    assert_lake_equals_source(case, ["t"])
 
 
 def _damage(path: Path) -> None:

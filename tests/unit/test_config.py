@@ -102,6 +102,7 @@ def test_defaults_merge_into_pipelines_key_by_key(tmp_path: Path) -> None:
             source: {conn_id: audit_db}
             tables: {include: ["audit.*"]}
             schedule: null
+            continue_while_behind: false
             staging_root: /abs/staging
             start: {kind: timestamp, at: 2026-11-20T08:00:00+02:00}
         """,
@@ -129,8 +130,10 @@ def test_defaults_merge_into_pipelines_key_by_key(tmp_path: Path) -> None:
     assert orders.lake_root == "s3a://bucket/lake"
     assert orders.tables.exclude == ["shop.order_tmp"]
     assert orders.start.spec_kwargs() == {"kind": "gtid", "gtid": "0-1-42"}
+    assert orders.continue_while_behind is True  # built-in default: a pipeline behind catches up at once
     audit = cfg.pipeline("audit-2")
     assert audit.schedule is None
+    assert audit.continue_while_behind is False
     assert audit.staging_root == "/abs/staging"
     assert audit.table_options["shop.orders"]["change_data_feed"] is False  # the default's entry, untouched
     assert audit.start.at == datetime(2026, 11, 20, 6, 0, tzinfo=UTC)
@@ -206,6 +209,7 @@ def test_example_message_format(tmp_path: Path) -> None:
         ("lease_seconds: 0", "pipeline 'orders': lease_seconds: must be > 0 (got 0)"),
         ("lease_seconds: '600'", "pipeline 'orders': lease_seconds: must be an integer (got '600')"),
         ("retries: -1", "pipeline 'orders': retries: must be >= 0 (got -1)"),
+        ("continue_while_behind: 'yes'", "pipeline 'orders': continue_while_behind: must be true or false"),
         ("delete_mode: purge", "pipeline 'orders': delete_mode: must be one of 'hard' or 'soft' (got 'purge')"),
         ("schedule: every hour", "pipeline 'orders': schedule: must be a 5-field cron expression"),
         ("schedule: '@fortnightly'", "pipeline 'orders': schedule: unknown preset"),

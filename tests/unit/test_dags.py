@@ -45,7 +45,8 @@ pipelines:
     lease_seconds: 40
 """
 
-WINDOW = ["plan_window", "stage_window", "merge_window", "ack_window", "release_lease"]
+WINDOW = ["plan_window", "stage_window", "merge_window", "ack_window", "release_lease", "more_work", "continue_run"]
+CONTINUE = {"more_work": {"release_lease"}, "continue_run": {"more_work"}}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,7 @@ def test_scheduled_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
         "merge_window": {"stage_window"},
         "ack_window": {"stage_window", "merge_window"},
         "release_lease": {"ack_window", "acquire_lease"},
+        **CONTINUE,
     }
     tr = {t.task_id: t.trigger_rule for t in dag.tasks}
     # ack after a skipped (empty) merge, never after a failed one
@@ -104,6 +106,61 @@ def test_scheduled_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dag.get_task("acquire_lease").is_setup
     for task_id in ("plan_window", "stage_window", "merge_window"):
         assert tr[task_id] == TriggerRule.ALL_SUCCESS
+
+
+@pytest.mark.parametrize("dag_id", ["cdc_orders", "cdc_orders_backfill", "cdc_orders_snapshot"])
+def test_continuation_after_the_teardown_never_changes_the_run_state(dagbag, dag_id: str) -> None:  # type: ignore[no-untyped-def]
+    """more_work runs after release_lease whatever its state; the trigger only when more_work says so;
+    the run's state still comes from ack_window (a leaf: its only downstream is the teardown)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import TriggerRule
+
+    dag = dagbag.dags[dag_id]
+    more, carry_on = dag.get_task("more_work"), dag.get_task("continue_run")
+    assert isinstance(more, ShortCircuitOperator) and more.ignore_downstream_trigger_rules
+    assert more.trigger_rule == TriggerRule.ALL_DONE
+    assert isinstance(carry_on, TriggerDagRunOperator)
+    assert carry_on.trigger_rule == TriggerRule.ALL_SUCCESS
+    assert carry_on.trigger_dag_id == "cdc_orders"
+    assert carry_on.wait_for_completion is False
+    assert carry_on.skip_when_already_exists is True  # a retried trigger finds its run: never a second one
+    assert carry_on.trigger_run_id == "{{ ti.xcom_pull(task_ids='more_work')['trigger_run_id'] }}"
+    assert not more.is_teardown and not carry_on.is_teardown
+
+    class _TI:
+        def __init__(self, task_id: str) -> None:
+            self.task_id, self.state = task_id, None
+
+    # Airflow's own rule for which tasks decide a run's state (it does not use `self`).
+    tis = [_TI(t) for t in dag.task_ids]
+    leaves = {ti.task_id for ti in DagRun._tis_for_dagrun_state(None, dag=dag, tis=tis)}  # type: ignore[arg-type]
+    assert leaves == {"ack_window", "continue_run"}
+
+
+def test_more_work_continues_only_after_a_successful_ack_that_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_airflow import tasks
+
+    class _TI:
+        def __init__(self, ack: object) -> None:
+            self.ack = ack
+
+        def xcom_pull(self, task_ids: str) -> object:
+            assert task_ids == "ack_window"
+            return self.ack
+
+    def decide(ack: object) -> object:
+        monkeypatch.setattr(tasks, "get_current_context", lambda: {"ti": _TI(ack)})
+        return tasks.more_work.function()
+
+    yes = {"more": True, "reason": "capped", "detail": "...", "seq": 7, "trigger_run_id": "continue__w7__t1f"}
+    assert decide({"seq": 7, "acked": True, "more_work": yes}) == yes
+    assert decide({"seq": 7, "acked": True, "more_work": {**yes, "more": False, "reason": "caught_up"}}) is False
+    assert decide(None) is False  # the ack failed, was skipped (lease held, dry run): no XCom
+    assert decide({"seq": 7, "acked": True}) is False  # an ack result without an answer
+    assert tasks.continue_run_id(7, 0x1F) == "continue__w7__t1f"
+    assert tasks.continue_run_id(8, 0x1F) != tasks.continue_run_id(7, 0x1F)
 
 
 def test_retries_with_exponential_backoff_capped_below_the_lease(dagbag) -> None:  # type: ignore[no-untyped-def]
@@ -142,7 +199,9 @@ def test_backfill_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert up["plan_window"] == {"begin_backfill"}
     assert up["ack_window"] == {"stage_window", "merge_window"}
     assert up["release_lease"] == {"ack_window", "acquire_lease"}
+    assert {k: up[k] for k in CONTINUE} == CONTINUE
     assert dag.get_task("release_lease").is_teardown
+    assert dag.get_task("continue_run").trigger_dag_id == "cdc_orders"  # the scheduled DAG finishes the backfill
     # the backfill's plan step skips itself (and so the rest) on a dry run
     assert dag.get_task("plan_window").op_kwargs == {"skip_if_dry_run": True}
     assert dagbag.dags["cdc_orders"].get_task("plan_window").op_kwargs == {}
@@ -194,7 +253,9 @@ def test_snapshot_dag_shape_and_form(dagbag) -> None:  # type: ignore[no-untyped
     assert up["plan_window"] == {"begin_snapshot"}
     assert up["ack_window"] == {"stage_window", "merge_window"}
     assert up["release_lease"] == {"ack_window", "acquire_lease"}
+    assert {k: up[k] for k in CONTINUE} == CONTINUE
     assert dag.get_task("release_lease").is_teardown
+    assert dag.get_task("continue_run").trigger_dag_id == "cdc_orders"  # the scheduled DAG runs the next chunks
 
     def validate(conf: dict[str, object]) -> dict[str, object]:
         params = copy.deepcopy(dag.params)

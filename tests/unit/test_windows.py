@@ -166,6 +166,11 @@ def test_consecutive_windows_cover_the_stream_exactly(
                 or plan.bytes + nxt.bytes > caps.max_bytes
             )
         assert it.pulled <= plan.transactions + 1
+        # a window that left transactions behind says which cap cut it; one without a cap took them all
+        if len(remaining) > plan.transactions:
+            assert plan.info["capped"] in ("max_transactions", "max_events", "max_bytes")
+        if "capped" not in plan.info:
+            assert plan.transactions == len(remaining)
         taken += window
         pos, seq = plan.end, seq + 1
     assert taken == txns  # concatenated windows are the stream, in order, nothing twice
@@ -181,3 +186,72 @@ def test_a_plan_keeps_its_capture_settings_through_json() -> None:
     with_capture = replace(plan, capture={"include": ("shop.*",), "exclude": ("shop.tmp_*",), "full_row_key": ()})
     assert WindowPlan.from_json(with_capture.to_json()) == with_capture
     assert WindowPlan.from_json(plan.to_json()).capture is None  # plans stored before the field existed
+
+
+# ------------------------------------------------------------------------------ more work after an ack
+
+
+def test_the_cap_that_cut_a_window_is_recorded() -> None:
+    start, txns = make_stream([(3, 100)] * 10)
+    assert plan_window("p", 1, start, txns, WindowCaps(max_events=10)).info == {"capped": "max_events"}
+    assert plan_window("p", 1, start, txns, WindowCaps(max_bytes=250)).info == {"capped": "max_bytes"}
+    assert plan_window("p", 1, start, txns, WindowCaps(max_transactions=4)).info == {"capped": "max_transactions"}
+    full = plan_window("p", 1, start, txns, WindowCaps(max_transactions=10))  # full exactly: cannot tell, says so
+    assert full.transactions == 10 and full.info == {"capped": "max_transactions"}
+    assert "capped" not in plan_window("p", 1, start, txns, WindowCaps(max_transactions=11)).info
+    assert "capped" not in plan_window("p", 1, start, [], WindowCaps(max_transactions=1)).info
+    big = plan_window("p", 1, start, make_stream([(50, 10_000)] * 2)[1], WindowCaps(max_events=10))
+    assert big.transactions == 1 and big.info == {"capped": "max_events"}  # a lone oversized transaction
+
+
+def _plan(kind: str = "stream", txns: int = 3, **info: object):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from cdc_core.window_plan import KIND_SNAPSHOT
+
+    start, boundaries = make_stream([(1, 10)] * txns)
+    plan = plan_window("p", 4, start, boundaries, WindowCaps(), kind=kind if kind != KIND_SNAPSHOT else "stream")
+    plan = replace(plan, info=dict(info))
+    return replace(plan, kind=kind) if kind == KIND_SNAPSHOT else plan
+
+
+def test_more_work_decision() -> None:
+    from cdc_core import windows as w
+
+    end = _plan().end
+    behind = {"file": end.file, "offset": end.offset + 1}
+    at_end = {"file": end.file, "offset": end.offset}
+
+    def ask(plan, acked=True, **kw):  # type: ignore[no-untyped-def]
+        answer = w.more_work(plan, acked=acked, **kw)
+        assert set(answer) == {"more", "reason", "detail"} and answer["detail"]
+        return answer["more"], answer["reason"]
+
+    capped = _plan(capped="max_events", source_end=behind)
+    assert ask(capped) == (True, w.MORE_CAPPED)
+    assert ask(_plan(capped="max_events", source_end=at_end)) == (False, w.MORE_CAUGHT_UP)  # full, but at the end
+    assert ask(_plan(capped="max_events", source_end={"file": "mysql-bin.000002", "offset": 4})) == (True, "capped")
+    assert ask(_plan(capped="max_events")) == (True, w.MORE_CAPPED)  # no source end recorded: trust the cap
+    assert ask(_plan(source_end=behind)) == (False, w.MORE_CAUGHT_UP)  # not capped: the scan reached the end
+    assert ask(_plan()) == (False, w.MORE_CAUGHT_UP)  # plans written before `capped` existed
+    assert ask(_plan(kind=KIND_BACKFILL), backfill_active=True) == (True, w.MORE_BACKFILL)
+    assert ask(_plan(kind=KIND_BACKFILL)) == (False, w.MORE_CAUGHT_UP)  # the backfill's last window
+    assert ask(_plan(), snapshot_active=True) == (True, w.MORE_SNAPSHOT)
+    assert ask(_plan(kind="snapshot"), snapshot_active=True) == (True, w.MORE_SNAPSHOT)
+    assert ask(_plan(kind="snapshot")) == (False, w.MORE_CAUGHT_UP)  # the last chunk
+    # never continue: turned off, a window not acked (failed run), an empty window (no progress: no loop)
+    assert ask(capped, enabled=False, backfill_active=True) == (False, w.MORE_DISABLED)
+    assert ask(capped, acked=False, snapshot_active=True) == (False, w.MORE_NOT_ACKED)
+    assert ask(None, acked=False) == (False, w.MORE_NOT_ACKED)
+    empty = _plan(txns=0)
+    assert empty.is_empty
+    assert ask(empty, backfill_active=True, snapshot_active=True) == (False, w.MORE_EMPTY)
+    chunk = _plan(kind="snapshot", txns=0)  # a chunk reads rows, not binlog: never empty
+    assert ask(chunk, snapshot_active=True) == (True, w.MORE_SNAPSHOT)
+
+
+def test_more_work_survives_odd_recorded_source_ends() -> None:
+    from cdc_core import windows as w
+
+    for odd in ({"file": "binlog", "offset": 9}, {"file": "mysql-bin.000001"}, "mysql-bin.000001:9", None):
+        assert w.more_work(_plan(capped="max_bytes", source_end=odd), acked=True)["more"] is True
