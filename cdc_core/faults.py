@@ -58,7 +58,8 @@ def point(name: str) -> None:
 
 def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:
     """Pass `items` through, firing `name` once about half-way (after max(1, expected // 2) rows; an item
-    with a `rows` count, such as a RowBatch, counts that many)."""
+    with a `rows` count, such as a RowBatch, counts that many), or after the last item when `expected`
+    overestimated (a window's event count includes its GTID, table-map and commit events)."""
     at = max(1, expected // 2)
     seen = 0
     fired = False
@@ -68,3 +69,5 @@ def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:
         if not fired and seen >= at:
             fired = True
             point(name)
+    if not fired and seen:
+        point(name)
