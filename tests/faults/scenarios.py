@@ -41,6 +41,8 @@ CRASH_POINTS = (
     "mid_ack",
     "after_ack",
 )
+# Points inside the merge job (spark_apps/merge_window.py), a separate process under spark-submit.
+MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table")
 # Where a paused zombie is most dangerous: holding a plan, a staged window, or an ack about to commit.
 ZOMBIE_POINTS = ("after_plan", "after_stage", "after_merge", "before_ack", "mid_ack")
 
@@ -66,6 +68,10 @@ def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attem
             if point not in r.fired:
                 raise AssertionError(f"run killed, but not at {point}:\n{r.explain()}")
             return f"killed at {point}"
+        if point in MERGE_JOB_POINTS and point in r.fired and r.rc == RC_LAKE:
+            # With real spark-submit the point kills the merge job's driver, a child of the run: the
+            # run sees the job die (exit 137) and fails its merge step, retryable, like a lost worker.
+            return f"merge job killed at {point}"
         _expect(r, (RC_OK,), f"run with fault {point} that did not fire")
         if not require:
             return f"{point} not reached"
