@@ -60,6 +60,18 @@ class _Services:
     def root_connect(self, database: str | None = None) -> Any:
         return self.si.root_connect(database)
 
+    def binlog_end(self) -> dict[str, object]:
+        """The source's current end of binlog as a pipeline `start:` block (like tests/conftest.py's)."""
+        from cdc_core.source import inspect_source
+
+        conn = self.root_connect()
+        try:
+            end = inspect_source(conn).end
+        finally:
+            conn.close()
+        assert end is not None, "the bench's server has binary logging off"
+        return {"kind": "file", "file": end.file, "offset": end.offset}
+
 
 def _timed(
     cmd: list[str], env: dict[str, str], timeout: float = 1800
