@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 POINTS = (
     "after_acquire",
-    "after_plan",
+    "after_plan",  # the window to work on is known: stored now, or a pending one to replay
     "mid_stage_before",  # the window's binlog reader is set up, nothing read yet
     "mid_stage",  # about half of the window's changes read (the binlog connection is open)
     "after_stage",

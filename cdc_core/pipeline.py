@@ -210,6 +210,7 @@ class Pipeline:
         pending = self.coordinator.pending_window()
         if pending is not None:
             self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
+            faults.point("after_plan")  # the plan to work on is known, replayed or new (crash suite)
             return self._plan_info(pending.plan, recovered=recovered or "replay")
         cursor = self.coordinator.read_cursor()
         first_rule = None
