@@ -578,7 +578,7 @@ class _Run:
                 time.sleep(0.5)
         self.log("merge.table_created", table=label, uri=uri)
 
-    def _wait_for_table(self, uri: str, cause: BaseException) -> None:
+    def wait_for_table(self, uri: str, cause: BaseException) -> None:
         deadline = time.monotonic() + CREATE_RACE_SECONDS
         while not DeltaTable.isDeltaTable(self.spark, uri):
             if time.monotonic() > deadline:
@@ -607,7 +607,7 @@ class _Run:
                     if attempt == 1 and _is_table_not_found(e):
                         # A concurrent run of this window created the table and its first commit was not
                         # visible yet when this MERGE resolved the path: wait for it, then retry once.
-                        self._wait_for_table(uri, e)
+                        self.wait_for_table(uri, e)
                         self.log("merge.retry", table=label, reason=_one_line(e))
                         continue
                     if not _is_commit_conflict(e):
@@ -936,7 +936,16 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     tables: dict[str, Any] = {}
     for st in manifest.tables:
         try:
-            tables[st.name] = run.merge_table(st)
+            try:
+                tables[st.name] = run.merge_table(st)
+            except Exception as e:
+                if not _is_table_not_found(e):
+                    raise
+                # A concurrent run of this window is creating the table (its first commit not visible
+                # yet to one of our reads): wait for it, then merge the table again (idempotent).
+                run.wait_for_table(table_uri(lake_root, st.schema, st.table), e)
+                run.log("merge.retry", table=st.name, reason=_one_line(e))
+                tables[st.name] = run.merge_table(st)
             if len(tables) == 1 and len(manifest.tables) > 1:
                 faults.point("mid_merge")  # crash suite: some tables committed, others not
         except CdcError:
