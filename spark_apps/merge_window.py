@@ -301,8 +301,9 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
 
 
 def _is_table_not_found(e: BaseException) -> bool:
+    """Spark could not resolve a Delta table path (e.g. [DELTA_TABLE_NOT_FOUND] "... doesn't exist")."""
     text = str(e)
-    return "DELTA_TABLE_NOT_FOUND" in text or ("doesn't exist" in text and "delta" in text.lower())
+    return any(m in text for m in ("DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "doesn't exist"))
 
 
 def _is_commit_conflict(e: BaseException) -> bool:
