@@ -37,7 +37,7 @@ trap 'exit 143' TERM  # so that a killed run still stops what it started (EXIT r
 trap 'exit 130' INT
 
 set +e
-python -m pytest -m "unit or integration or e2e" "$@"
+python -m pytest -m "unit or integration or e2e" --durations=15 "$@"  # the slowest tests, to keep CI short
 rc=$?
 set -e
 
