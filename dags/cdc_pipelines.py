@@ -114,17 +114,27 @@ def pipeline_dag(pc: PipelineConfig) -> DAG:
     return dag
 
 
-def backfill_dag(pc: PipelineConfig) -> DAG:
-    with DAG(
-        dag_id=f"cdc_{pc.name}_backfill",
-        description=f"CDC {pc.name}: replay the binlog from a timestamp into Delta",
+def manual_dag(pc: PipelineConfig, kind: str, description: str, params: dict[str, Param]) -> DAG:
+    """`cdc_<name>_<kind>`: triggered by hand with a form, one run at a time, the pipeline's task defaults."""
+    return DAG(
+        dag_id=f"cdc_{pc.name}_{kind}",
+        description=description,
         schedule=None,
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
         default_args=task_defaults(pc),
-        tags=["cdc", f"cdc:{pc.name}", "backfill"],
+        tags=["cdc", f"cdc:{pc.name}", kind],
         doc_md=__doc__,
+        params=params,
+    )
+
+
+def backfill_dag(pc: PipelineConfig) -> DAG:
+    with manual_dag(
+        pc,
+        "backfill",
+        f"CDC {pc.name}: replay the binlog from a timestamp into Delta",
         params={
             "start_ts": Param(
                 type="string",
@@ -162,16 +172,10 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
 
 
 def snapshot_dag(pc: PipelineConfig) -> DAG:
-    with DAG(
-        dag_id=f"cdc_{pc.name}_snapshot",
-        description=f"CDC {pc.name}: load existing rows of tables (lock-free, chunked), reconciled with the binlog",
-        schedule=None,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
-        default_args=task_defaults(pc),
-        tags=["cdc", f"cdc:{pc.name}", "snapshot"],
-        doc_md=__doc__,
+    with manual_dag(
+        pc,
+        "snapshot",
+        f"CDC {pc.name}: load existing rows of tables (lock-free, chunked), reconciled with the binlog",
         params={
             "tables": Param(
                 None,
