@@ -56,6 +56,12 @@ TRIED: list[dict[str, str]] = [
         "verdict": "set to the shuffle partitions (2) in cdc_core.spark_conf",
     },
     {
+        "what": "Spark's default file-listing parallelism for VACUUM (spark.sql.sources.parallelPartitionDiscovery"
+        ".parallelism=10000)",
+        "figure": "VACUUM of a 4-file table: 48.1 s vs 3.1 s with 4 listing tasks (quiet machine)",
+        "verdict": "set to the shuffle partitions (at least 2) in cdc_core.spark_conf",
+    },
+    {
         "what": "Letting Delta copy (materialize) the MERGE source, and persisting it for the tombstone MERGE",
         "figure": "a cached source makes Delta refuse materializeSource=none (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION)",
         "verdict": "no persist; materializeSource=none per MERGE when the source is only the immutable staged files",

@@ -46,6 +46,9 @@ def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta replays a table's log with 50 tasks by default: seconds of overhead per table on 2 cores.
         "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions)),
+        # VACUUM lists a table's directories with this many tasks (Spark's default: 10,000), which cost
+        # ~45 s per table on 2 cores even for a tiny table; a few tasks list it in ~3 s.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, shuffle_partitions)),
     }
     confs.update(extra or {})
     return confs
