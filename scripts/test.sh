@@ -6,7 +6,9 @@
 #   scripts/test.sh                      # the whole suite (what CI runs)
 #   scripts/test.sh tests/unit -x        # extra arguments go to pytest
 #
-# Env: CDC_SKIP_SETUP=1 skips setup.sh; CDC_KEEP_SERVICES=1 leaves started services running.
+# Env: CDC_SKIP_SETUP=1 skips setup.sh; CDC_KEEP_SERVICES=1 leaves started services running;
+# CDC_TEST_WORKERS=N runs the tests on N pytest-xdist workers (default 2; 0 = one process). A test module
+# stays on one worker (one Spark session per module); each worker has its own private services.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +39,13 @@ trap 'exit 143' TERM  # so that a killed run still stops what it started (EXIT r
 trap 'exit 130' INT
 
 set +e
-python -m pytest -m "unit or integration or e2e" --durations=15 "$@"  # the slowest tests, to keep CI short
+workers="${CDC_TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != "0" ]; then
+  # Most of the suite waits on JVM start-ups and DAG runs: two workers overlap that waiting.
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+fi
+python -m pytest -m "unit or integration or e2e" --durations=15 "${parallel[@]}" "$@"  # the slowest tests, to keep CI short
 rc=$?
 set -e
 

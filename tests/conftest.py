@@ -85,11 +85,23 @@ def _service_env() -> dict[str, str]:
     return dict(re.findall(r"export (\w+)=(.*)", out))
 
 
+# Under pytest-xdist (scripts/test.sh runs the suite on two workers, a test module per worker at a time)
+# every worker is a test session of its own: "gw0", "gw1", ...
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
-    """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them."""
-    was_running = subprocess.run([str(SERVICES), "status"], capture_output=True, check=False).returncode == 0
-    subprocess.run([str(SERVICES), "start"], check=True)
+    """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them (a worker
+    of a parallel run never does: scripts/test.sh starts them before the workers and stops them after)."""
+    import fcntl
+
+    lock_path = ROOT / ".local" / "services-start.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:  # workers starting at once would race in services.sh
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        was_running = subprocess.run([str(SERVICES), "status"], capture_output=True, check=False).returncode == 0
+        subprocess.run([str(SERVICES), "start"], check=True)
     env = _service_env()
     yield Services(
         mysql_host=env["CDC_MARIADB_HOST"],
@@ -99,7 +111,7 @@ def services() -> Iterator[Services]:
         root_password=env["CDC_MARIADB_ROOT_PASSWORD"],
         zk_hosts=env["CDC_ZK_HOSTS"],
     )
-    if not was_running and not os.environ.get("CDC_KEEP_SERVICES"):
+    if not was_running and not XDIST_WORKER and not os.environ.get("CDC_KEEP_SERVICES"):
         subprocess.run([str(SERVICES), "stop"], check=False)
 
 
@@ -108,12 +120,18 @@ def private_services():  # type: ignore[no-untyped-def]
     """A MariaDB + ZooKeeper of this session's own (tests/faults/services.py), for tests that restart,
     kill or purge them: never the shared ones. Ports 33317 / 22193 (CDC_PRIVATE_MARIADB_PORT,
     CDC_PRIVATE_ZK_PORT), data under .local/private-faults (fresh when not already running); started on
-    first use, stopped (by PID) at the end."""
+    first use, stopped (by PID) at the end. Worker N of a parallel run has its own pair (ports + 10 N,
+    data under .local/private-faults-gwN): one worker's restarts must not hit the other's tests."""
     import shutil
 
-    from tests.faults.services import PrivateServices
+    from tests.faults.services import MARIADB_PORT, PRIVATE_DIR, ZK_PORT, PrivateServices
 
-    ps = PrivateServices()
+    n = int(XDIST_WORKER.removeprefix("gw")) if XDIST_WORKER else 0
+    if n:
+        ps = PrivateServices(directory=PRIVATE_DIR.with_name(f"{PRIVATE_DIR.name}-gw{n}"),
+                             mariadb_port=MARIADB_PORT + 10 * n, zk_port=ZK_PORT + 10 * n)
+    else:
+        ps = PrivateServices()
     if not any(ps.running().values()):
         shutil.rmtree(ps.directory, ignore_errors=True)
     ps.start()

@@ -14,6 +14,7 @@ import os
 import sqlite3
 import subprocess
 import textwrap
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -84,9 +85,13 @@ class DagRunResult:
     tasks: dict[str, str]  # task_id -> final state
     tries: dict[str, int]  # task_id -> try number of the final try
     output: str = field(repr=False)
+    seconds: dict[str, float] = field(default_factory=dict)  # task_id -> duration of the final try
 
     def explain(self) -> str:
-        return f"{self.dag_id} {self.run_id} {self.state} {self.tasks}\n--- output (tail) ---\n{self.output[-6000:]}"
+        return (
+            f"{self.dag_id} {self.run_id} {self.state} {self.tasks}\ntask seconds: {self.seconds}\n"
+            f"--- output (tail) ---\n{self.output[-6000:]}"
+        )
 
 
 @dataclass
@@ -146,6 +151,7 @@ class CdcCase:
         args = ["dags", "test", dag_id]
         if conf is not None:
             args += ["-c", json.dumps(conf)]
+        started = time.monotonic()
         proc = self.airflow.airflow(*args, env={**self.env, **(env or {})})
         output = proc.stdout + proc.stderr
         runs = [
@@ -156,9 +162,16 @@ class CdcCase:
         assert runs, f"`airflow dags test {dag_id}` created no run (exit {proc.returncode}):\n{output[-6000:]}"
         run_id, state = runs[0]  # the run `dags test` ran; one its `continue_run` task triggered comes after
         rows = self.airflow.query(
-            "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id
+            "SELECT task_id, state, try_number, duration FROM task_instance WHERE dag_id = ? AND run_id = ?",
+            dag_id,
+            run_id,
         )
-        return DagRunResult(dag_id, run_id, state, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows}, output)
+        result = DagRunResult(
+            dag_id, run_id, state, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows}, output,
+            {r[0]: round(r[3], 1) for r in rows if r[3] is not None},
+        )
+        print(f"{dag_id} {run_id}: {state} in {time.monotonic() - started:.1f} s; task seconds {result.seconds}")
+        return result
 
     def run_pipeline(self, env: dict[str, str] | None = None) -> DagRunResult:
         return self.run_dag(f"cdc_{self.name}", env=env)
@@ -239,3 +252,59 @@ def sql(services, database: str, *statements: str) -> None:  # type: ignore[no-u
                 cur.execute(textwrap.dedent(s))
     finally:
         conn.close()
+
+
+# ------------------------------------------------------------------ the pipeline DAG tests
+
+WINDOW_TASKS = ["acquire_lease", "plan_window", "stage_window", "merge_window", "ack_window", "release_lease"]
+
+CUSTOMERS = """
+CREATE TABLE customers (
+  id INT NOT NULL PRIMARY KEY,
+  name VARCHAR(64) NOT NULL,
+  balance DECIMAL(12,2) NULL,
+  born DATE NULL,
+  seen DATETIME(6) NULL,
+  score DOUBLE NULL,
+  notes TEXT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+"""
+ORDERS = """
+CREATE TABLE orders (
+  id BIGINT NOT NULL PRIMARY KEY,
+  customer_id INT NOT NULL,
+  amount DECIMAL(10,2) NOT NULL,
+  status VARCHAR(16) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+"""
+
+
+def seed(case: CdcCase, customers: int = 20, orders: int = 50) -> None:
+    rows = ", ".join(
+        f"({i}, 'customer {i} ü', {i * 10}.{i % 100:02d}, '19{50 + i % 50}-0{1 + i % 9}-1{i % 10}', "
+        f"'2026-01-0{1 + i % 9} 10:00:0{i % 10}.{i:06d}', {i}.25, {'NULL' if i % 3 else repr('note ' + str(i))})"
+        for i in range(1, customers + 1)
+    )
+    order_rows = ", ".join(f"({i}, {1 + i % customers}, {i}.50, 'new')" for i in range(1, orders + 1))
+    sql(
+        case.services,
+        case.database,
+        CUSTOMERS,
+        ORDERS,
+        f"INSERT INTO customers VALUES {rows}",
+        f"INSERT INTO orders VALUES {order_rows}",
+    )
+
+
+def assert_all(result, state: str, tasks: list[str] = WINDOW_TASKS) -> None:  # type: ignore[no-untyped-def]
+    bad = {t: result.tasks.get(t) for t in tasks if result.tasks.get(t) != state}
+    assert not bad, f"expected {state}: {bad}\n{result.explain()}"
+
+
+def continuation_runs(case: CdcCase) -> list[tuple[str, str, str, str]]:
+    """(run_id, state, run_type, conf) of the runs of cdc_<name> that a `continue_run` task created."""
+    return case.airflow.query(
+        "SELECT run_id, state, run_type, CAST(conf AS TEXT) FROM dag_run WHERE dag_id = ? AND run_id LIKE "
+        "'continue\\_\\_%' ESCAPE '\\' ORDER BY id",
+        f"cdc_{case.name}",
+    )
