@@ -4,7 +4,8 @@
 #   AIRFLOW_HOME=<repo>/.local/airflow (git-ignored; CDC_AIRFLOW_HOME overrides), a SQLite metadata DB,
 #   the repo's dags/ and plugins/, no examples, fixed local credentials admin/admin, an API server on
 #   127.0.0.1:${CDC_AIRFLOW_PORT:-28080}, the connections spark_local and cdc_source_local (JSON form:
-#   the URI spark://local[2] silently becomes --master yarn), CDC_CONFIG=config/pipelines.local.yaml,
+#   the URI spark://local[2] silently becomes --master yarn), CDC_CONFIG=config/pipelines.local.yaml (a copy
+#   with the port in .local/ when CDC_ZK_PORT moves ZooKeeper),
 #   the venv's bin/ on PATH and SPARK_LOCAL_IP=127.0.0.1.
 # Sourced, so: no `set -e`, no exit, and helper names are unset at the end.
 
@@ -46,6 +47,13 @@ AIRFLOW_CONN_CDC_SOURCE_LOCAL="$(printf '{"conn_type":"mysql","host":%s,"port":%
 export AIRFLOW_CONN_CDC_SOURCE_LOCAL
 
 export CDC_CONFIG="$_cdc_root/config/pipelines.local.yaml"
+# ZooKeeper on another port (CDC_ZK_PORT, as services.sh honours it): the same file with that port, in .local/
+# (relative paths in it resolve against its directory: ../.local/... names the same places from there).
+if [ "$CDC_ZK_HOSTS" != "127.0.0.1:22181" ]; then
+  mkdir -p "$_cdc_root/.local"
+  sed "s|\"127.0.0.1:22181\"|\"$CDC_ZK_HOSTS\"|" "$CDC_CONFIG" >"$_cdc_root/.local/pipelines.local.yaml"
+  export CDC_CONFIG="$_cdc_root/.local/pipelines.local.yaml"
+fi
 
 case ":$PATH:" in *":$_cdc_root/.venv/bin:"*) ;; *) export PATH="$_cdc_root/.venv/bin:$PATH" ;; esac
 export SPARK_LOCAL_IP=127.0.0.1

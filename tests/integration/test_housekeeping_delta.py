@@ -230,17 +230,6 @@ def sql(services: Any, database: str, *statements: str) -> None:
         conn.close()
 
 
-def binlog_end(services: Any) -> dict[str, Any]:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return {"kind": "file", "file": file, "offset": int(pos)}
-
-
 def make_pipeline(services: Any, zk_client: Any, zk_root: str, database: str, root: Path, clock: ShiftedClock,
                   start: dict[str, Any], **overrides: Any) -> Pipeline:
     cfg = PipelineConfig.model_validate(
@@ -317,7 +306,7 @@ def test_crash_before_ack_then_cdc_maintain_then_the_next_run_recovers(
     spark, services, source_db: str, zk_client, zk_root: str, tmp_path: Path
 ) -> None:
     clock = ShiftedClock(-10 * 86400)  # windows 1-2 are acked "ten days ago"
-    start = binlog_end(services)
+    start = services.binlog_end()
     # Cleanup happens in `cdc maintain` here (the after-ack path is tested in test_housekeeping_cleanup.py).
     p = make_pipeline(services, zk_client, zk_root, source_db, tmp_path, clock, start,
                       maintenance={"cleanup_after_ack": False})
@@ -390,7 +379,7 @@ def test_a_merge_running_during_maintenance_lands_exactly_once(
     spark, services, source_db: str, zk_client, zk_root: str, tmp_path: Path
 ) -> None:
     clock = ShiftedClock()
-    p = make_pipeline(services, zk_client, zk_root, source_db, tmp_path, clock, binlog_end(services))
+    p = make_pipeline(services, zk_client, zk_root, source_db, tmp_path, clock, services.binlog_end())
     merge = in_process_merge(spark, p)
     sql(services, source_db, ORDERS_DDL)
     for w in range(2):
