@@ -92,8 +92,9 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
-    """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them (a worker
-    of a parallel run never does: scripts/test.sh starts them before the workers and stops them after)."""
+    """Start MariaDB and ZooKeeper once; stop them at the end only if this session started them. A worker
+    of a parallel run never stops them (the other may still use them): scripts/test.sh stops what its run
+    started once every worker is done; a bare `pytest -n` leaves them running."""
     import fcntl
 
     lock_path = ROOT / ".local" / "services-start.lock"
