@@ -145,6 +145,20 @@ class TxnBoundary:
 
 
 @dataclass(frozen=True)
+class QuietTail:
+    """The end of the events that follow the last complete transaction of a scan and carry no row
+    change: rotate, format description, GTID list / previous GTIDs, binlog checkpoint, stop, ... (only
+    when no transaction is open there). A stream window that reaches the end of the binlog ends here,
+    so that a quiet source's cursor reaches the source's end and its lag returns to zero.
+
+    `end` carries the GTID state and commit time of the last transaction before it (unchanged: these
+    events commit nothing), the scan's server identity and epoch.
+    """
+
+    end: BinlogPosition
+
+
+@dataclass(frozen=True)
 class SchemaChangeEvent:
     """A DDL statement inside a window (mirrored by `manifest.SchemaEvent`).
 
@@ -727,9 +741,31 @@ class BinlogScanner:
         A transaction is yielded only when its commit event ends at or before `stop`. Stop consuming
         whenever you like: the stream is closed with the generator.
         """
+        with closing(self.scan_to_end(start_file, start_offset, start_gtid, epoch, stop=stop,
+                                      start_commit_ts=start_commit_ts, tail=False)) as scan:
+            for b in scan:
+                if isinstance(b, TxnBoundary):
+                    yield b
+
+    def scan_to_end(
+        self,
+        start_file: str,
+        start_offset: int,
+        start_gtid: str | None,
+        epoch: int,
+        *,
+        stop: tuple[str, int] | None = None,
+        start_commit_ts: float | None = None,
+        tail: bool = True,
+    ) -> Generator[TxnBoundary | QuietTail, None, None]:
+        """`scan_transactions`, and with `tail` (and no `stop`) a scan that reaches the end of the binlog
+        finishes with a `QuietTail` when events without row changes follow the last transaction (or
+        the start) and no transaction is open after them (what a stream window plans over)."""
         asm = _TxnAssembler(self.identity, epoch, start_gtid, start_commit_ts)
         stop_key = _pos_key(*stop) if stop is not None else None
         start_key = _pos_key(start_file, start_offset)
+        last_end = start_key  # end of the last transaction yielded (or the start)
+        idle: tuple[str, int] | None = None  # end of the last event seen outside any transaction
         with closing(self._events(start_file, start_offset)) as events:
             for ev in events:
                 if ev.end == 0:
@@ -740,7 +776,14 @@ class BinlogScanner:
                     return
                 b = asm.feed(ev)
                 if b is not None:
+                    last_end = _pos_key(b.end.file, b.end.offset)
+                    idle = None
                     yield b
+                elif not asm.in_txn:
+                    idle = (ev.file, ev.end)
+        if tail and stop is None and idle is not None and _pos_key(*idle) > last_end:
+            state = None if asm.state is None else str(asm.state)
+            yield QuietTail(BinlogPosition(idle[0], idle[1], self.identity, state, asm.prev_commit_ts, epoch))
 
     def file_transactions(self, file: str) -> Generator[TxnBoundary, None, None]:
         """Every complete transaction that starts in `file`, read from the file's start (epoch 0).
@@ -1136,6 +1179,9 @@ def read_changes(
                     pending.append(("DDL", ddl_schema, ev.query, change_version(epoch, ev.file, ev.start)))
             b = asm.feed(ev)
             if b is None:
+                if not asm.in_txn:  # an event without row changes after the last transaction (QuietTail)
+                    last_end = _pos_key(ev.file, ev.end)
+                    last_label = f"up to {ev.file}:{ev.end}"
                 continue
             transactions += 1
             last_end = _pos_key(b.end.file, b.end.offset)
@@ -1314,6 +1360,9 @@ def read_change_batches(
                         current.add_ddl(ddl_schema, ev.query, change_version(epoch, ev.file, ev.start))
                 b = asm.feed(ev)
                 if b is None:
+                    if not asm.in_txn:  # an event without row changes after the last transaction (QuietTail)
+                        last_end = _pos_key(ev.file, ev.end)
+                        last_label = f"up to {ev.file}:{ev.end}"
                     continue
                 transactions += 1
                 last_end = _pos_key(b.end.file, b.end.offset)

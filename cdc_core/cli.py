@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +45,19 @@ def _pipeline(ctx: click.Context, name: str) -> Iterator[Any]:
 
 
 def _holder(kind: str) -> str:
-    return f"cli/{kind}/{os.uname().nodename}/{os.getpid()}"
+    """`cli/<command>/<host>/<pid>` plus the process start time (`/<ticks>`), so a later process that
+    reuses the PID is another holder (it never re-enters a dead one's lease)."""
+    from cdc_core.holders import this_process
+
+    me = this_process()
+    return f"cli/{kind}/{me.host}/{me.pid}" + (f"/{me.start_ticks}" if me.start_ticks is not None else "")
+
+
+def _acquire(p: Any, kind: str) -> Any:
+    """The CLI's lease: its process identity recorded, a dead holder on this host broken (cdc_core.holders)."""
+    from cdc_core.holders import this_process
+
+    return p.acquire(_holder(kind), process=this_process(), break_dead=True)
 
 
 def _emit(obj: Any) -> None:
@@ -80,14 +91,44 @@ def validate(ctx: click.Context) -> None:
         click.echo(f"ok: pipeline {p.name!r} schedule={p.schedule!r} tables={list(p.tables.include)}")
 
 
+DEFAULT_MAX_WINDOWS = 100
+
+
 @cli.command()
 @click.argument("pipeline")
-@click.option("--windows", default=1, show_default=True, help="At most this many windows in this run")
+@click.option(
+    "--max-windows",
+    "--windows",
+    "max_windows",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_WINDOWS,
+    show_default=True,
+    help="At most this many windows in this run (--windows is the old name)",
+)
+@click.option(
+    "--once", is_flag=True, help="Land one window and stop (the old default; the same as --max-windows 1)"
+)
 @click.pass_context
-def run(ctx: click.Context, pipeline: str, windows: int) -> None:
-    """Run one full cycle: lease, plan, stage, merge (spark-submit), ack, release."""
+def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None:
+    """Land what is waiting: lease, then plan, stage, merge (spark-submit), ack window after window until
+    caught up, then release.
+
+    Caught up means a window reached the source's binlog end seen when the run started (changes
+    arriving meanwhile wait for the next run), or a window was empty; a backfill or a snapshot in
+    progress keeps the run going. Never more than --max-windows windows. A lease held by a `cdc`
+    process on this host that no longer exists (killed, OOM, reboot) is broken and taken, with a
+    `lease.dead_holder` log line; a live holder, or one on another host or an Airflow task, makes the
+    run skip (exit 75).
+    """
+    from cdc_core.holders import this_process
+
     with _pipeline(ctx, pipeline) as p:
-        _emit(p.run_cycle(_holder("run"), max_windows=windows))
+        _emit(
+            p.run_cycle(
+                _holder("run"), max_windows=1 if once else max_windows, until_caught_up=True,
+                process=this_process(), break_dead=True,
+            )
+        )
 
 
 @cli.command()
@@ -136,7 +177,7 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
     with _pipeline(ctx, pipeline) as p:
         # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
         p.check_backfill(start_ts, end_ts, list(tables) or None, dry_run=dry_run)
-        grant = p.acquire(_holder("backfill"))
+        grant = _acquire(p, "backfill")
         try:
             report = p.begin_backfill(grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
             if not dry_run:
@@ -198,7 +239,7 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
     from cdc_core import snapshot as snap
 
     with _pipeline(ctx, pipeline) as p:
-        grant = p.acquire(_holder("snapshot"))
+        grant = _acquire(p, "snapshot")
         done = []
         doing, seq = "begin_snapshot", None
         try:

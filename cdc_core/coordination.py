@@ -153,9 +153,13 @@ class LeaseRecord:
     # The pipeline node's data version right after this acquisition (see "Why the lease node's data
     # version alone cannot fence" in PipelineCoordinator).
     epoch: int = 0
+    # The holder's process identity (`cdc_core.holders.ProcessIdentity.to_dict()`, versioned on its
+    # own) when the holder is a CLI process: lets a later CLI run on the same host recognise a dead
+    # holder. Optional: absent for Airflow tasks and in records of older releases, which ignore it.
+    process: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "format": COORDINATION_FORMAT,
             "holder": self.holder,
             "acquired_at": self.acquired_at,
@@ -164,6 +168,9 @@ class LeaseRecord:
             "nonce": self.nonce,
             "epoch": self.epoch,
         }
+        if self.process is not None:
+            d["process"] = self.process
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LeaseRecord:
@@ -175,6 +182,7 @@ class LeaseRecord:
             renewed_at=float(d["renewed_at"]),
             nonce=str(d.get("nonce", "")),
             epoch=int(d.get("epoch", 0)),
+            process=d["process"] if isinstance(d.get("process"), dict) else None,
         )
 
 
@@ -190,6 +198,7 @@ class LeaseInfo:
     renewed_at: float
     version: int  # the lease node's data version (changes on every renew)
     epoch: int = 0  # the acquisition's fencing epoch (the pipeline node's data version)
+    process: dict[str, Any] | None = None  # the holder's process identity, when it recorded one
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
@@ -209,6 +218,7 @@ class LeaseInfo:
             "version": self.version,
             "epoch": self.epoch,
             "expired": self.expired(now),
+            "process": self.process,
         }
 
 
@@ -747,6 +757,7 @@ class PipelineCoordinator:
             renewed_at=rec.renewed_at,
             version=stat.version,
             epoch=rec.epoch,
+            process=rec.process,
         )
 
     def pending_window(self) -> WindowRecord | None:
@@ -864,11 +875,12 @@ class PipelineCoordinator:
         return _dumps({"format": COORDINATION_FORMAT, "pipeline": self.pipeline, "last_acquired_by": holder,
                        "last_acquired_at": now})
 
-    def acquire(self, holder: str, ttl_seconds: float) -> LeaseGrant:
+    def acquire(self, holder: str, ttl_seconds: float, *, process: dict[str, Any] | None = None) -> LeaseGrant:
         """Take the pipeline's lease, or raise LeaseHeld naming who holds it until when.
 
         A live lease of the same holder (a retried acquire task of the same run) is returned with
-        the same token, renewed for `ttl_seconds`.
+        the same token, renewed for `ttl_seconds`. `process` (a CLI holder's process identity,
+        `cdc_core.holders`) is recorded with a new lease.
         """
         if not holder or len(holder) > 512:
             raise ConfigError(f"pipeline {self.pipeline!r}: a lease holder is a non-empty name (up to 512 chars)")
@@ -901,7 +913,9 @@ class PipelineCoordinator:
                 self._ensure_layout()  # deleted under us (by hand)
                 continue
             base_version = got[1].version
-            rec = LeaseRecord(holder, now, now + ttl_seconds, now, uuid.uuid4().hex, epoch=base_version + 1)
+            rec = LeaseRecord(
+                holder, now, now + ttl_seconds, now, uuid.uuid4().hex, epoch=base_version + 1, process=process
+            )
             ops: list[tuple[Any, ...]] = [("set", self.base, self._pipeline_meta(holder, now), base_version)]
             if current is not None:
                 # Takeover of an expired lease: delete the version we read and create anew, atomically,

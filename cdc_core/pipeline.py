@@ -19,6 +19,7 @@ on retry, and the CLI may be killed between steps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,11 +32,11 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, lake_registry, retention, snapshot, staging, windows
+from cdc_core import delta_state, faults, holders, lake_registry, retention, snapshot, staging, windows
 from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
-from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, StagingError, StateConflict
+from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
 from cdc_core.manifest import Manifest
 from cdc_core.naming import path_component, table_id
 from cdc_core.positions import BinlogPosition
@@ -186,11 +187,44 @@ class Pipeline:
 
     # ---------------------------------------------------------------------------------- the steps
 
-    def acquire(self, holder: str) -> LeaseGrant:
-        grant = self.coordinator.acquire(holder, self.config.lease_seconds)
+    def acquire(
+        self, holder: str, *, process: holders.ProcessIdentity | None = None, break_dead: bool = False
+    ) -> LeaseGrant:
+        """Take the lease for `holder`. With `break_dead` (the CLI), a lease held by a process on this host
+        that no longer exists (`cdc_core.holders.judge`: PID gone, PID reused, host rebooted) is broken the
+        documented way (`cdc lease break`: the epoch moves on, fencing the holder should it be alive after
+        all), logged as `lease.dead_holder`, and taken. Any other holder raises LeaseHeld as before."""
+        ident = process.to_dict() if process is not None else None
+        try:
+            grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
+        except LeaseHeld:
+            if not break_dead:
+                raise
+            self._break_dead_holder()
+            grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
         self._log("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
         faults.point("after_acquire")
         return grant
+
+    def _break_dead_holder(self) -> None:
+        """Break the current lease if its holder is a dead process on this host; otherwise re-raise LeaseHeld."""
+        info = self.coordinator.read_lease()
+        if info is None:
+            return  # released meanwhile: the next acquire takes it
+        verdict, reason = holders.judge_holder(holders.ProcessIdentity.from_dict(info.process))
+        if verdict != "dead":
+            self._log("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
+            raise LeaseHeld(
+                f"pipeline {self.name!r}: the lease is held by {info.holder!r} until {_iso(info.expires_at)} "
+                f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)"
+            )
+        self._log(
+            "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
+            action="break",
+        )
+        # StateConflict: someone else broke, released or took it meanwhile; the next acquire decides.
+        with contextlib.suppress(StateConflict):
+            self.coordinator.break_lease(info.holder)
 
     def renew(self, grant: LeaseGrant) -> LeaseGrant:
         return self.coordinator.renew(grant, self.config.lease_seconds)
@@ -266,7 +300,13 @@ class Pipeline:
             tables = None
             info = {"rule": first_rule or resolution.rule}
         scanner = self.scanner(facts)
-        boundaries = scanner.scan_transactions(start.file, start.offset, start.gtid, start.epoch, stop=stop)
+        # A stream window that reaches the source's end also takes the events after its last transaction
+        # that carry no row change (rotate, headers, checkpoints): the cursor of a quiet source reaches
+        # the end, so its lag returns to zero (cdc_core.windows).
+        boundaries = scanner.scan_to_end(
+            start.file, start.offset, start.gtid, start.epoch, stop=stop, start_commit_ts=start.commit_ts,
+            tail=kind == KIND_STREAM,
+        )
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
         if plan.info.get("capped") and facts.end is not None:
             # What "behind" meant when the cap cut the window (see `more_work`).
@@ -663,13 +703,32 @@ class Pipeline:
     # ------------------------------------------------------------------------------------ whole run
 
     def run_cycle(
-        self, holder: str, *, max_windows: int = 1, merge: Callable[..., Any] | None = None
+        self,
+        holder: str,
+        *,
+        max_windows: int = 1,
+        merge: Callable[..., Any] | None = None,
+        until_caught_up: bool = False,
+        process: holders.ProcessIdentity | None = None,
+        break_dead: bool = False,
     ) -> dict[str, Any]:
-        """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests."""
-        grant = self.acquire(holder)
+        """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests.
+
+        At most `max_windows` windows; an empty window always ends the run. With `until_caught_up`
+        (the CLI's default) the run goes on while it is behind the source's end as seen when the run
+        started (a window cut short by a cap), or while a backfill or a snapshot is in progress, and
+        stops once a window reaches that end: new changes arriving meanwhile wait for the next run, so
+        a busy source cannot keep one run going forever. Without it, the first window ends the run
+        unless `max_windows` allows more (the old behaviour: stop at an empty window only).
+        """
+        if max_windows < 1:
+            raise ConfigError(f"pipeline {self.name!r}: max windows must be at least 1, got {max_windows}")
+        grant = self.acquire(holder, process=process, break_dead=break_dead)
         done: list[dict[str, Any]] = []
         doing, seq = "plan_window", None
+        stop_reason = "max_windows"
         try:
+            target = self.source_facts(refresh=True).end if until_caught_up else None
             for _ in range(max_windows):
                 doing, seq = "plan_window", None
                 step = self.plan(grant)
@@ -682,13 +741,40 @@ class Pipeline:
                 self.ack(grant, step["seq"])
                 done.append({**step, "changes": staged["changes"]})
                 if step["empty"]:
+                    stop_reason = "empty_window"
                     break
+                if until_caught_up:
+                    behind = self._behind(target)
+                    if behind is None:
+                        stop_reason = "caught_up"
+                        break
+                    self._log("run.continue", grant, seq=step["seq"], reason=behind, windows=len(done))
+            else:
+                if until_caught_up and self._behind(target) is not None:
+                    self._log("run.window_cap", grant, windows=len(done), max_windows=max_windows,
+                              hint="more is waiting: run again, or raise --max-windows")
         except Exception as e:
             self.note_failure(doing, e, seq=seq, holder=holder)
             raise
         finally:
             self.release(grant)
-        return {"pipeline": self.name, "windows": done}
+        return {"pipeline": self.name, "windows": done, **({"stopped": stop_reason} if until_caught_up else {})}
+
+    def _behind(self, target: Any) -> str | None:
+        """Why the run should go on (backfill, snapshot, before the source end seen at its start), or None."""
+        cursor = self.coordinator.read_cursor()
+        if cursor.backfill is not None:
+            return "backfill"
+        if self.coordinator.read_snapshot().active:
+            return "snapshot"
+        pos = cursor.position
+        if target is None or pos is None:
+            return None
+        from cdc_core.positions import binlog_file_index
+
+        if (binlog_file_index(pos.file), pos.offset) < (binlog_file_index(target.file), target.offset):
+            return "behind_source_end"
+        return None
 
     # ------------------------------------------------------------------------------------- backfill
 

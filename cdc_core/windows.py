@@ -8,6 +8,12 @@ the window needs (plus at most one transaction, to learn that it does not fit).
 
 A window cut short by a cap records which cap in `info["capped"]` (absent when the boundaries ran
 out first), so that after its ack the pipeline can tell that more is waiting (`continuation`).
+
+A stream window that takes every transaction up to the end of the binlog also takes the events after
+them that carry no row change (`binlog.QuietTail`: rotate, format description, GTID list, binlog
+checkpoint, ...), so the cursor of a quiet source reaches the source's end and its lag returns to zero
+after a rotation or a restart. Such a window may hold no transaction and still move the cursor; it
+never splits a transaction (the tail ends before any open one) and replays exactly like any other.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from cdc_core.binlog import TxnBoundary
+from cdc_core.binlog import QuietTail, TxnBoundary
 from cdc_core.errors import ConfigError
 from cdc_core.positions import BinlogPosition, binlog_file_index
 from cdc_core.window_plan import KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
@@ -33,7 +39,7 @@ def plan_window(
     pipeline: str,
     seq: int,
     start: BinlogPosition,
-    boundaries: Iterable[TxnBoundary],
+    boundaries: Iterable[TxnBoundary | QuietTail],
     caps: WindowCaps,
     *,
     kind: str = KIND_STREAM,
@@ -45,7 +51,8 @@ def plan_window(
 
     `boundaries` must be the transactions following `start` in binlog order (as
     `BinlogScanner.scan_transactions` yields them). No transactions give an empty window
-    (end == start).
+    (end == start), unless a `QuietTail` follows: a window that was not cut short by a cap then ends
+    at the tail (transactions 0 when it is all there is).
     """
     _check_caps(caps)
     start_key = (binlog_file_index(start.file), start.offset)
@@ -53,6 +60,16 @@ def plan_window(
     txns = events = size = 0
     capped: str | None = None
     for b in boundaries:
+        if isinstance(b, QuietTail):
+            # Only reached when no cap cut the window: the boundaries ran out before the tail.
+            if b.end > end and b.end.server.same_server(start.server):
+                end = replace(
+                    b.end,
+                    epoch=start.epoch,
+                    gtid=end.gtid if b.end.gtid is None else b.end.gtid,
+                    commit_ts=end.commit_ts if b.end.commit_ts is None else b.end.commit_ts,
+                )
+            break
         if (binlog_file_index(b.start_file), b.start_offset) < start_key:
             raise ConfigError(
                 f"window {seq} of {pipeline!r}: transaction at {b.start_file}:{b.start_offset} starts before the "

@@ -255,3 +255,38 @@ def test_more_work_survives_odd_recorded_source_ends() -> None:
 
     for odd in ({"file": "binlog", "offset": 9}, {"file": "mysql-bin.000001"}, "mysql-bin.000001:9", None):
         assert w.more_work(_plan(capped="max_bytes", source_end=odd), acked=True)["more"] is True
+
+
+# ------------------------------------------------------------------- a quiet tail (issue 15 §2)
+
+
+def test_a_quiet_tail_moves_an_uncapped_window_to_the_source_end() -> None:
+    from cdc_core.binlog import QuietTail
+
+    start, txns = make_stream([(3, 100), (3, 100)])
+    # A rotation after the last transaction: the new file's header events carry no row change.
+    tail = QuietTail(BinlogPosition("mysql-bin.000002", 385, SERVER, "0-1-2", None))
+    plan = plan_window("p", 1, start, [*txns, tail], WindowCaps())
+    assert plan.transactions == 2 and (plan.end.file, plan.end.offset) == ("mysql-bin.000002", 385)
+    assert plan.end.gtid == "0-1-2" and plan.end.commit_ts == txns[-1].end.commit_ts  # the last commit's
+    assert plan.bytes == 200  # sizes transactions only
+
+
+def test_an_empty_window_over_a_quiet_tail_keeps_the_state_and_commit_time() -> None:
+    from cdc_core.binlog import QuietTail
+
+    start = BinlogPosition("mysql-bin.000001", 900, SERVER, "0-1-7", 1_700_000_000.0)
+    plan = plan_window("p", 3, start, [QuietTail(BinlogPosition("mysql-bin.000002", 342, SERVER, None, None))],
+                       WindowCaps())
+    assert plan.is_empty and plan.transactions == 0
+    assert (plan.end.file, plan.end.offset, plan.end.gtid, plan.end.commit_ts) == (
+        "mysql-bin.000002", 342, "0-1-7", 1_700_000_000.0)
+
+
+def test_a_capped_window_never_takes_the_tail() -> None:
+    from cdc_core.binlog import QuietTail
+
+    start, txns = make_stream([(3, 100), (3, 100)])
+    tail = QuietTail(BinlogPosition("mysql-bin.000002", 385, SERVER, "0-1-2", None))
+    plan = plan_window("p", 1, start, [*txns, tail], WindowCaps(max_transactions=1))
+    assert plan.transactions == 1 and plan.end == txns[0].end and plan.info["capped"] == "max_transactions"
