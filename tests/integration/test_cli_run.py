@@ -1,0 +1,152 @@
+"""`cdc run` as an operator uses it: it lands until caught up (capped windows included) in one invocation,
+and a `cdc run` killed while holding the lease does not block the next one for the lease's 600 s.
+
+Real MariaDB, ZooKeeper and spark-submit (one merge, in the kill test).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc_core.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    name = "run_" + uuid.uuid4().hex[:6]
+    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
+            "login": services.mysql_user, "password": services.mysql_password}
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_RUN", json.dumps(conn))
+    root = services.root_connect(source_db)
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    root.close()
+    pipeline = {
+        "name": name,
+        "source": {"conn_id": "cdc_source_run"},
+        "tables": {"include": [f"{source_db}.*"]},
+        "start": services.binlog_end(),
+        "snapshot": {"on_start": False},
+        "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
+        "staging_root": str(tmp_path / "staging"),
+        "lake_root": str(tmp_path / "lake"),
+        "schedule": None,
+        "lease_seconds": 600,
+        "caps": {"max_transactions": 1},
+    }
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [pipeline]}))
+    return {"name": name, "config": str(config), "db": source_db}
+
+
+def cdc(env: dict[str, Any], capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
+    code = main(["--config", env["config"], *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 and out.strip() else None), err
+
+
+def test_run_catches_up_several_capped_windows_in_one_invocation(
+    services: Any, env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = services.root_connect(env["db"])
+    with root.cursor() as cur:  # four transactions without row changes: windows of one (caps), no Spark
+        for table in ("a", "b", "c", "d"):
+            cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY)")
+    root.close()
+    code, once, err = cdc(env, capsys, "run", env["name"], "--once")
+    assert code == 0, err
+    assert [w["transactions"] for w in once["windows"]] == [1]
+
+    code, ran, err = cdc(env, capsys, "run", env["name"])
+    assert code == 0, err
+    assert [w["transactions"] for w in ran["windows"]] == [1, 1, 1] and ran["stopped"] == "caught_up"
+    code, status, err = cdc(env, capsys, "status", env["name"])
+    assert code == 0, err
+    assert status["cursor"]["seq"] == 4 and status["lag"]["bytes"] == 0
+
+    code, capped, err = cdc(env, capsys, "run", env["name"], "--max-windows", "2")  # nothing left: one empty window
+    assert code == 0, err
+    assert [w["transactions"] for w in capped["windows"]] == [0] and capped["stopped"] == "empty_window"
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def test_a_killed_run_does_not_block_the_next_one(
+    services: Any, env: dict[str, Any], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    name = env["name"]
+    root = services.root_connect(env["db"])
+    with root.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(1, 51)))
+    root.close()
+
+    # A real `cdc run` process plans its window and pauses there (fault point, SIGSTOP), holding the lease.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdc_core.cli", "--config", env["config"], "run", name],
+        env={**os.environ, "CDC_FAULT": "after_plan", "CDC_FAULT_ACTION": "stop"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _state(proc.pid) != "T":
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never reached after_plan"
+            time.sleep(0.1)
+        code, status, err = cdc(env, capsys, "status", name)
+        lease = status["lease"]
+        assert lease["holder"].startswith(f"cli/run/{os.uname().nodename}/{proc.pid}/")
+        assert lease["process"]["pid"] == proc.pid
+
+        # Alive (only paused): the next run leaves it alone and skips.
+        with caplog.at_level(logging.INFO):
+            code, _, err = cdc(env, capsys, "run", name)
+        assert code == 75 and "skipped" in err and "is running" in err
+        assert "lease.holder_kept" in caplog.text
+
+        proc.send_signal(signal.SIGKILL)  # killed: no finally blocks, no release
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+    # Dead: the next run breaks its lease (the documented way: the epoch moves on) and lands everything.
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        code, ran, err = cdc(env, capsys, "run", name)
+    assert code == 0, err
+    assert time.time() < lease["expires_at"]  # it did not wait for the 600 s lease to expire
+    assert "lease.dead_holder" in caplog.text and f"/{proc.pid}/" in caplog.text
+    assert ran["windows"][0]["recovered"] == "replay" and ran["windows"][0]["changes"] == 50
+    code, status, err = cdc(env, capsys, "status", name)
+    assert status["lease"] is None and status["lag"]["bytes"] == 0
+
+    from cdc_core.cli import source_params_for
+    from cdc_core.config import load_config
+    from cdc_core.pipeline import Pipeline
+    from cdc_core.source import connect
+    from cdc_core.verify import compare_table
+
+    pc = load_config(env["config"]).pipeline(name)
+    with Pipeline.from_config(pc, source_params_for(pc)) as p:
+        conn = connect(p.source)
+        try:
+            diff = compare_table(conn, env["db"], "t", p.table_uri(env["db"], "t"), ("id",))
+        finally:
+            conn.close()
+    assert diff.equal and diff.source_rows == diff.lake_rows == 50, diff.summary()
