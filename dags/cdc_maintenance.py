@@ -46,6 +46,9 @@ def maintenance_dag(pc: PipelineConfig) -> DAG:
         },
         tags=["cdc", f"cdc:{pc.name}", "maintenance"],
         doc_md=__doc__,
+        # Manual only (schedule null): ready when triggered from the UI. Scheduled: Airflow's default
+        # (paused when first created), the operator unpauses it.
+        is_paused_upon_creation=False if pc.maintenance.schedule is None else None,
     ) as dag:
         lease = acquire_maintenance_lease(pc.name)
         cleanup = clean_up(pc.name)

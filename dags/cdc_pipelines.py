@@ -21,6 +21,11 @@ chunk after chunk, and then the schedule takes over again. The new run queues be
 the ack, so a retried trigger finds the run it created and skips. Only a successful ack continues, never
 after an empty window (no progress: no loop).
 
+Pausing: the manual DAGs (backfill, snapshot) are created unpaused (`is_paused_upon_creation=False`), so
+a run triggered from the form starts at once. cdc_<name> is created paused, as Airflow does by default
+(`[core] dags_are_paused_at_creation`): unpausing it starts its schedule, the operator's choice. While it
+is paused, the runs `continue_run` triggers stay queued; the monitor page says so.
+
 The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
 - release_lease is a teardown: it runs after everything else whether the run succeeded or failed, is
   skipped when acquire_lease was skipped (another run holds the lease: the whole run skips), and does
@@ -127,6 +132,10 @@ def manual_dag(pc: PipelineConfig, kind: str, description: str, params: dict[str
         tags=["cdc", f"cdc:{pc.name}", kind],
         doc_md=__doc__,
         params=params,
+        # Only ever runs when someone triggers it (the form): a paused manual DAG would leave the
+        # triggered run queued forever. The scheduled cdc_<name> keeps Airflow's default (paused when
+        # first created): whether it runs on its schedule is the operator's choice (README, first steps).
+        is_paused_upon_creation=False,
     )
 
 

@@ -75,7 +75,72 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
     except Exception as e:  # one broken pipeline must not take the page down
         status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
     status["config"] = summary
+    status["airflow"] = airflow_dag_states(list(summary["dags"]))
     return mask_secrets(status, secrets)
+
+
+def airflow_dag_states(dag_ids: list[str]) -> dict[str, Any]:
+    """Per DAG, from Airflow's metadata database: {"paused": bool|None (None: not parsed yet), "queued": n,
+    "queued_continuations": n (runs `continue_run` triggered)}; {"error": text} when it cannot be read.
+    Never raises (the page shows the pipelines whatever Airflow's database says)."""
+    try:
+        from airflow.models.dag import DagModel
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from airflow.utils.state import DagRunState
+        from sqlalchemy import select
+
+        with create_session() as session:
+            paused = {
+                d: p
+                for d, p in session.execute(
+                    select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(dag_ids))
+                ).all()
+            }
+            queued: dict[str, list[str]] = {}
+            for d, run_id in session.execute(
+                select(DagRun.dag_id, DagRun.run_id).where(
+                    DagRun.dag_id.in_(dag_ids), DagRun.state == DagRunState.QUEUED
+                )
+            ).all():
+                queued.setdefault(d, []).append(run_id)
+    except Exception as e:  # no metadata database here (unit tests, a broken DB): say so, do not fail the page
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+    return {
+        d: {
+            "paused": paused.get(d),
+            "queued": len(queued.get(d, [])),
+            "queued_continuations": sum(1 for r in queued.get(d, []) if r.startswith("continue__")),
+        }
+        for d in dag_ids
+    }
+
+
+def dag_warnings(pipeline: str, dags: Any) -> list[str]:
+    """Pure: what the operator must know about the pipeline's DAGs' pause state (empty when nothing)."""
+    if not isinstance(dags, Mapping) or "error" in dags:
+        return []
+    out = []
+    main = f"cdc_{pipeline}"
+    for dag_id, st in sorted(dags.items()):
+        if not isinstance(st, Mapping) or not st.get("paused"):
+            continue
+        queued = int(st.get("queued") or 0)
+        if dag_id == main:
+            if queued:
+                cont = int(st.get("queued_continuations") or 0)
+                what = f"{queued} queued run(s)" + (f", {cont} of them triggered by continue_run" if cont else "")
+                out.append(
+                    f"{dag_id} is paused: {what} wait until it is unpaused (the pipeline is not catching up); "
+                    f"unpause it in the UI or with `airflow dags unpause {dag_id}`"
+                )
+        elif dag_id.endswith(("_backfill", "_snapshot")) or queued:
+            out.append(
+                f"{dag_id} is paused: a run triggered from its form stays queued"
+                + (f" ({queued} queued now)" if queued else "")
+                + f"; unpause it in the UI or with `airflow dags unpause {dag_id}`"
+            )
+    return out
 
 
 def collect_statuses() -> list[dict[str, Any]]:
@@ -229,9 +294,14 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
     lease = s.get("lease") or {}
     lag = s.get("lag") or {}
     rows = []
+    dags = s.get("airflow") if isinstance(s.get("airflow"), Mapping) else {}
     if cfg:
-        dag_links = " ".join(f'<a href="/dags/{esc(d)}" target="_top">{esc(d)}</a>' for d in cfg.get("dags") or [])
-        rows.append(_row("DAGs", dag_links, "dags"))
+        def dag_link(d: str) -> str:
+            st = dags.get(d) if isinstance(dags.get(d), Mapping) else {}
+            state = "" if st.get("paused") is None else " (paused)" if st["paused"] else ""
+            return f'<a href="/dags/{esc(d)}" target="_top">{esc(d)}</a>{esc(state)}'
+
+        rows.append(_row("DAGs", " ".join(dag_link(d) for d in cfg.get("dags") or []), "dags"))
         rows.append(_row("schedule", esc(cfg.get("schedule") or "manual only"), "schedule"))
         rows.append(_row("tables", esc(", ".join(cfg.get("tables") or [])), "tables"))
     if cursor:
@@ -275,6 +345,8 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
         else:
             rows.append(_row("lease", '<span class="muted">free</span>', "lease"))
     parts.append("<dl>" + "".join(rows) + "</dl>")
+    for warning in dag_warnings(str(name), dags):
+        parts.append(f'<div class="error" data-field="dag_paused">{esc(warning)}</div>')
 
     last = s.get("last_error")
     if isinstance(last, Mapping):

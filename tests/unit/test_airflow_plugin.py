@@ -328,3 +328,21 @@ def test_page_shows_snapshot_progress_per_table() -> None:
     assert "running" in row and "1 / 3" in row and ">100<" in row and ">250<" in row and "33.3%" in row
     assert "<b>items</b>" not in page and "shop.&lt;b&gt;items&lt;/b&gt;" in page
     assert "Snapshot" not in monitor.render_page([STATUS], now=NOW)  # no snapshot ever requested: no section
+
+
+def test_a_paused_pipeline_dag_with_queued_runs_is_called_out_on_the_page() -> None:
+    """A continuation run queued behind a paused cdc_<name> is never silent (issue 15 §4)."""
+    dags = {
+        "cdc_orders": {"paused": True, "queued": 2, "queued_continuations": 1},
+        "cdc_orders_backfill": {"paused": False, "queued": 0, "queued_continuations": 0},
+        "cdc_orders_snapshot": {"paused": True, "queued": 0, "queued_continuations": 0},
+    }
+    warnings = monitor.dag_warnings("orders", dags)
+    assert len(warnings) == 2
+    assert "cdc_orders is paused: 2 queued run(s), 1 of them triggered by continue_run" in warnings[0]
+    assert "cdc_orders_snapshot is paused" in warnings[1] and "airflow dags unpause cdc_orders_snapshot" in warnings[1]
+    page = monitor.render_page([{**STATUS, "pipeline": "orders", "airflow": dags}], now=NOW)
+    assert page.count('data-field="dag_paused"') == 2 and "(paused)" in page
+    # Paused without queued runs is the operator's choice (no schedule wanted): no warning for cdc_<name>.
+    assert monitor.dag_warnings("orders", {"cdc_orders": {"paused": True, "queued": 0}}) == []
+    assert monitor.dag_warnings("orders", {"error": "no database"}) == []

@@ -281,3 +281,11 @@ def test_dag_file_reports_a_bad_config_as_an_import_error(tmp_path: Path, monkey
     assert not bag.dag_ids
     (error,) = bag.import_errors.values()
     assert "pipeline 'Bad Name'" in error and "name" in error
+
+
+def test_manual_dags_are_ready_when_triggered_and_the_scheduled_one_keeps_airflows_default(dagbag) -> None:  # type: ignore[no-untyped-def]
+    """A paused manual DAG leaves the run its form triggers queued forever (issue 15 §4)."""
+    for name in ("orders", "manual-only"):
+        assert dagbag.dags[f"cdc_{name}_backfill"].is_paused_upon_creation is False
+        assert dagbag.dags[f"cdc_{name}_snapshot"].is_paused_upon_creation is False
+        assert dagbag.dags[f"cdc_{name}"].is_paused_upon_creation is None  # [core] dags_are_paused_at_creation
