@@ -4,6 +4,9 @@
 # (user admin, password admin). The DAGs cdc_<pipeline>, cdc_<pipeline>_backfill, ... and the monitoring
 # page ("CDC pipelines" in the sidebar, or /cdc-monitor/) are there. Ctrl-C stops it.
 # Starts the local MariaDB and ZooKeeper first if they are not running (scripts/services.sh).
+# Once the DAGs are parsed it prints which are paused (scripts/dag_states.py): the manual DAGs
+# (backfill, snapshot) are ready to be triggered; cdc_<pipeline> is created paused (Airflow's default)
+# and runs on its schedule once you unpause it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -12,4 +15,10 @@ scripts/services.sh start
 # shellcheck disable=SC1091
 source scripts/airflow_env.sh
 echo "ui: Airflow on http://127.0.0.1:$CDC_AIRFLOW_PORT (admin / admin); monitoring page: http://127.0.0.1:$CDC_AIRFLOW_PORT/cdc-monitor/"
-exec airflow standalone
+airflow standalone &
+standalone=$!
+# Ctrl-C / TERM: pass it on to `airflow standalone` (by its PID; it stops its own components).
+trap 'kill -TERM "$standalone" 2>/dev/null || true' INT TERM
+python scripts/dag_states.py --wait 180 || true
+echo "ui: running; Ctrl-C stops it"
+wait "$standalone" || wait "$standalone" || true
