@@ -758,9 +758,11 @@ class BinlogScanner:
         start_commit_ts: float | None = None,
         tail: bool = True,
     ) -> Generator[TxnBoundary | QuietTail, None, None]:
-        """`scan_transactions`, and with `tail` (and no `stop`) a scan that reaches the end of the binlog
+        """`scan_transactions`, and with `tail` a scan that reaches the end of the binlog (or `stop`)
         finishes with a `QuietTail` when events without row changes follow the last transaction (or
-        the start) and no transaction is open after them (what a stream window plans over)."""
+        the start) and no transaction is open after them (what stream and backfill windows plan over:
+        a backfill's last window then ends exactly at its `until`, a position that may follow such
+        events)."""
         asm = _TxnAssembler(self.identity, epoch, start_gtid, start_commit_ts)
         stop_key = _pos_key(*stop) if stop is not None else None
         start_key = _pos_key(start_file, start_offset)
@@ -773,15 +775,15 @@ class BinlogScanner:
                 if _pos_key(ev.file, ev.start) < start_key:
                     continue
                 if stop_key is not None and _pos_key(ev.file, ev.start) >= stop_key:
-                    return
+                    break
                 b = asm.feed(ev)
                 if b is not None:
                     last_end = _pos_key(b.end.file, b.end.offset)
                     idle = None
                     yield b
-                elif not asm.in_txn:
+                elif not asm.in_txn and (stop_key is None or _pos_key(ev.file, ev.end) <= stop_key):
                     idle = (ev.file, ev.end)
-        if tail and stop is None and idle is not None and _pos_key(*idle) > last_end:
+        if tail and idle is not None and _pos_key(*idle) > last_end:
             state = None if asm.state is None else str(asm.state)
             yield QuietTail(BinlogPosition(idle[0], idle[1], self.identity, state, asm.prev_commit_ts, epoch))
 

@@ -300,12 +300,12 @@ class Pipeline:
             tables = None
             info = {"rule": first_rule or resolution.rule}
         scanner = self.scanner(facts)
-        # A stream window that reaches the source's end also takes the events after its last transaction
-        # that carry no row change (rotate, headers, checkpoints): the cursor of a quiet source reaches
-        # the end, so its lag returns to zero (cdc_core.windows).
+        # A window that reaches the source's end (a backfill: its `until`) also takes the events after its
+        # last transaction that carry no row change (rotate, headers, checkpoints): the cursor of a quiet
+        # source reaches the end, so its lag returns to zero, and a backfill whose `until` follows such
+        # events still ends (cdc_core.windows).
         boundaries = scanner.scan_to_end(
             start.file, start.offset, start.gtid, start.epoch, stop=stop, start_commit_ts=start.commit_ts,
-            tail=kind == KIND_STREAM,
         )
         plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
         if plan.info.get("capped") and facts.end is not None:

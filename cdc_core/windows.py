@@ -9,10 +9,11 @@ the window needs (plus at most one transaction, to learn that it does not fit).
 A window cut short by a cap records which cap in `info["capped"]` (absent when the boundaries ran
 out first), so that after its ack the pipeline can tell that more is waiting (`continuation`).
 
-A stream window that takes every transaction up to the end of the binlog also takes the events after
-them that carry no row change (`binlog.QuietTail`: rotate, format description, GTID list, binlog
-checkpoint, ...), so the cursor of a quiet source reaches the source's end and its lag returns to zero
-after a rotation or a restart. Such a window may hold no transaction and still move the cursor; it
+A window that takes every transaction up to the end of the binlog (a backfill window: up to its
+`until`) also takes the events after them that carry no row change (`binlog.QuietTail`: rotate, format
+description, GTID list, binlog checkpoint, ...), so the cursor of a quiet source reaches the source's
+end and its lag returns to zero after a rotation or a restart, and a backfill whose `until` follows
+such events ends there. Such a window may hold no transaction and still move the cursor; it
 never splits a transaction (the tail ends before any open one) and replays exactly like any other.
 """
 

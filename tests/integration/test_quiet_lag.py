@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,16 @@ def test_lag_returns_to_zero_after_rotation_and_restart(
     root = ps.root_connect(quiet["db"])
     with root.cursor() as cur:  # one transaction to land, so the cursor has a commit time
         cur.execute("INSERT INTO t VALUES (1, 'a')")
+    # Binlog times have one-second resolution: a later second for a backfill that replays only what follows.
+    second = int(time.time()) + 1
+    while time.time() < second:
+        time.sleep(0.05)
+    replay_from = datetime.fromtimestamp(second, UTC).isoformat()
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE u (id INT PRIMARY KEY)")  # a transaction without row changes: no Spark
     root.close()
     first = _cdc(quiet, capsys, "run", name, "--max-windows", "1")
-    assert first["windows"][0]["transactions"] == 1
+    assert first["windows"][0]["transactions"] == 2
 
     for fault in ("rotation", "restart"):
         if fault == "rotation":
@@ -118,6 +126,13 @@ def test_lag_returns_to_zero_after_rotation_and_restart(
         assert status["cursor"]["commit_ts"] is not None  # kept from the last transaction: failover by time works
         again = _cdc(quiet, capsys, "resolve", name)  # the moved cursor resumes (file on the server, GTIDs ok)
         assert again["rule"] == "cursor" and again["label"] == status["cursor"]["label"]
+
+    # A backfill up to the moved cursor (after the rotation's and the restart's events) ends there.
+    backfill = _cdc(quiet, capsys, "backfill", name, "--from", replay_from)
+    assert backfill["windows"] and backfill["until"] == status["cursor"]["label"], backfill
+    after = _cdc(quiet, capsys, "status", name)
+    assert after["cursor"]["backfill"] is None, "the backfill never reached its end"
+    assert after["cursor"]["position"] == status["cursor"]["position"]  # the stream cursor did not move
 
     # Nothing is skipped from the moved cursor: the next transaction is the first one the next window sees.
     root = ps.root_connect(quiet["db"])
