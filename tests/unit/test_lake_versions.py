@@ -63,7 +63,7 @@ def test_a_partial_window_is_never_a_cut() -> None:
 def test_sql_and_table_choice() -> None:
     cut = lv.resolve_cut(_history(), "p")
     assert cut.sql(["s.b"]) == ["SELECT * FROM delta.`/lake/s/b` VERSION AS OF 3;  -- s.b"]
-    with pytest.raises(ConfigError, match="records no table 's.zz'"):
+    with pytest.raises(ConfigError, match=r"records no table 's\.zz'"):
         cut.pick(["s.zz"])
     assert cut.to_dict()["tables"]["s.a"] == {"uri": "/lake/s/a", "version": 2, "changed": False}
 
