@@ -139,18 +139,18 @@ def current_versions(
 
     out: dict[str, int | None] = {}
     for name, uri in uris.items():
-        summary = delta_state.table_summary(uri, app_id=pipeline, storage_options=storage_options)
-        if not summary["exists"]:
+        found = delta_state.version_and_txn(uri, pipeline, storage_options=storage_options)
+        if found is None:
             out[name] = None
             continue
-        txn = summary.get("txn_version")
+        version, txn = found
         if txn is not None and txn > seq:
             raise StateConflict(
                 f"pipeline {pipeline!r}: Delta table {name} ({uri}) already holds window {txn}, after window {seq}; "
                 "this run is stale (another run acked window "
                 f"{seq} and went on): it writes nothing to the checkpoints table"
             )
-        out[name] = int(summary["version"])
+        out[name] = version
     return out
 
 

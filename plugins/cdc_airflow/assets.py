@@ -74,8 +74,9 @@ def tables_alias(pipeline: str) -> AssetAlias:
     return AssetAlias(name=f"cdc_{pipeline}_tables", group=group(pipeline))
 
 
-def emit(pipeline: str, seq: int, context: Any, p: Any) -> list[dict[str, Any]]:
-    """Add this ack's asset events (windows not announced yet) to the alias; returns what was added."""
+def emit(pipeline: str, seq: int, context: Any, p: Any) -> tuple[list[dict[str, Any]], int | None]:
+    """Add this ack's asset events (windows not announced yet) to the alias; returns what was added and
+    the newest window announced before."""
     from cdc_core import table_events
 
     alias = tables_alias(pipeline)
@@ -85,4 +86,4 @@ def emit(pipeline: str, seq: int, context: Any, p: Any) -> list[dict[str, Any]]:
     for ev in table_events.pending_events(p, seq, announced):
         context["outlet_events"][alias].add(asset_for(pipeline, p.lake_root, ev.schema, ev.table), extra=ev.extra)
         added.append({"table": ev.name, "window_seq": ev.seq, "delta_version": ev.extra.get("delta_version")})
-    return added
+    return added, max(announced) if announced else None

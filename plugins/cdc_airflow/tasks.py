@@ -227,8 +227,9 @@ def ack_window(pipeline: str) -> dict[str, Any]:
         # recorded by Airflow when this task succeeds; windows already announced are left out.
         from cdc_airflow.assets import emit
 
-        result["asset_events"] = emit(pipeline, seq, ctx, p)
-        log.info("assets.emitted pipeline=%s seq=%s events=%s", pipeline, seq, len(result["asset_events"]))
+        result["asset_events"], before = emit(pipeline, seq, ctx, p)
+        log.info("assets.emitted pipeline=%s seq=%s events=%s announced_before=%s",
+                 pipeline, seq, len(result["asset_events"]), before)
     more["trigger_run_id"] = continue_run_id(seq, grant.token)
     result["more_work"] = more
     return result

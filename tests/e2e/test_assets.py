@@ -107,3 +107,5 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     assert third.state == "success", third.explain()
     later = _events(case)[len(events):]
     assert [(e["table"], e["window_seq"]) for e in later] == [(f"{db}.order_items", 2)], later
+    # The ack found the earlier events through the alias (what keeps a re-run from emitting twice).
+    assert f"assets.emitted pipeline={case.name} seq=3 events=0 announced_before=2" in third.output, third.explain()

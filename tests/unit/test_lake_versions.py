@@ -167,3 +167,20 @@ def test_window_events_only_changed_tables_with_extra() -> None:
     assert extra["newest_commit_ts"] == 1005.0 and extra["newest_commit_at"].endswith("Z")
     assert "source" not in extra
     assert te.announced_seqs("p", [extra, {"pipeline": "q", "window_seq": 9}, {}]) == {5}
+
+
+def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path) -> None:
+    """A stale ack (another run acked the window and merged the next one) records nothing."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from cdc_core.errors import StateConflict
+
+    uri = str(tmp_path / "s" / "a")
+    for seq in (1, 2, 3):
+        write_deltalake(uri, pa.table({"id": [seq]}), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction("p", seq)]))
+    missing = str(tmp_path / "s" / "gone")
+    assert lv.current_versions("p", 3, {"s.a": uri, "s.gone": missing}) == {"s.a": 2, "s.gone": None}
+    with pytest.raises(StateConflict, match="already holds window 3, after window 2"):
+        lv.current_versions("p", 2, {"s.a": uri})
