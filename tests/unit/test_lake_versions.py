@@ -184,3 +184,25 @@ def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path
     assert lv.current_versions("p", 3, {"s.a": uri, "s.gone": missing}) == {"s.a": 2, "s.gone": None}
     with pytest.raises(StateConflict, match="already holds window 3, after window 2"):
         lv.current_versions("p", 2, {"s.a": uri})
+
+
+def test_a_vacuumed_or_forgotten_version_names_the_retention_to_raise(tmp_path: Path) -> None:
+    import os
+    import time
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1]}))
+    write_deltalake(uri, pa.table({"id": [2]}), mode="overwrite")
+    cut = lv.Cut("p", 1, "stream", None, None, time.time() - 7200, {"s.t": lv.TableVersion("s.t", uri, 0, True)})
+    assert lv.read_table(cut, "s.t").column("id").to_pylist() == [1]
+    DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(LakeError, match=r"removed by VACUUM .* raise maintenance\.vacuum_retention_hours above"):
+        lv.read_table(cut, "s.t")
+    for f in os.listdir(f"{uri}/_delta_log"):
+        if f.startswith("0" * 20):
+            os.remove(f"{uri}/_delta_log/{f}")
+    with pytest.raises(LakeError, match=r"log no longer reaches back .* raise maintenance\.log_retention_hours"):
+        lv.check_version(cut, "s.t")
