@@ -209,6 +209,42 @@ def write_window(
     return True
 
 
+def maintain(
+    lake_root: str, pipeline: str, *, vacuum_retention_hours: float, min_files: int = 32,
+    storage_options: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease):
+    compact its one-file-per-window appends once there are `min_files` files, VACUUM files older than
+    the pipeline's vacuum retention, write a log checkpoint and drop expired log entries. The windows'
+    idempotent-write identity survives all of it (no txn retention is set on this table)."""
+    from deltalake import DeltaTable
+
+    from cdc_core import delta_state
+
+    uri = checkpoints_uri(lake_root, pipeline)
+    if not delta_state.table_exists(uri, storage_options=storage_options):
+        return {"uri": uri, "exists": False}
+    try:
+        dt = DeltaTable(uri, storage_options=storage_options)
+        out: dict[str, Any] = {"uri": uri, "exists": True, "files_before": len(dt.file_uris())}
+        if out["files_before"] >= min_files:
+            metrics = dt.optimize.compact()
+            out["files_removed"] = metrics.get("numFilesRemoved")
+            dt = DeltaTable(uri, storage_options=storage_options)
+        deleted = dt.vacuum(retention_hours=math.ceil(vacuum_retention_hours), enforce_retention_duration=False,
+                            dry_run=False)
+        dt = DeltaTable(uri, storage_options=storage_options)
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        out.update(vacuumed=len(deleted), files_after=len(dt.file_uris()), version=dt.version())
+    except Exception as e:
+        raise LakeError(
+            f"pipeline {pipeline!r}: cannot maintain the checkpoints table {uri} ({type(e).__name__}: {e}); "
+            "it stays as it is (correct, only larger); maintenance retries next time"
+        ) from None
+    return out
+
+
 # ------------------------------------------------------------------------------------------ reading
 
 

@@ -206,3 +206,16 @@ def test_a_vacuumed_or_forgotten_version_names_the_retention_to_raise(tmp_path: 
             os.remove(f"{uri}/_delta_log/{f}")
     with pytest.raises(LakeError, match=r"log no longer reaches back .* raise maintenance\.log_retention_hours"):
         lv.check_version(cut, "s.t")
+
+
+def test_maintenance_compacts_the_checkpoints_table_and_keeps_its_idempotency(tmp_path: Path) -> None:
+    lake = str(tmp_path)
+    for seq in range(1, 41):
+        lv.write_window(lake, "p", seq, lambda seq=seq: _rows("p", seq, {"s.a": seq, "s.b": 1}, 100.0 * seq))
+    out = lv.maintain(lake, "p", vacuum_retention_hours=0, min_files=32)
+    assert out["files_before"] == 40 and out["files_after"] == 1 and out["vacuumed"] == 40, out
+    assert lv.load_cut(lake, "p").seq == 40 and lv.load_cut(lake, "p", window=7).tables["s.a"].version == 7
+    assert not lv.write_window(lake, "p", 40, lambda: pytest.fail("window 40 is recorded"))
+    assert lv.write_window(lake, "p", 41, lambda: _rows("p", 41, {"s.a": 41, "s.b": 1}, 4100.0))
+    assert lv.maintain(str(tmp_path / "nothing"), "p", vacuum_retention_hours=1) == {
+        "uri": lv.checkpoints_uri(str(tmp_path / "nothing"), "p"), "exists": False}
