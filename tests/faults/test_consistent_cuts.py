@@ -124,7 +124,7 @@ class CutReader(threading.Thread):
         self.windows_seen.add(cut.seq)
 
 
-def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig) -> None:  # type: ignore[no-untyped-def]
+def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig, merge_server) -> None:  # type: ignore[no-untyped-def]
     r = rig(2101, windows_per_run=1, lease_seconds=1, caps=BIG_CAPS)
     families = Families(r.conn, r.database, 2101)
     families.write(3)
@@ -180,6 +180,19 @@ def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig) -> Non
     final_c = lake_versions.read_table(cut, names[CHILD], columns=["parent_id"])
     assert violations(final_p, final_c) == []
     assert sorted(final_p.column("id").to_pylist()) == sorted(families.alive)
+
+    # Spark users get the same cut: DataFrames time-travelled to the cut's versions, and pasteable SQL.
+    spark = merge_server.spark()
+    dfs = lake_versions.spark_dataframes(spark, cut, [names[PARENT], names[CHILD]])
+    assert sorted(r.id for r in dfs[names[PARENT]].select("id").collect()) == sorted(families.alive)
+    assert dfs[names[CHILD]].count() == final_c.num_rows
+    statements = cut.sql([names[PARENT], names[CHILD]])
+    assert [spark.sql(q.split(";")[0]).count() for q in statements] == [final_p.num_rows, final_c.num_rows]
+    older = lake_versions.load_cut(lake, r.name, window=min(reader.windows_seen))
+    old_dfs = lake_versions.spark_dataframes(spark, older, [names[PARENT], names[CHILD]])
+    assert violations(lake_versions.read_table(older, names[PARENT], columns=["id", "n_children"]),
+                      lake_versions.read_table(older, names[CHILD], columns=["parent_id"])) == []
+    assert old_dfs[names[PARENT]].count() == lake_versions.read_table(older, names[PARENT]).num_rows
 
     # One commit per window, never a partial or a repeated one, despite the kills and replays.
     rows = lake_versions.read_checkpoints(lake, r.name)
