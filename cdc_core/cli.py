@@ -328,6 +328,44 @@ def verify(ctx: click.Context, pipeline: str) -> None:
         raise click.ClickException("the lake differs from the source (see above)")
 
 
+@cli.command()
+@click.argument("pipeline")
+@click.option("--window", type=int, default=None, help="The cut of this window (seq) instead of the newest")
+@click.option("--as-of", "as_of", default=None,
+              help="The newest cut whose changes were all committed at or before this UTC time (2026-11-20T08:00:00Z)")
+@click.option("--table", "tables", multiple=True, help="Only these schema.table names (repeatable)")
+@click.option("--sql", "as_sql", is_flag=True, help="Print the SELECT ... VERSION AS OF statements instead of JSON")
+@click.option("--check", is_flag=True, help="Also open every table at its version (fails if the log was cleaned up)")
+@click.pass_context
+def versions(  # noqa: PLR0917 - one parameter per click option
+    ctx: click.Context, pipeline: str, window: int | None, as_of: str | None, tables: tuple[str, ...],
+    as_sql: bool, check: bool,
+) -> None:
+    """A consistent cut: the Delta version of every table of the pipeline as of one acked window.
+
+    Reads only the lake (<lake_root>/_cdc.meta/<pipeline>/checkpoints): no ZooKeeper, no source.
+    """
+    from cdc_core import lake_versions
+    from cdc_core.config import parse_utc_timestamp
+
+    cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
+    cut = lake_versions.load_cut(str(cfg.lake_root), pipeline, window=window, as_of=at)
+    picked = cut.pick(tables)
+    if check:
+        for t in picked:
+            lake_versions.check_version(cut, t.name)
+    if as_sql:
+        click.echo(f"-- pipeline {pipeline}, window {cut.seq}, cursor {cut.cursor}, commits up to "
+                   f"{cut.to_dict()['commit_at']}")
+        for line in cut.sql(tables):
+            click.echo(line)
+        return
+    out = cut.to_dict()
+    out["tables"] = {t.name: t.to_dict() for t in picked}
+    _emit(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, standalone_mode=False)

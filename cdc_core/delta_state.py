@@ -120,6 +120,21 @@ def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, 
     return None if version is None else int(version)
 
 
+def version_and_txn(
+    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[int, int | None] | None:
+    """(current version, `app_id`'s last txn version) from one snapshot; None when there is no table.
+    Cheap: the log only, no file listing (cdc_core.lake_versions records it at every ack)."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        txn = table.transaction_version(app_id)
+        return int(table.version()), None if txn is None else int(txn)
+    except Exception as e:
+        raise LakeError(f"cannot read the version of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+
+
 def window_commit_version(
     table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
 ) -> int | None:

@@ -29,6 +29,7 @@ POINTS = (
     "mid_merge_table",  # in the Spark job, a table's tombstones committed, its main MERGE not yet
     "after_merge",  # the merge job finished; the ack step has not started
     "before_ack",  # the ack step checked Delta; ZooKeeper not yet touched
+    "after_checkpoint",  # the window is in the lake's checkpoints table; the cursor has not moved
     "mid_ack",  # inside the coordinator's ack: lease and records read, the multi-op not yet committed
     "after_ack",
 )

@@ -293,7 +293,25 @@ def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     )
     slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
     records = prune_records(p.coordinator, grant, m, slack_seconds=slack)
-    return {"staging": staged, "records": records}
+    if batched:
+        return {"staging": staged, "records": records}
+    return {"staging": staged, "records": records, "checkpoints": _maintain_checkpoints(p, grant)}
+
+
+def _maintain_checkpoints(p: Pipeline, grant: LeaseGrant) -> dict[str, Any]:
+    """The full pass compacts and vacuums the lake's checkpoints table (cdc_core.lake_versions); a failure
+    is logged and reported, never fatal (the table stays correct, only larger)."""
+    from cdc_core import lake_versions
+
+    try:
+        p.coordinator.verify(grant)
+        out = lake_versions.maintain(p.lake_root, p.name,
+                                     vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours)
+    except LakeError as e:
+        _log("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
+        return {"error": str(e)}
+    _log("checkpoints.maintained", p.name, grant, **{k: v for k, v in out.items() if k != "uri"})
+    return out
 
 
 def cleanup_after_ack(p: Pipeline, grant: LeaseGrant) -> dict[str, Any] | None:

@@ -549,6 +549,20 @@ class Pipeline:
             )
         self._record_lake(grant, record.plan, manifest)
         faults.point("before_ack")
+        result = self._ack_result(seq, manifest)
+        self._record_checkpoint(grant, record.plan, manifest, result)
+        cursor = self.coordinator.ack_window(grant, seq, result)
+        self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        if record.plan.kind == KIND_SNAPSHOT:
+            snapshot.log_acked(self, grant, record.plan)
+        faults.point("after_ack")
+        from cdc_core import housekeeping  # staged windows and window records past their retention; never raises
+
+        housekeeping.cleanup_after_ack(self, grant)
+        return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def _ack_result(self, seq: int, manifest: Manifest) -> dict[str, Any]:
+        """What the ack records for the window: per table its changes, Delta version and merge counts."""
         tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
         result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
         merged = self.merge_report(seq)
@@ -565,15 +579,49 @@ class Pipeline:
                 entry["delta_version"] = delta_state.window_commit_version(
                     self.table_uri(t.schema, t.table), self.name, seq
                 )
-        cursor = self.coordinator.ack_window(grant, seq, result)
-        self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
-        if record.plan.kind == KIND_SNAPSHOT:
-            snapshot.log_acked(self, grant, record.plan)
-        faults.point("after_ack")
-        from cdc_core import housekeeping  # staged windows and window records past their retention; never raises
+        return result
 
-        housekeeping.cleanup_after_ack(self, grant)
-        return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+    def _record_checkpoint(
+        self, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest, result: dict[str, Any]
+    ) -> None:
+        """Record the window in the lake's checkpoints table (cdc_core.lake_versions) before the cursor
+        moves: every table of the pipeline at its Delta version as of this window, in one idempotent
+        commit. Fenced: the lease is checked first, and a stale run finds the window recorded (or a
+        table already past it) and writes nothing. Empty windows record nothing."""
+        if not manifest.tables:
+            return
+        from cdc_core import coordination, lake_versions
+
+        if lake_versions.recorded(self.lake_root, self.name, plan.seq):
+            return
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
+        uris = {n: self.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
+        uris.update({t.name: self.table_uri(t.schema, t.table) for t in manifest.tables})
+        now = time.time()
+        after = coordination.cursor_after_ack(self.name, self.coordinator.read_cursor(), plan, now)
+        position = after.position  # the stream cursor after this window (a backfill or a chunk keeps it)
+        covered = position.commit_ts if position else None
+
+        def build() -> Any:
+            versions = lake_versions.current_versions(self.name, plan.seq, uris)
+            changed = result.get("tables") or {}
+            rows = []
+            for name, uri in sorted(uris.items()):
+                info = changed.get(name) or {}
+                rows.append(lake_versions.TableAtWindow(
+                    name, uri, versions[name], name in changed,
+                    inserted=info.get("inserted"), updated=info.get("updated"), deleted=info.get("deleted"),
+                    changes=info.get("changes"),
+                ))
+            return lake_versions.checkpoint_rows(
+                self.name, plan.seq, plan.kind, rows, cursor=position.label() if position else None,
+                commit_ts=covered, acked_at=now,
+            )
+
+        self.coordinator.verify(grant)  # fenced like every other write: a run that lost its lease stops here
+        wrote = lake_versions.write_window(self.lake_root, self.name, plan.seq, build)
+        self._log("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
+        faults.point("after_checkpoint")
 
     def more_work(self, seq: int) -> dict[str, Any]:
         """Right after window `seq` was acked: is more work waiting now, and why?
@@ -629,7 +677,9 @@ class Pipeline:
         landed = self.landed(manifest)
         if all(v is not None and v >= pending.plan.seq for v in landed.values()):
             self._record_lake(grant, pending.plan, manifest)
-            self.coordinator.ack_window(grant, pending.plan.seq, {"recovered": True, "changes": manifest.changes})
+            result = {**self._ack_result(pending.plan.seq, manifest), "recovered": True}
+            self._record_checkpoint(grant, pending.plan, manifest, result)
+            self.coordinator.ack_window(grant, pending.plan.seq, result)
             self._log("window.recovered_ack", grant, seq=pending.plan.seq)
             return f"acked landed window {pending.plan.seq}"
         return None

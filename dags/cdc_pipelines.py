@@ -27,6 +27,9 @@ a run triggered from the form starts at once. cdc_<name> is created paused, as A
 is paused, the runs `continue_run` triggers stay queued; the monitor page says so.
 
 The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
+- ack_window's outlet (and inlet) is the AssetAlias `cdc_<name>_tables`: the ack emits one asset event per
+  lake table the window changed (plugins/cdc_airflow/assets.py; docs/downstream.md), so downstream DAGs
+  can be scheduled on a table's Asset (`cdc_airflow.assets.table_asset(name, "schema.table")`).
 - release_lease is a teardown: it runs after everything else whether the run succeeded or failed, is
   skipped when acquire_lease was skipped (another run holds the lease: the whole run skips), and does
   not decide the run's state (a failed merge still fails the run).
@@ -46,7 +49,7 @@ from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TriggerRule
-from cdc_airflow import tasks
+from cdc_airflow import assets, tasks
 from cdc_airflow.operators import CdcMergeOperator
 
 from cdc_core.config import PipelineConfig, load_config
@@ -68,7 +71,10 @@ def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # ty
     plan = tasks.plan_window(pc.name, **(plan_kwargs or {}))
     stage = tasks.stage_window(pc.name)
     merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id)
-    ack = tasks.ack_window.override(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)(pc.name)
+    alias = assets.tables_alias(pc.name)  # the ack emits one asset event per lake table the window changed
+    ack = tasks.ack_window.override(
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, outlets=[alias], inlets=[alias]
+    )(pc.name)
     release = tasks.release_lease(pc.name)
     more = tasks.more_work()
     carry_on = continue_run(pc)

@@ -214,13 +214,22 @@ def stage_window(pipeline: str) -> dict[str, Any]:
 
 @task(task_id=ACK_TASK)
 def ack_window(pipeline: str) -> dict[str, Any]:
-    """Move the cursor past the window once Delta holds it for every staged table; say whether more work
-    is waiting (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
+    """Move the cursor past the window once Delta holds it for every staged table (and the lake's
+    checkpoints table records it); emit an asset event per table it changed (plugins/cdc_airflow/assets.py,
+    through the outlet alias the DAG gives this task); say whether more work is waiting
+    (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
     ctx = get_current_context()
     grant, seq = _grant_and_seq(ctx["ti"])
     with _step(pipeline, ACK_TASK, seq) as p:
         result = dict(p.ack(grant, seq))
         more = dict(p.more_work(seq))
+        # One asset event per table the window (and any window acked by recovery before it) changed,
+        # recorded by Airflow when this task succeeds; windows already announced are left out.
+        from cdc_airflow.assets import emit
+
+        result["asset_events"], before = emit(pipeline, seq, ctx, p)
+        log.info("assets.emitted pipeline=%s seq=%s events=%s announced_before=%s",
+                 pipeline, seq, len(result["asset_events"]), before)
     more["trigger_run_id"] = continue_run_id(seq, grant.token)
     result["more_work"] = more
     return result

@@ -289,3 +289,20 @@ def test_manual_dags_are_ready_when_triggered_and_the_scheduled_one_keeps_airflo
         assert dagbag.dags[f"cdc_{name}_backfill"].is_paused_upon_creation is False
         assert dagbag.dags[f"cdc_{name}_snapshot"].is_paused_upon_creation is False
         assert dagbag.dags[f"cdc_{name}"].is_paused_upon_creation is None  # [core] dags_are_paused_at_creation
+
+
+@pytest.mark.parametrize("dag_id", ["cdc_orders", "cdc_orders_backfill", "cdc_orders_snapshot"])
+def test_ack_emits_asset_events_through_the_pipeline_alias(dagbag, dag_id: str) -> None:  # type: ignore[no-untyped-def]
+    """The ack's outlet and inlet is the pipeline's AssetAlias (docs/downstream.md); a table's Asset names
+    its Delta location as a file:// URI, grouped per pipeline."""
+    from airflow.sdk import AssetAlias
+    from cdc_airflow.assets import asset_for, asset_uri
+
+    ack = dagbag.dags[dag_id].get_task("ack_window")
+    alias = AssetAlias(name="cdc_orders_tables", group="cdc_orders")
+    assert ack.outlets == [alias] and ack.inlets == [alias]
+    asset = asset_for("orders", "/data/lake", "shop", "order items")
+    assert (asset.name, asset.uri, asset.group) == (
+        "cdc_orders/shop/order~20items", "file:///data/lake/shop/order~20items", "cdc_orders"
+    )
+    assert asset_uri("s3a://bucket/lake/shop/orders") == "s3://bucket/lake/shop/orders"

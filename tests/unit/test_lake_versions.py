@@ -1,0 +1,221 @@
+"""The checkpoints table's rules (cdc_core.lake_versions) and the asset-event decisions (cdc_core.table_events).
+
+Pure functions over rows and window records; the idempotent append runs delta-rs on a temporary
+directory (no service).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc_core import lake_versions as lv
+from cdc_core import table_events as te
+from cdc_core.coordination import STATE_ACKED, STATE_PLANNED, WindowRecord
+from cdc_core.errors import ConfigError, LakeError
+from cdc_core.positions import BinlogPosition, ServerIdentity
+from cdc_core.window_plan import WindowPlan
+
+pytestmark = pytest.mark.unit
+
+
+def _rows(pipeline: str, seq: int, versions: dict[str, int], commit_ts: float, changed: tuple[str, ...] = ()) -> Any:
+    tables = [lv.TableAtWindow(n, f"/lake/{n.replace('.', '/')}", v, n in changed) for n, v in versions.items()]
+    return lv.checkpoint_rows(pipeline, seq, "stream", tables, cursor=f"mysql-bin.000001:{seq}",
+                              commit_ts=commit_ts, acked_at=commit_ts + 1)
+
+
+def _history() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    out += _rows("p", 1, {"s.a": 1, "s.b": 1}, 100.0, ("s.a", "s.b")).to_pylist()
+    out += _rows("p", 2, {"s.a": 2, "s.b": 1}, 200.0, ("s.a",)).to_pylist()
+    out += _rows("p", 4, {"s.a": 2, "s.b": 3}, 400.0, ("s.b",)).to_pylist()
+    out += _rows("other", 9, {"s.x": 7}, 900.0).to_pylist()
+    return out
+
+
+def test_resolve_cut_newest_window_or_seq_or_time() -> None:
+    rows = _history()
+    newest = lv.resolve_cut(rows, "p")
+    assert newest.seq == 4 and {n: t.version for n, t in newest.tables.items()} == {"s.a": 2, "s.b": 3}
+    assert newest.tables["s.b"].changed and not newest.tables["s.a"].changed
+    assert lv.resolve_cut(rows, "p", window=2).tables["s.a"].version == 2
+    assert lv.resolve_cut(rows, "p", as_of=399.0).seq == 2  # newest whose commits are all at or before
+    assert lv.resolve_cut(rows, "p", as_of=400.0).seq == 4
+    with pytest.raises(LakeError, match="window 3 is not recorded"):
+        lv.resolve_cut(rows, "p", window=3)
+    with pytest.raises(LakeError, match="oldest recorded one is window 1"):
+        lv.resolve_cut(rows, "p", as_of=50.0)
+    with pytest.raises(LakeError, match="records no window yet"):
+        lv.resolve_cut(rows, "nobody")
+    with pytest.raises(ConfigError, match="not both"):
+        lv.resolve_cut(rows, "p", window=2, as_of=300.0)
+
+
+def test_a_partial_window_is_never_a_cut() -> None:
+    rows = [r for r in _history() if not (r["seq"] == 4 and r["table_name"] == "s.b")]
+    assert lv.resolve_cut(rows, "p").seq == 2
+
+
+def test_sql_and_table_choice() -> None:
+    cut = lv.resolve_cut(_history(), "p")
+    assert cut.sql(["s.b"]) == ["SELECT * FROM delta.`/lake/s/b` VERSION AS OF 3;  -- s.b"]
+    with pytest.raises(ConfigError, match=r"records no table 's\.zz'"):
+        cut.pick(["s.zz"])
+    assert cut.to_dict()["tables"]["s.a"] == {"uri": "/lake/s/a", "version": 2, "changed": False}
+
+
+def test_checkpoints_path_cannot_collide_with_a_table() -> None:
+    from cdc_core.naming import path_component
+
+    uri = lv.checkpoints_uri("/lake/", "orders")
+    assert uri == "/lake/_cdc.meta/orders/checkpoints"
+    assert path_component("_cdc.meta") != "_cdc.meta"  # no schema directory can be named like it
+
+
+def test_spark_helper_reads_each_table_at_its_version_without_pyspark() -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class Reader:
+        def format(self, f: str) -> Reader:
+            calls.append(("format", f))
+            return self
+
+        def option(self, k: str, v: Any) -> Reader:
+            calls.append((k, v))
+            return self
+
+        def load(self, uri: str) -> str:
+            return f"df({uri})"
+
+    spark = type("Spark", (), {"read": Reader()})()
+    dfs = lv.spark_dataframes(spark, lv.resolve_cut(_history(), "p"), ["s.a", "s.b"])
+    assert dfs == {"s.a": "df(/lake/s/a)", "s.b": "df(/lake/s/b)"}
+    assert ("versionAsOf", 2) in calls and ("versionAsOf", 3) in calls
+
+
+def test_retention_hint_names_the_setting() -> None:
+    cut = lv.resolve_cut(_history(), "p")
+    t = cut.tables["s.a"]
+    assert "maintenance.vacuum_retention_hours" in lv.retention_hint(cut, t, "files")
+    assert "maintenance.log_retention_hours" in lv.retention_hint(cut, t, "log")
+
+
+def test_write_window_appends_once_per_window(tmp_path: Path) -> None:
+    lake = str(tmp_path)
+    assert lv.write_window(lake, "p", 1, lambda: _rows("p", 1, {"s.a": 1, "s.b": 1}, 100.0))
+    assert not lv.write_window(lake, "p", 1, lambda: pytest.fail("a recorded window is not rebuilt"))
+    assert lv.write_window(lake, "p", 2, lambda: _rows("p", 2, {"s.a": 2, "s.b": 1}, 200.0))
+    rows = lv.read_checkpoints(lake, "p")
+    assert sorted((r["seq"], r["table_name"]) for r in rows) == [(1, "s.a"), (1, "s.b"), (2, "s.a"), (2, "s.b")]
+    assert lv.load_cut(lake, "p").seq == 2
+
+
+def test_two_writers_racing_on_one_window_leave_one_copy(tmp_path: Path) -> None:
+    """A zombie and its successor: both saw the window unrecorded; Delta's conflict check on the app id
+    lets one commit through, and the other reports "already there"."""
+    lake = str(tmp_path)
+    lv.write_window(lake, "p", 1, lambda: _rows("p", 1, {"s.a": 1}, 100.0))
+    both_built = threading.Barrier(2)
+    results: list[bool] = []
+
+    def build() -> Any:
+        both_built.wait(timeout=30)
+        return _rows("p", 2, {"s.a": 2}, 200.0)
+
+    threads = [threading.Thread(target=lambda: results.append(lv.write_window(lake, "p", 2, build))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == [False, True]
+    assert sorted(r["seq"] for r in lv.read_checkpoints(lake, "p")) == [1, 2]
+
+
+# ------------------------------------------------------------------------------- asset event decisions
+
+
+def _record(seq: int, state: str = STATE_ACKED, tables: dict[str, Any] | None = None) -> WindowRecord:
+    server = ServerIdentity("mariadb", 1)
+    start = BinlogPosition("mysql-bin.000001", 4 + seq, server)
+    end = BinlogPosition("mysql-bin.000001", 5 + seq, server, commit_ts=1000.0 + seq)
+    plan = WindowPlan(pipeline="p", seq=seq, start=start, end=end, transactions=1, events=2, bytes=10)
+    result = {"tables": tables if tables is not None else {"s.a": {"changes": 2, "delta_version": seq,
+                                                                    "inserted": 1, "updated": 1, "deleted": 0}}}
+    return WindowRecord(plan=plan, state=state, result=result, acked_at=2000.0 + seq)  # type: ignore[arg-type]
+
+
+def test_windows_to_announce() -> None:
+    recs = [_record(1), _record(2), _record(3), _record(4, STATE_PLANNED)]
+    assert [r.seq for r in te.windows_to_announce(recs, 3, set())] == [3]  # first time: only its own window
+    assert [r.seq for r in te.windows_to_announce(recs, 3, {1})] == [2, 3]  # 2 acked by recovery
+    assert te.windows_to_announce(recs, 3, {1, 2, 3}) == []  # a retried / cleared ack: nothing twice
+    assert te.windows_to_announce(recs, 4, {3}) == []  # not acked: nothing
+
+
+def test_window_events_only_changed_tables_with_extra() -> None:
+    rec = _record(5, tables={"s.a": {"changes": 3, "delta_version": 7, "inserted": 2, "updated": 0, "deleted": 1},
+                             "`my.db`.`t`": {"changes": 1}})
+    events = te.window_events("p", rec, {"s.a": ("s", "a"), "`my.db`.`t`": ("my.db", "t")})
+    assert [(e.name, e.schema, e.table) for e in events] == [("`my.db`.`t`", "my.db", "t"), ("s.a", "s", "a")]
+    extra = events[1].extra
+    assert extra["pipeline"] == "p" and extra["window_seq"] == 5 and extra["delta_version"] == 7
+    assert (extra["inserted"], extra["updated"], extra["deleted"]) == (2, 0, 1)
+    assert extra["newest_commit_ts"] == 1005.0 and extra["newest_commit_at"].endswith("Z")
+    assert "source" not in extra
+    assert te.announced_seqs("p", [extra, {"pipeline": "q", "window_seq": 9}, {}]) == {5}
+
+
+def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path) -> None:
+    """A stale ack (another run acked the window and merged the next one) records nothing."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from cdc_core.errors import StateConflict
+
+    uri = str(tmp_path / "s" / "a")
+    for seq in (1, 2, 3):
+        write_deltalake(uri, pa.table({"id": [seq]}), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction("p", seq)]))
+    missing = str(tmp_path / "s" / "gone")
+    assert lv.current_versions("p", 3, {"s.a": uri, "s.gone": missing}) == {"s.a": 2, "s.gone": None}
+    with pytest.raises(StateConflict, match="already holds window 3, after window 2"):
+        lv.current_versions("p", 2, {"s.a": uri})
+
+
+def test_a_vacuumed_or_forgotten_version_names_the_retention_to_raise(tmp_path: Path) -> None:
+    import os
+    import time
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1]}))
+    write_deltalake(uri, pa.table({"id": [2]}), mode="overwrite")
+    cut = lv.Cut("p", 1, "stream", None, None, time.time() - 7200, {"s.t": lv.TableVersion("s.t", uri, 0, True)})
+    assert lv.read_table(cut, "s.t").column("id").to_pylist() == [1]
+    DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(LakeError, match=r"removed by VACUUM .* raise maintenance\.vacuum_retention_hours above"):
+        lv.read_table(cut, "s.t")
+    for f in os.listdir(f"{uri}/_delta_log"):
+        if f.startswith("0" * 20):
+            os.remove(f"{uri}/_delta_log/{f}")
+    with pytest.raises(LakeError, match=r"log no longer reaches back .* raise maintenance\.log_retention_hours"):
+        lv.check_version(cut, "s.t")
+
+
+def test_maintenance_compacts_the_checkpoints_table_and_keeps_its_idempotency(tmp_path: Path) -> None:
+    lake = str(tmp_path)
+    for seq in range(1, 41):
+        lv.write_window(lake, "p", seq, lambda seq=seq: _rows("p", seq, {"s.a": seq, "s.b": 1}, 100.0 * seq))
+    out = lv.maintain(lake, "p", vacuum_retention_hours=0, min_files=32)
+    assert out["files_before"] == 40 and out["files_after"] == 1 and out["vacuumed"] == 40, out
+    assert lv.load_cut(lake, "p").seq == 40 and lv.load_cut(lake, "p", window=7).tables["s.a"].version == 7
+    assert not lv.write_window(lake, "p", 40, lambda: pytest.fail("window 40 is recorded"))
+    assert lv.write_window(lake, "p", 41, lambda: _rows("p", 41, {"s.a": 41, "s.b": 1}, 4100.0))
+    assert lv.maintain(str(tmp_path / "nothing"), "p", vacuum_retention_hours=1) == {
+        "uri": lv.checkpoints_uri(str(tmp_path / "nothing"), "p"), "exists": False}
