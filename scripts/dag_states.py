@@ -18,9 +18,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--wait", type=float, default=180.0)
+    ap.add_argument("--parent", type=int, default=None, help="stop waiting once this process is gone")
     args = ap.parse_args()
     from cdc_core.config import load_config
 
@@ -40,6 +51,8 @@ def main() -> int:
             found = {}
         if len(found) == len(expected):
             break
+        if args.parent is not None and not _alive(args.parent):
+            return 0
         time.sleep(1)
     for dag_id in sorted(expected):
         p = expected[dag_id]
@@ -57,6 +70,7 @@ def main() -> int:
                   f"queued; unpause it: `airflow dags unpause {dag_id}`")
         else:
             print(f"ui: DAG {dag_id}: ready (manual: runs when triggered from its form)")
+    print("ui: Ctrl-C stops Airflow")
     return 0
 
 

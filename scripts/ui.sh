@@ -15,10 +15,8 @@ scripts/services.sh start
 # shellcheck disable=SC1091
 source scripts/airflow_env.sh
 echo "ui: Airflow on http://127.0.0.1:$CDC_AIRFLOW_PORT (admin / admin); monitoring page: http://127.0.0.1:$CDC_AIRFLOW_PORT/cdc-monitor/"
-airflow standalone &
-standalone=$!
-# Ctrl-C / TERM: pass it on to `airflow standalone` (by its PID; it stops its own components).
-trap 'kill -TERM "$standalone" 2>/dev/null || true' INT TERM
-python scripts/dag_states.py --wait 180 || true
-echo "ui: running; Ctrl-C stops it"
-wait "$standalone" || wait "$standalone" || true
+# In the background, bounded: prints the DAGs' pause states once parsed, and gives up when `airflow
+# standalone` (this very PID after exec) is gone. Standalone stays in the foreground so that Ctrl-C
+# reaches it and its components, as before.
+python scripts/dag_states.py --wait 180 --parent $$ &
+exec airflow standalone
