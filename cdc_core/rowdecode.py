@@ -17,8 +17,9 @@ objects to Arrow. This module decodes the same bytes in two phases instead, per 
 Every kernel produces exactly what `pa.array(codec.convert_values(<library values>), codec.arrow_type)`
 produces for the same bytes: tests/integration/test_fast_decoder_mariadb.py compares both for every
 mapped type with edge values, against the real server. Library quirks are mirrored where they show in
-staged values (a DATETIME the library cannot build lands as NULL, a TIMESTAMP of 0 as NULL, YEAR 0, an
-empty SET as NULL, ...); an invalid DATE or ENUM index that makes the library raise raises here too.
+staged values (a DATETIME the library cannot build lands as NULL, a TIMESTAMP of 0 as NULL, YEAR 0,
+...; an empty SET is the empty set, not NULL, on both paths); an invalid DATE or ENUM index that makes
+the library raise raises here too.
 
 Accumulation (`TableAccumulator`) keeps a table's raw row images and offsets for many events and
 transactions; `RowBatch`es are materialized from it in bounded slices.
@@ -41,7 +42,16 @@ import pyarrow.compute as pc
 from cdc_core.changes import RowBatch, TableSchema
 from cdc_core.errors import SourceError, StagingError
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
-from cdc_core.types import ColumnCodec, TableCodec, _conv_bytes, _conv_json, _conv_timestamp, _conv_year, table_codec
+from cdc_core.types import (
+    MARIADB_LATIN1,
+    ColumnCodec,
+    TableCodec,
+    _conv_bytes,
+    _conv_json,
+    _conv_timestamp,
+    _conv_year,
+    table_codec,
+)
 
 # Op codes in the accumulator (index into _OP_LABELS).
 OPC_INSERT, OPC_UPDATE, OPC_DELETE = 0, 1, 2
@@ -94,6 +104,8 @@ def _encoding(charset_name: str | None) -> str | None:
     from pymysqlreplication.row_event import RowsEvent
 
     enc = RowsEvent.charset_to_encoding(charset_name)
+    if enc == "cp1252":
+        return MARIADB_LATIN1  # the server's latin1, C1 controls included (see cdc_core.types)
     try:
         "".encode(enc)
     except LookupError:
@@ -403,8 +415,8 @@ def value_function(lay: ColumnLayout) -> Callable[[Any, int], Any]:
 
         def set_value(d: Any, o: int) -> Any:
             mask = _uint_le(d, o, w)
-            found = {v for i, v in enumerate(labels) if mask & (1 << i)}
-            return found or None
+            # An empty set is set(), never None: the row image's null bit, not the mask, says NULL.
+            return {v for i, v in enumerate(labels) if mask & (1 << i)}
 
         return set_value
     if k == "bit":

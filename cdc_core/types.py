@@ -20,8 +20,10 @@ the reader's value is already what Arrow takes.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import decimal
+import encodings.cp1252
 import json
 import re
 import sys
@@ -227,6 +229,30 @@ def _conv_bytes(v: Any) -> bytes:
     return v.encode("utf-8") if v.__class__ is str else v
 
 
+# MariaDB's and MySQL's `latin1` is Windows-1252, except that the five bytes cp1252 leaves undefined
+# (0x81, 0x8D, 0x8F, 0x90, 0x9D) are the C1 controls U+0081 ... (as SELECT returns them). Python's cp1252
+# raises on them, so the binlog readers decode latin1 with this codec instead (`binlog` points the
+# library's latin1 charset at it; `rowdecode` uses it on the columnar path).
+MARIADB_LATIN1 = "cdc_mariadb_latin1"
+_LATIN1_TABLE = "".join(
+    chr(i) if c == "\ufffe" else c for i, c in enumerate(encodings.cp1252.decoding_table)
+)
+_LATIN1_ENCODING = codecs.charmap_build(_LATIN1_TABLE)
+
+
+def _latin1_search(name: str) -> codecs.CodecInfo | None:
+    if name != MARIADB_LATIN1:
+        return None
+    return codecs.CodecInfo(
+        name=MARIADB_LATIN1,
+        encode=lambda s, errors="strict": codecs.charmap_encode(s, errors, _LATIN1_ENCODING),
+        decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, _LATIN1_TABLE),
+    )
+
+
+codecs.register(_latin1_search)
+
+
 # ------------------------------------------------------------------------------------------- the map
 
 
@@ -316,8 +342,8 @@ R_JSON = TypeRule(
 R_ENUM = TypeRule("ENUM(...)", "string", "STRING", "the label; `''` for the invalid-value index 0", ("enum('a','b')",))
 R_SET = TypeRule(
     "SET(...)", "string", "STRING",
-    "labels comma-joined in definition order, as SELECT prints them; `''` for the empty set (a nullable SET "
-    "column's empty set may arrive from the reader as NULL)",
+    "labels comma-joined in definition order, as SELECT prints them; `''` for the empty set, NULL only for "
+    "NULL (nullable or not, binlog or snapshot)",
     ("set('x','y')",),
 )
 R_BIT = TypeRule(
@@ -489,7 +515,7 @@ class ColumnCodec:
     delta_type: str
     nullable: bool  # staged nullability (see staged_nullable)
     convert: Converter | None
-    none_as: Any = None  # what a reader None becomes (only ever not None for NOT NULL SET columns)
+    none_as: Any = None  # what a reader None becomes (None: NULL; every reader None is a NULL now)
 
     def convert_values(self, raw: list[Any]) -> list[Any]:
         conv, none_as = self.convert, self.none_as
@@ -504,11 +530,10 @@ class ColumnCodec:
 
 
 def column_codec(col: SourceColumn, table: str | None = None) -> ColumnCodec:
-    rule, m = resolve(col, table)
-    # The reader returns None for an empty SET (it cannot tell it from NULL); in a NOT NULL column a
-    # None can only be the empty set.
-    none_as = "" if rule is R_SET and not col.nullable else None
-    return ColumnCodec(col.name, col.mysql_type, m.arrow, m.delta, col.nullable or m.may_null, m.convert, none_as)
+    _, m = resolve(col, table)
+    # Both readers tell an empty SET (set(), landing as '') from NULL (None): the columnar decoder by the
+    # row image's null bitmap, the library path by the row's none-sources (binlog.read_changes).
+    return ColumnCodec(col.name, col.mysql_type, m.arrow, m.delta, col.nullable or m.may_null, m.convert)
 
 
 @dataclass(frozen=True)
