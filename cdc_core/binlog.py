@@ -85,7 +85,7 @@ from cdc_core.source import (
     quote_labels,
     source_error_from,
 )
-from cdc_core.types import MARIADB_LATIN1
+from cdc_core.types import python_codec
 from cdc_core.window_plan import WindowPlan
 
 if TYPE_CHECKING:
@@ -103,13 +103,13 @@ _REPLICA_ID_RANGE = (1_000_000_000, 2_000_000_000)
 
 
 def _charset_to_encoding(name: str) -> str:
-    enc = str(_library_charset_to_encoding(name))
-    return MARIADB_LATIN1 if enc == "cp1252" else enc
+    return python_codec(name) or str(_library_charset_to_encoding(name))
 
 
-# The library decodes latin1 text with Python's cp1252, which raises on the five bytes cp1252 leaves
-# undefined; the server's latin1 maps them to the C1 controls (SELECT returns U+0081 ...). Point the
-# library at the server's mapping (cdc_core.types.MARIADB_LATIN1), as the columnar decoder does.
+# The library decodes text with Python codecs that differ from the server's for some charsets: latin1 as
+# cp1252 (raises on the five bytes cp1252 leaves undefined, which the server's latin1 maps to C1
+# controls), utf16/utf32/ucs2 in the machine's byte order (the server's are big-endian). Point it at the
+# exact codecs (cdc_core.types.CHARSET_CODECS), as the columnar decoder does.
 _library_charset_to_encoding = RowsEvent.charset_to_encoding
 RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 

@@ -43,13 +43,13 @@ from cdc_core.changes import RowBatch, TableSchema
 from cdc_core.errors import SourceError, StagingError
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.types import (
-    MARIADB_LATIN1,
     ColumnCodec,
     TableCodec,
     _conv_bytes,
     _conv_json,
     _conv_timestamp,
     _conv_year,
+    python_codec,
     table_codec,
 )
 
@@ -103,9 +103,10 @@ def _encoding(charset_name: str | None) -> str | None:
         return "utf-8"  # the library's default for servers without charset metadata
     from pymysqlreplication.row_event import RowsEvent
 
+    exact = python_codec(charset_name)
+    if exact is not None:
+        return exact  # the server's decoding (utf16 is big-endian, latin1 has C1 controls; cdc_core.types)
     enc = RowsEvent.charset_to_encoding(charset_name)
-    if enc == "cp1252":
-        return MARIADB_LATIN1  # the server's latin1, C1 controls included (see cdc_core.types)
     try:
         "".encode(enc)
     except LookupError:
@@ -353,7 +354,15 @@ def _pv_string(lay: ColumnLayout) -> Callable[[Any, int], Any]:
     def f(d: Any, o: int) -> Any:
         n = _uint_le(d, o, prefix)
         raw = bytes(d[o + prefix : o + prefix + n])
-        return raw if enc is None else raw.decode(enc)
+        if enc is None:
+            return raw
+        try:
+            return raw.decode(enc)
+        except UnicodeDecodeError as e:
+            raise SourceError(
+                f"column {lay.name!r}: the value {raw[:40]!r} is not valid in its character set ({enc}: {e.reason} "
+                f"at byte {e.start}); it was written as raw bytes. Fix the row at the source or exclude the table"
+            ) from None
 
     return f
 

@@ -61,7 +61,10 @@ COLUMNS: dict[str, str] = {
     "ts": "TIMESTAMP NULL", "ts1": "TIMESTAMP(1) NULL", "ts6": "TIMESTAMP(6) NULL",
     "tm": "TIME", "tm2": "TIME(2)", "tm6": "TIME(6)", "yr": "YEAR",
     "ch": "CHAR(10)", "chn": "CHAR(4) NOT NULL DEFAULT ''", "vc": "VARCHAR(300)", "tt": "TINYTEXT",
-    "tx": "TEXT", "lat": "VARCHAR(20) CHARACTER SET latin1",
+    "tx": "TEXT", "lat": "VARCHAR(20) CHARACTER SET latin1", "u16": "VARCHAR(8) CHARACTER SET utf16",
+    "u16le": "VARCHAR(8) CHARACTER SET utf16le", "u32": "TINYTEXT CHARACTER SET utf32",
+    "ucs": "CHAR(6) CHARACTER SET ucs2", "l2": "VARCHAR(8) CHARACTER SET latin2",
+    "c1251": "VARCHAR(8) CHARACTER SET cp1251", "u3": "VARCHAR(8) CHARACTER SET utf8mb3",
     "bn": "BINARY(6)", "vb": "VARBINARY(20)", "bl": "BLOB",
     "js": "JSON",
     "en": "ENUM(" + ",".join(f"'{x}'" for x in ENUM_LABELS) + ")",
@@ -113,6 +116,7 @@ def _datetime(lo: dt.datetime, hi: dt.datetime, fsp: int) -> st.SearchStrategy[s
     return st.one_of(st.sampled_from([lo, hi]), st.datetimes(lo, hi)).map(fmt)
 
 
+CYRILLIC = "\u041f\u0440\u0438\u0432\u0435\u0442"  # Privet
 TEXT = st.text(
     alphabet=st.one_of(
         st.sampled_from("ab \t\x00'\"\\%é中🎉𝄞"), st.characters(codec="utf-8", exclude_categories=("Cs",))
@@ -157,6 +161,13 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "chn": st.sampled_from(["", "  ", "ab ", "\x00"]),
     "vc": st.one_of(st.sampled_from(["", " ", "trailing  ", "x" * 300]), TEXT),
     "tt": st.one_of(st.sampled_from(["", "t" * 255]), TEXT), "tx": TEXT, "lat": LATIN1,
+    "u16": st.text(alphabet=st.sampled_from("aé 中🎉𝄞\x00"), max_size=8),
+    "u16le": st.text(alphabet=st.sampled_from("aé 中🎉𝄞\x00"), max_size=8),
+    "u32": st.text(alphabet=st.sampled_from("aé 中🎉𝄞\x00"), max_size=8),
+    "ucs": st.text(alphabet=st.sampled_from("aé 中\u20ac"), max_size=6),
+    "l2": st.text(alphabet=st.sampled_from("aŁódź ą\x00"), max_size=8),
+    "c1251": st.text(alphabet=st.sampled_from("a \u20ac" + CYRILLIC), max_size=8),
+    "u3": st.text(alphabet=st.sampled_from("aé 中\x00"), max_size=8),
     "bn": st.one_of(st.sampled_from([b"", b"\x00", b"\x00" * 6, b"\xff" * 6, b"a\x00"]), st.binary(max_size=6)),
     "vb": st.one_of(st.sampled_from([b"", b"\x00", b"a\x00\x00"]), st.binary(max_size=20)),
     "bl": st.one_of(st.sampled_from([b"", bytes(range(256))]), st.binary(max_size=40)),
@@ -185,7 +196,8 @@ EDGE_ROWS: list[dict[str, Any]] = [
      "dt": "0000-00-00", "dtm": "0000-00-00 00:00:00", "dtm3": "1000-01-01 00:00:00.001",
      "dtm6": "9999-12-31 23:59:59.999999", "ts": "0000-00-00 00:00:00", "ts1": "1970-01-01 00:00:01.1",
      "ts6": "2038-01-19 03:14:07.999999", "tm": "-838:59:59", "tm2": "-00:00:00.01", "tm6": TOP_TIME, "yr": 0,
-     "ch": "a  ", "chn": "", "vc": "", "tt": "", "tx": "", "lat": "€\x81", "bn": b"\x00", "vb": b"", "bl": b"",
+     "ch": "a  ", "chn": "", "vc": "", "tt": "", "tx": "", "lat": "€\x81", "u16": "🎉 ", "u16le": "𝄞",
+     "u32": "", "ucs": "中 ", "l2": "Łódź", "c1251": CYRILLIC, "u3": "", "bn": b"\x00", "vb": b"", "bl": b"",
      "js": "null", "en": 0, "st": "", "stn": "", "b1": 1, "b10": 1023, "b64": 2**64 - 1},
     {"ti": 0, "tiu": 0, "si": 0, "siu": 0, "mi": 0, "miu": 0, "i": 0, "iu": 0, "bi": 2**63 - 1, "biu": 0,
      "d1": D(0), "d5": D("0.00001"), "d18": D("0.0001"), "d30": D("-0.0000000001"), "d38": D(-(10**38) + 1),
@@ -193,7 +205,9 @@ EDGE_ROWS: list[dict[str, Any]] = [
      "db": 1.7976931348623157e308, "dt": "2024-00-10", "dtm": "1000-01-01 00:00:00", "dtm3": "2024-02-29 12:00:00.999",
      "dtm6": "2024-00-00 10:00:00", "ts": "1970-01-01 00:00:01", "ts1": None, "ts6": "1970-01-01 00:00:01.000001",
      "tm": "838:59:59", "tm2": "-838:59:59.99", "tm6": "-" + TOP_TIME, "yr": 2155, "ch": " ", "chn": "ab ",
-     "vc": "trailing  ", "tt": " ", "tx": "🎉", "lat": "", "bn": b"\xff" * 6, "vb": b"a\x00\x00",
+     "vc": "trailing  ", "tt": " ", "tx": "🎉", "lat": "",
+     "u16": "", "u16le": "", "u32": "🎉中é", "ucs": "", "l2": "", "c1251": "", "u3": "中", "bn": b"\xff" * 6,
+     "vb": b"a\x00\x00",
      "bl": bytes(range(256)), "js": '{"a": [1, 2.5, "é"], "b": {"c": null}}', "en": "", "st": "x,y,z",
      "stn": "x", "b1": 0, "b10": 0, "b64": 0},
     {"chn": "\x00", "js": '"x"', "en": "ü", "st": None, "b64": 2**63},  # NULL everywhere it can be
@@ -399,6 +413,33 @@ def test_edge_values_land_identically_on_every_path(
 ) -> None:
     Paths(params, db, source_db, tmp_path).run(EDGE_ROWS, list(reversed(EDGE_ROWS)))
     Paths(params, db, source_db, tmp_path / "2").run(EDGE_ROWS, EDGE_ROWS)
+
+
+def test_text_in_an_inexact_character_set_is_refused_on_both_paths(
+    params: SourceParams, db: Any, source_db: str, tmp_path: Path
+) -> None:
+    from cdc_core.errors import UnsupportedType
+
+    with db.cursor() as cur:
+        cur.execute("CREATE TABLE greek_t (id INT PRIMARY KEY, g VARCHAR(8) CHARACTER SET greek)")
+    before = facts_now(params)
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO greek_t VALUES (1, 'Ελλάδα')")
+    after = facts_now(params)
+    plan = window(params, before, after, 1)
+    name = f"{source_db}.greek_t"
+    with pytest.raises(UnsupportedType, match="character set greek"):
+        table_schema_codec = table_schema(params, name)
+        staging.stage_window(
+            plan, read_change_batches(params, after.identity, plan, TableFilter((name,)),
+                                      lambda s, t: table_schema_codec, workers=0), str(tmp_path / "b"))
+    progress = snap.TableProgress(name, chunk_rows=10)
+    with pytest.raises(UnsupportedType, match="character set greek"):
+        schema = table_schema(params, name)
+        cplan = snap.plan_next_chunk_from_source(
+            params, after.identity, epoch=0, pipeline="vals", seq=2, progress=progress, table=schema, now=time.time()
+        )
+        staging.stage_window(cplan, snap.read_chunk(params, cplan, schema), str(tmp_path / "c"))
 
 
 def test_edge_values_make_identical_lake_rows_on_both_paths(
