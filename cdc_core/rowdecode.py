@@ -8,11 +8,14 @@ objects to Arrow. This module decodes the same bytes in two phases instead, per 
    each column's value starts (-1 for NULL). Consecutive fixed-width NOT NULL columns share one
    recorded offset. That is all the per-row Python work there is: a few additions and appends per row.
 2. *Decode* (per column, over many rows at once): gather the bytes at the recorded offsets with numpy
-   and build the staged Arrow array directly (ints, floats, DECIMAL up to 18 digits, DATE, DATETIME,
-   TIMESTAMP, YEAR, ENUM, UTF-8 text, binary). Columns without a vector kernel (TIME, SET, BIT,
-   BINARY(n), wide DECIMAL, other charsets, MySQL's binary JSON, pre-5.6 temporal formats) decode per
-   value with functions that mirror the library's decoding exactly, then go through the type map's
-   converter (`ColumnCodec.convert_values`) like the row-by-row path.
+   and build the staged Arrow array directly: every integer width, FLOAT/DOUBLE, DECIMAL of any
+   precision (up to 18 digits in int64; wider through exact text built by Arrow's string kernels),
+   DATE, DATETIME/TIMESTAMP/TIME with every fsp, YEAR, ENUM, SET (each distinct mask of a batch joined
+   once), BIT(1..64), UTF-8 text and JSON, UTF-16/UCS-2/UTF-32 text (one decode per batch), the
+   single-byte charsets by a byte table, binary strings and BINARY(n) padding. Only MySQL's binary
+   JSON, the pre-5.6 temporal formats and ENUMs without label metadata decode per value, with
+   functions that mirror the library's decoding exactly, then go through the type map's converter
+   (`ColumnCodec.convert_values`) like the row-by-row path.
 
 Every kernel produces exactly what `pa.array(codec.convert_values(<library values>), codec.arrow_type)`
 produces for the same bytes: tests/integration/test_fast_decoder_mariadb.py compares both for every
@@ -812,6 +815,43 @@ def _k_single_byte_text(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, of
     )
 
 
+_WIDE_UNITS = {"utf-16-be": ">u2", "utf-16-le": "<u2", "utf-32-be": ">u4"}
+
+
+def _k_wide_text(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """UTF-16/UCS-2/UTF-32 text: the batch's values decoded in one call (values are whole code units, so
+    the concatenation decodes to the concatenation), UTF-8 offsets counted per code unit in numpy."""
+    enc = lay.encoding or ""
+    unit = np.dtype(_WIDE_UNITS[enc])
+    valid, lengths, aoff, data = _string_parts(lay, buf, offs)
+    if (lengths % unit.itemsize).any():
+        raise SourceError(
+            f"column {lay.name!r}: a value's length is not a whole number of {enc} code units; it was written as "
+            "raw bytes. Fix the row at the source or exclude the table"
+        )
+    try:
+        text = data.tobytes().decode(enc).encode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SourceError(
+            f"column {lay.name!r}: a value is not valid {enc} ({e.reason}); it was written as raw bytes. Fix the "
+            "row at the source or exclude the table"
+        ) from None
+    u = data.view(unit).astype(np.int64)
+    if unit.itemsize == 2:
+        per = np.select([u < 0x80, u < 0x800, (u >= 0xD800) & (u < 0xDC00), (u >= 0xDC00) & (u < 0xE000)],
+                        [1, 2, 4, 0], 3)
+    else:
+        per = np.select([u < 0x80, u < 0x800, u < 0x10000], [1, 2, 3], 4)
+    cum = np.concatenate(([0], np.cumsum(per)))
+    out_off = cum[aoff // unit.itemsize]
+    if int(out_off[-1]) != len(text) or int(out_off[-1]) >= 1 << 31:
+        raise StagingError(f"column {lay.name!r}: {enc} text of {len(text)} UTF-8 bytes in one batch cannot be staged")
+    vbuf, nulls = _validity(valid, len(offs))
+    return pa.Array.from_buffers(
+        typ, len(offs), [vbuf, pa.py_buffer(out_off.astype(np.int32)), pa.py_buffer(text)], null_count=nulls
+    )
+
+
 def _digits(values: np.ndarray, width: int | None) -> pa.Array:
     """Non-negative int64s as decimal text, zero-padded to `width` when given."""
     text = pc.cast(pa.array(values, pa.int64()), pa.string())
@@ -919,6 +959,8 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec) -> _Kernel | None:
             return lambda buf, offs, raw: _k_binary_padded(lay, typ, buf, offs, n)
         if lay.encoding in _SINGLE_BYTE_CODECS and typ == pa.string() and conv is None:
             return lambda buf, offs, raw: _k_single_byte_text(lay, typ, buf, offs)
+        if lay.encoding in _WIDE_UNITS and typ == pa.string() and conv is None:
+            return lambda buf, offs, raw: _k_wide_text(lay, typ, buf, offs)
     if k == "time2" and conv is _conv_time and typ == pa.int64():
         return lambda buf, offs, raw: _k_time2(lay, typ, buf, offs)
     if k == "bit" and conv is _conv_bit and typ in (pa.int64(), pa.decimal128(20, 0)) and 1 <= lay.bits <= 64:
