@@ -906,6 +906,57 @@ def _k_decimal_text(lay: ColumnLayout, buf: np.ndarray, offs: np.ndarray) -> tup
     return text, valid
 
 
+_U32 = np.uint64(0xFFFFFFFF)
+_SH32 = np.uint64(32)
+
+
+def _mul_add_128(hi: np.ndarray, lo: np.ndarray, m: int, add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) * m + add on unsigned 128-bit numbers held as two uint64 arrays (m, add < 2**32)."""
+    mm = np.uint64(m)
+    l0 = (lo & _U32) * mm  # < 2**62
+    l1 = (lo >> _SH32) * mm  # < 2**62; lo * m = l1 * 2**32 + l0
+    t = l0 + ((l1 & _U32) << _SH32)
+    c1 = (t < l0).astype(np.uint64)
+    new_lo = t + add
+    c2 = (new_lo < t).astype(np.uint64)
+    return hi * mm + (l1 >> _SH32) + c1 + c2, new_lo
+
+
+def _k_decimal128(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """DECIMAL(p,s) with 18 < p <= 38 straight into decimal128: the digit groups folded into a 128-bit
+    unscaled integer with uint64 limbs, negated in two's complement."""
+    p, s = lay.precision, lay.scale
+    g, valid = _gather(buf, offs, lay.width)
+    g = g.copy()
+    neg = (g[:, 0] & 0x80) == 0
+    g[:, 0] ^= 0x80
+    g[neg] ^= 0xFF
+    n = len(g)
+    hi = np.zeros(n, dtype=np.uint64)
+    lo = np.zeros(n, dtype=np.uint64)
+    intg = p - s
+    groups: list[tuple[int, int, int]] = []  # (first byte, bytes, digits)
+    pos = 0
+    if intg % 9:
+        groups.append((0, _DIG2BYTES[intg % 9], intg % 9))
+        pos = _DIG2BYTES[intg % 9]
+    for _ in range(intg // 9 + s // 9):
+        groups.append((pos, 4, 9))
+        pos += 4
+    if s % 9:
+        groups.append((pos, _DIG2BYTES[s % 9], s % 9))
+    for start, nbytes, digits in groups:
+        hi, lo = _mul_add_128(hi, lo, 10**digits, _be(g, start, start + nbytes).astype(np.uint64))
+    one = np.uint64(1)
+    neg_lo = ~lo + one
+    neg_hi = ~hi + (lo == 0).astype(np.uint64)
+    pairs = np.empty((n, 2), dtype=np.uint64)
+    pairs[:, 0] = np.where(valid, np.where(neg, neg_lo, lo), 0)
+    pairs[:, 1] = np.where(valid, np.where(neg, neg_hi, hi), 0)
+    vbuf, nulls = _validity(valid, n)
+    return pa.Array.from_buffers(typ, n, [vbuf, pa.py_buffer(pairs)], null_count=nulls)
+
+
 def _k_decimal_wide(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
     text, valid = _k_decimal_text(lay, buf, offs)
     if pa.types.is_decimal(typ):
@@ -972,7 +1023,7 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec) -> _Kernel | None:
         return lambda buf, offs, raw: _k_set(lay, typ, buf, offs)
     if k == "decimal" and lay.precision > 18:
         if conv is None and typ == pa.decimal128(lay.precision, lay.scale):
-            return lambda buf, offs, raw: _k_decimal_wide(lay, typ, buf, offs)
+            return lambda buf, offs, raw: _k_decimal128(lay, typ, buf, offs)
         if typ == pa.string() and conv is not None and lay.precision > 38:
             return lambda buf, offs, raw: _k_decimal_wide(lay, typ, buf, offs)
     return None
