@@ -331,13 +331,14 @@ def _families(f: dict[str, Any] | None, run: dict[str, Any] | None, targets: lis
         "## Capture per type family (issue 19)",
         "",
         f"A table of 20 columns of one family (or a mixed table of 10/20/60 columns over every family), "
-        f"{f.get('rows')} rows written as inserts or as updates of every column, staged by our reader vs the "
+        f"{f.get('rows')} rows (per workload: see results.json) written as inserts or as updates of every column, "
+        "staged by our reader vs the "
         "stock python-mysql-replication loop and `mysqlbinlog -v` over the same range, in the same rounds "
         f"(bench/families.py). Slowest ratio to mysqlbinlog first.{when}",
         "",
-        "| family | op | rows/txn | ours rows/s | stock rows/s | mysqlbinlog rows/s | x stock | x mysqlbinlog | "
-        "targets (≥5x, ≥0.4x) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| family | op | rows | rows/txn | load | ours rows/s | stock rows/s | mysqlbinlog rows/s | x stock | "
+        "x mysqlbinlog | targets (≥5x, ≥0.4x) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def med(w: dict[str, Any], name: str) -> Any:
@@ -354,7 +355,8 @@ def _families(f: dict[str, Any] | None, run: dict[str, Any] | None, targets: lis
         ok = None if rs is None or rm is None else (rs >= 5 and rm >= goal_m)
         misses += ok is False
         lines.append(
-            f"| {w.get('family')} | {w.get('op')} | {w['workload']['txn_rows']} | {_n(med(w, 'ours'))} | "
+            f"| {w.get('family')} | {w.get('op')} | {w['workload']['rows']} | {w['workload']['txn_rows']} | "
+            f"{_r(w.get('load_avg'))} | {_n(med(w, 'ours'))} | "
             f"{_n(med(w, 'stock'))} | {_n(med(w, 'mysqlbinlog'))} | {_r(rs)} | {_r(rm)} | {_ok(ok)} |"
         )
     worst = min(ws, key=key)

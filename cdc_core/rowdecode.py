@@ -1063,8 +1063,8 @@ class _Walk:
         p = lay.prefix
         if p == 1:
             return f"d[{self.at()}]"
-        if p == 2:
-            return f"(d[{self.at()}] | d[{self.at(1)}] << 8)"
+        if p in (2, 3, 4):  # byte reads: cheaper than slicing for int.from_bytes (JSON, LONGTEXT: 4 bytes)
+            return "(" + " | ".join(f"d[{self.at(j)}] << {8 * j}" if j else f"d[{self.at()}]" for j in range(p)) + ")"
         return f"int.from_bytes(d[{self.at()}:{self.at(p)}], 'little')"
 
     def var(self, i: int, lay: ColumnLayout) -> None:
