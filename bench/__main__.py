@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, deleted)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
     p.add_argument("--no-dag", action="store_true", help="fixed cost: skip the Airflow runs")
+    p.add_argument("--family-rows", type=int, default=100_000, help="families: rows per workload (issue 19: 1e5)")
+    p.add_argument("--families", default=None,
+                   help="families: which (comma-separated; default every family + mixed10/20/60)")
+    p.add_argument("--family-ops", default="insert,update", help="families: insert, update or both")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)
@@ -92,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     private = None
     si = None
     try:
-        if any(s in sections for s in ("capture", "memory", "fixed")):
+        if sections == ["families"] and out_path.exists():
+            # A families run adds its table to the existing results: the other sections' figures stay.
+            kept = json.loads(out_path.read_text())
+            kept["families_run"] = {k: results[k] for k in ("started", "command", "load_avg_start")}
+            results = kept
+        if any(s in sections for s in ("capture", "memory", "fixed", "families")):
             if args.shared:
                 si = common.source_info()
             else:
@@ -113,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             log(f"== {section}")
             try:
+                previous = results.get(section) if section == "families" else None
                 results[section] = _run_section(section, args, si, workdir, purge=not args.shared)
+                if previous:  # re-measured workloads replace their old figures, the others stay
+                    results[section] = _merge_families(previous, results[section])
             except Exception as e:
                 traceback.print_exc()
                 results[section] = {"errors": [short_error(e)]}
@@ -124,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             private.stop()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    results["finished"] = common.now_iso()
-    results["load_avg_end"] = common.load_avg()
+    if "families_run" in results and sections == ["families"]:
+        results["families_run"].update(finished=common.now_iso(), load_avg_end=common.load_avg())
+    else:
+        results["finished"] = common.now_iso()
+        results["load_avg_end"] = common.load_avg()
     _write(results, out_path)
     log(f"wrote {out_path} and {out_path.with_name('RESULTS.md')}")
     return 0
@@ -146,6 +161,14 @@ def _run_section(section: str, args: argparse.Namespace, si: Any, workdir: Path,
             workdir,
             args.stock_max_rows,
             purge=purge,
+        )
+    if section == "families":
+        from bench import families
+
+        kinds = args.families.split(",") if args.families else families.default_kinds()
+        return families.run(
+            si, "bench_families", kinds, args.family_rows, args.txns, args.family_ops.split(","), args.repeats,
+            args.long_run, workdir, args.stock_max_rows, purge=purge,
         )
     if section == "merge":
         from bench import merge
@@ -169,6 +192,16 @@ def _run_section(section: str, args: argparse.Namespace, si: Any, workdir: Path,
 
         return memory.run(si, workdir, args.memory_sizes, purge=purge)
     raise SystemExit(f"unknown section {section!r}")
+
+
+def _merge_families(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    def key(w: dict[str, Any]) -> tuple[Any, ...]:
+        return (w.get("family"), w.get("op"), w["workload"]["txn_rows"])
+
+    fresh = {key(w) for w in new.get("workloads", [])}
+    kept = [w for w in old.get("workloads", []) if key(w) not in fresh]
+    errors = old.get("errors", []) + new.get("errors", [])
+    return {**new, "workloads": kept + new.get("workloads", []), "errors": errors}
 
 
 def _write(results: dict[str, Any], path: Path) -> None:

@@ -107,6 +107,7 @@ def render(r: dict[str, Any]) -> str:
     lines += _merge(r.get("merge"), targets)
     lines += _fixed(r.get("fixed"), targets)
     lines += _memory(r.get("memory"), targets)
+    lines += _families(r.get("families"), r.get("families_run"), targets)
     head = [
         "## Targets (ratios measured in the same run)",
         "",
@@ -315,3 +316,63 @@ def _memory(mem: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         )
     )
     return out
+
+
+def _families(f: dict[str, Any] | None, run: dict[str, Any] | None, targets: list[Any]) -> list[str]:
+    """Issue 19's per-family table: every family and the mixed tables, slowest first."""
+    if not f or not f.get("workloads"):
+        return []
+    ws = f["workloads"]
+    when = ""
+    if run:
+        when = (f" Measured by `{run.get('command')}` from {run.get('started')} to {run.get('finished')}, load average "
+                f"{run.get('load_avg_start')} at start, {run.get('load_avg_end')} at end.")
+    lines = [
+        "## Capture per type family (issue 19)",
+        "",
+        f"A table of 20 columns of one family (or a mixed table of 10/20/60 columns over every family), "
+        f"{f.get('rows')} rows (per workload: see results.json) written as inserts or as updates of every column, "
+        "staged by our reader vs the "
+        "stock python-mysql-replication loop and `mysqlbinlog -v` over the same range, in the same rounds "
+        f"(bench/families.py). Slowest ratio to mysqlbinlog first.{when}",
+        "",
+        "| family | op | rows | rows/txn | load | ours rows/s | stock rows/s | mysqlbinlog rows/s | x stock | "
+        "x mysqlbinlog | targets (≥5x, ≥0.4x) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def med(w: dict[str, Any], name: str) -> Any:
+        return (w.get(f"{name}_rows_per_s") or {}).get("median")
+
+    def key(w: dict[str, Any]) -> float:
+        v = w.get("ratio_ours_to_mysqlbinlog")
+        return v if v is not None else -1.0
+
+    misses = 0
+    for w in sorted(ws, key=key):
+        rs, rm = w.get("ratio_ours_to_stock"), w.get("ratio_ours_to_mysqlbinlog")
+        goal_m = 0.5 if w.get("family") == "mixed20" else 0.4
+        ok = None if rs is None or rm is None else (rs >= 5 and rm >= goal_m)
+        misses += ok is False
+        lines.append(
+            f"| {w.get('family')} | {w.get('op')} | {w['workload']['rows']} | {w['workload']['txn_rows']} | "
+            f"{_r(w.get('load_avg'))} | {_n(med(w, 'ours'))} | "
+            f"{_n(med(w, 'stock'))} | {_n(med(w, 'mysqlbinlog'))} | {_r(rs)} | {_r(rm)} | {_ok(ok)} |"
+        )
+    worst = min(ws, key=key)
+    targets.append((
+        "capture per family vs stock / mysqlbinlog (slowest workload)",
+        f"{worst.get('family')} {worst.get('op')}: {_r(worst.get('ratio_ours_to_stock'))}x, "
+        f"{_r(worst.get('ratio_ours_to_mysqlbinlog'))}x",
+        "≥ 5x and ≥ 0.4x (mixed20 ≥ 0.5x)",
+        f"{_ok(misses == 0)} ({misses} of {len(ws)} workloads miss)",
+    ))
+    return [*lines, ""]
+
+
+def _n(v: Any) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def _r(v: Any) -> str:
+    return "—" if v is None else f"{v:.2f}"

@@ -48,6 +48,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
 from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
+from pymysqlreplication.constants.NONE_SOURCE import EMPTY_SET as _NONE_EMPTY_SET
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     GtidEvent,
@@ -61,7 +62,7 @@ from pymysqlreplication.event import (
     XidEvent,
 )
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.changes import RowBatch, RowChange, SourceColumn, TableSchema
 from cdc_core.errors import MissingKey, PositionPurged, SourceError, StagingError, UnknownTable
@@ -84,6 +85,7 @@ from cdc_core.source import (
     quote_labels,
     source_error_from,
 )
+from cdc_core.types import python_codec
 from cdc_core.window_plan import WindowPlan
 
 if TYPE_CHECKING:
@@ -98,6 +100,18 @@ _MARIADB_FL_DDL = 0x20
 # Replica server ids of our readers: high and random, so concurrent readers never share one (the server
 # kills an existing dump connection when another registers with the same id) nor hit a real server's id.
 _REPLICA_ID_RANGE = (1_000_000_000, 2_000_000_000)
+
+
+def _charset_to_encoding(name: str) -> str:
+    return python_codec(name) or str(_library_charset_to_encoding(name))
+
+
+# The library decodes text with Python codecs that differ from the server's for some charsets: latin1 as
+# cp1252 (raises on the five bytes cp1252 leaves undefined, which the server's latin1 maps to C1
+# controls), utf16/utf32/ucs2 in the machine's byte order (the server's are big-endian). Point it at the
+# exact codecs (cdc_core.types.CHARSET_CODECS), as the columnar decoder does.
+_library_charset_to_encoding = RowsEvent.charset_to_encoding
+RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 
 
 def random_replica_server_id() -> int:
@@ -1397,17 +1411,35 @@ def read_change_batches(
 _EV_KIND = {"write": 0, "update": 1, "delete": 2}  # rowdecode.EV_WRITE, EV_UPDATE, EV_DELETE
 
 
+def _values(row: dict[str, Any], values: str, sources: str) -> dict[str, Any]:
+    """A row image's values, with the empty sets the library hands back as None restored.
+
+    python-mysql-replication returns None for both a NULL and an empty SET, but records which it was in
+    the row's none-sources (the image's null bitmap vs a zero mask); an empty set is `set()`, which
+    the type map lands as `''` like SELECT prints it."""
+    vals: dict[str, Any] = row[values]
+    empty = [name for name, why in (row.get(sources) or {}).items() if why == _NONE_EMPTY_SET]
+    if not empty:
+        return vals
+    vals = dict(vals)
+    for name in empty:
+        if vals.get(name) is None:
+            vals[name] = set()
+    return vals
+
+
 def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]]) -> None:
     if isinstance(ev, WriteRowsEvent):
         for row in ev.rows:
-            out.append((OP_INSERT, schema, row["values"], version))
+            out.append((OP_INSERT, schema, _values(row, "values", "none_sources"), version))
     elif isinstance(ev, DeleteRowsEvent):
         for row in ev.rows:
-            out.append((OP_DELETE, schema, row["values"], version))
+            out.append((OP_DELETE, schema, _values(row, "values", "none_sources"), version))
     else:
         key = schema.key
         for row in ev.rows:
-            before, after = row["before_values"], row["after_values"]
+            before = _values(row, "before_values", "before_none_sources")
+            after = _values(row, "after_values", "after_none_sources")
             if any(before.get(k) != after.get(k) for k in key):
                 # A key change is a delete of the old key and an insert of the new one.
                 out.append((OP_DELETE, schema, before, version))

@@ -8,17 +8,21 @@ objects to Arrow. This module decodes the same bytes in two phases instead, per 
    each column's value starts (-1 for NULL). Consecutive fixed-width NOT NULL columns share one
    recorded offset. That is all the per-row Python work there is: a few additions and appends per row.
 2. *Decode* (per column, over many rows at once): gather the bytes at the recorded offsets with numpy
-   and build the staged Arrow array directly (ints, floats, DECIMAL up to 18 digits, DATE, DATETIME,
-   TIMESTAMP, YEAR, ENUM, UTF-8 text, binary). Columns without a vector kernel (TIME, SET, BIT,
-   BINARY(n), wide DECIMAL, other charsets, MySQL's binary JSON, pre-5.6 temporal formats) decode per
-   value with functions that mirror the library's decoding exactly, then go through the type map's
-   converter (`ColumnCodec.convert_values`) like the row-by-row path.
+   and build the staged Arrow array directly: every integer width, FLOAT/DOUBLE, DECIMAL of any
+   precision (up to 18 digits in int64; wider through exact text built by Arrow's string kernels),
+   DATE, DATETIME/TIMESTAMP/TIME with every fsp, YEAR, ENUM, SET (each distinct mask of a batch joined
+   once), BIT(1..64), UTF-8 text and JSON, UTF-16/UCS-2/UTF-32 text (one decode per batch), the
+   single-byte charsets by a byte table, binary strings and BINARY(n) padding. Only MySQL's binary
+   JSON, the pre-5.6 temporal formats and ENUMs without label metadata decode per value, with
+   functions that mirror the library's decoding exactly, then go through the type map's converter
+   (`ColumnCodec.convert_values`) like the row-by-row path.
 
 Every kernel produces exactly what `pa.array(codec.convert_values(<library values>), codec.arrow_type)`
 produces for the same bytes: tests/integration/test_fast_decoder_mariadb.py compares both for every
 mapped type with edge values, against the real server. Library quirks are mirrored where they show in
-staged values (a DATETIME the library cannot build lands as NULL, a TIMESTAMP of 0 as NULL, YEAR 0, an
-empty SET as NULL, ...); an invalid DATE or ENUM index that makes the library raise raises here too.
+staged values (a DATETIME the library cannot build lands as NULL, a TIMESTAMP of 0 as NULL, YEAR 0,
+...; an empty SET is the empty set, not NULL, on both paths); an invalid DATE or ENUM index that makes
+the library raise raises here too.
 
 Accumulation (`TableAccumulator`) keeps a table's raw row images and offsets for many events and
 transactions; `RowBatch`es are materialized from it in bounded slices.
@@ -41,7 +45,21 @@ import pyarrow.compute as pc
 from cdc_core.changes import RowBatch, TableSchema
 from cdc_core.errors import SourceError, StagingError
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
-from cdc_core.types import ColumnCodec, TableCodec, _conv_bytes, _conv_json, _conv_timestamp, _conv_year, table_codec
+from cdc_core.types import (
+    CHARSET_CODECS,
+    ColumnCodec,
+    TableCodec,
+    _conv_bit,
+    _conv_bytes,
+    _conv_json,
+    _conv_time,
+    _conv_timestamp,
+    _conv_year,
+    parse_labels,
+    parse_type,
+    python_codec,
+    table_codec,
+)
 
 # Op codes in the accumulator (index into _OP_LABELS).
 OPC_INSERT, OPC_UPDATE, OPC_DELETE = 0, 1, 2
@@ -93,6 +111,9 @@ def _encoding(charset_name: str | None) -> str | None:
         return "utf-8"  # the library's default for servers without charset metadata
     from pymysqlreplication.row_event import RowsEvent
 
+    exact = python_codec(charset_name)
+    if exact is not None:
+        return exact  # the server's decoding (utf16 is big-endian, latin1 has C1 controls; cdc_core.types)
     enc = RowsEvent.charset_to_encoding(charset_name)
     try:
         "".encode(enc)
@@ -341,7 +362,15 @@ def _pv_string(lay: ColumnLayout) -> Callable[[Any, int], Any]:
     def f(d: Any, o: int) -> Any:
         n = _uint_le(d, o, prefix)
         raw = bytes(d[o + prefix : o + prefix + n])
-        return raw if enc is None else raw.decode(enc)
+        if enc is None:
+            return raw
+        try:
+            return raw.decode(enc)
+        except UnicodeDecodeError as e:
+            raise SourceError(
+                f"column {lay.name!r}: the value {raw[:40]!r} is not valid in its character set ({enc}: {e.reason} "
+                f"at byte {e.start}); it was written as raw bytes. Fix the row at the source or exclude the table"
+            ) from None
 
     return f
 
@@ -403,8 +432,8 @@ def value_function(lay: ColumnLayout) -> Callable[[Any, int], Any]:
 
         def set_value(d: Any, o: int) -> Any:
             mask = _uint_le(d, o, w)
-            found = {v for i, v in enumerate(labels) if mask & (1 << i)}
-            return found or None
+            # An empty set is set(), never None: the row image's null bit, not the mask, says NULL.
+            return {v for i, v in enumerate(labels) if mask & (1 << i)}
 
         return set_value
     if k == "bit":
@@ -447,9 +476,12 @@ def _primitive(typ: pa.DataType, values: np.ndarray, valid: np.ndarray) -> pa.Ar
 def _gather(buf: np.ndarray, offs: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """(n, width) bytes at each offset (row 0's bytes where the offset is -1), and the validity mask."""
     valid = offs >= 0
-    safe = np.where(valid, offs, 0) if not valid.all() else offs
-    idx = safe[:, None] + np.arange(width, dtype=np.int64)
-    return buf[idx], valid
+    if valid.all():
+        return buf[offs[:, None] + np.arange(width, dtype=np.int64)], valid
+    # NULL rows read whatever bytes are at the buffer's start (clipped: the buffer may be shorter than
+    # one value when every row of a small slice is NULL here); the validity masks them.
+    idx = np.where(valid, offs, 0)[:, None] + np.arange(width, dtype=np.int64)
+    return buf[np.minimum(idx, len(buf) - 1)], valid
 
 
 def _be(g: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -646,6 +678,295 @@ def _k_string(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.nda
     return arr
 
 
+def _u64(g: np.ndarray, *, big_endian: bool) -> np.ndarray:
+    """Unsigned integer of each row's bytes (up to 8) as uint64."""
+    w = g.shape[1]
+    if w == 8:
+        out: np.ndarray = np.ascontiguousarray(g).view(">u8" if big_endian else "<u8").reshape(-1).astype(np.uint64)
+        return out
+    return (_be(g, 0, w) if big_endian else _le(g, 0, w)).astype(np.uint64)
+
+
+def _k_time2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """TIME(fsp) as the type map's microseconds: `_pv_time2` then `_conv_time`, vectorized."""
+    g, valid = _gather(buf, offs, lay.width)
+    raw3 = _be(g, 0, 3)
+    positive = raw3 >= 1 << 23  # the sign bit set means non-negative
+    bits = np.where(positive, raw3, (-raw3) & 0xFFFFFF)
+    secs = ((bits >> 12) & 0x3FF) * 3600 + ((bits >> 6) & 63) * 60 + (bits & 63)
+    n = _fsp_bytes(lay.fsp)
+    micro = np.zeros(len(g), dtype=np.int64)
+    if n:
+        micro = _be(g, 3, 3 + n)
+        micro = np.where(micro >= 1 << (8 * n - 1), micro - (1 << (8 * n)), micro)  # signed, like the library
+        if lay.fsp % 2:
+            micro = np.sign(micro) * (np.abs(micro) // 10)  # int(micro / 10): toward zero
+        micro = micro * 10 ** (6 - lay.fsp)
+    us = np.where(positive, 1, -1) * (secs * 1_000_000 + micro)
+    frac = (-us) % 1_000_000
+    us = np.where((us < 0) & (frac != 0), us + 2 * frac - 1_000_000, us)  # _conv_time's inverse of the skew
+    return _primitive(typ, us, valid)
+
+
+def _k_bit(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """BIT(n) as an unsigned number (int64, or DECIMAL(20,0) for BIT(64))."""
+    w = lay.width
+    g, valid = _gather(buf, offs, w)
+    v = _u64(g, big_endian=True)
+    if lay.bits < 64:
+        v = v & np.uint64((1 << lay.bits) - 1)  # the library reads only the column's bits of the first byte
+    if pa.types.is_decimal(typ):
+        pairs = np.zeros((len(v), 2), dtype=np.uint64)
+        pairs[:, 0] = np.where(valid, v, 0)
+        vbuf, nulls = _validity(valid, len(v))
+        return pa.Array.from_buffers(typ, len(v), [vbuf, pa.py_buffer(pairs)], null_count=nulls)
+    return _primitive(typ, v.astype(np.int64), valid)
+
+
+def _k_set(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """SET as its labels comma-joined in definition order ('' for the empty set): each distinct mask of
+    the batch is joined once."""
+    g, valid = _gather(buf, offs, lay.width)
+    mask = _u64(g, big_endian=False)
+    mask = np.where(valid, mask, np.uint64(0))
+    uniq, inverse = np.unique(mask, return_inverse=True)
+    labels = lay.labels
+    texts = [",".join([x for i, x in enumerate(labels) if int(m) >> i & 1]) for m in uniq.tolist()]
+    return pa.array(texts, pa.string()).take(pa.array(inverse.reshape(-1), pa.int64(), mask=~valid))
+
+
+def _string_parts(
+    lay: ColumnLayout, buf: np.ndarray, offs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(validity, lengths, value starts in buf, the concatenated value bytes) of a length-prefixed column."""
+    prefix = lay.prefix
+    valid = offs >= 0
+    safe = np.where(valid, offs, 0)
+    g = buf[safe[:, None] + np.arange(prefix, dtype=np.int64)]
+    lengths = np.where(valid, _le(g, 0, prefix), 0)
+    starts = safe + prefix
+    aoff = np.zeros(len(offs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=aoff[1:])
+    total = int(aoff[-1])
+    idx = np.repeat(starts - aoff[:-1], lengths) + np.arange(total, dtype=np.int64)
+    return valid, lengths, aoff, buf[idx]
+
+
+def _k_binary_padded(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray, n: int) -> pa.Array:
+    """BINARY(n): the stored bytes padded back to n with 0x00 (the binlog drops trailing zeros)."""
+    valid, lengths, aoff, data = _string_parts(lay, buf, offs)
+    rows = len(offs)
+    width = np.where(valid, np.maximum(lengths, n), 0)
+    out_off = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(width, out=out_off[1:])
+    out = np.zeros(int(out_off[-1]), dtype=np.uint8)
+    if len(data):
+        dst = np.repeat(out_off[:-1] - aoff[:-1], lengths) + np.arange(len(data), dtype=np.int64)
+        out[dst] = data
+    vbuf, nulls = _validity(valid, rows)
+    return pa.Array.from_buffers(
+        typ, rows, [vbuf, pa.py_buffer(out_off.astype(np.int32)), pa.py_buffer(out)], null_count=nulls
+    )
+
+
+@functools.cache
+def _charset_table(codec: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per byte: its UTF-8 bytes (padded to 3), their count, and whether the charset defines it."""
+    table = np.zeros((256, 3), dtype=np.uint8)
+    lens = np.zeros(256, dtype=np.int64)
+    defined = np.ones(256, dtype=bool)
+    for b in range(256):
+        try:
+            u = bytes([b]).decode(codec).encode("utf-8")
+        except UnicodeDecodeError:
+            defined[b] = False
+            continue
+        table[b, : len(u)] = np.frombuffer(u, dtype=np.uint8)
+        lens[b] = len(u)
+    return table, lens, defined
+
+
+def _k_single_byte_text(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """Text in a single-byte character set (latin1, cp1251, ...) transcoded to UTF-8 by a byte table."""
+    enc = lay.encoding or ""
+    table, lens, defined = _charset_table(enc)
+    valid, lengths, aoff, data = _string_parts(lay, buf, offs)
+    if len(data) and not defined[data].all():
+        row = int(np.searchsorted(aoff, int(np.flatnonzero(~defined[data])[0]), side="right")) - 1
+        start = int(aoff[row])
+        raw = data[start : start + int(lengths[row])].tobytes()
+        raise SourceError(
+            f"column {lay.name!r}: the value {raw[:40]!r} is not valid in its character set ({enc}); it was written "
+            "as raw bytes. Fix the row at the source or exclude the table"
+        )
+    per_byte = lens[data]
+    out_len = np.zeros(len(offs) + 1, dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(per_byte)))
+    out_len[:] = cum[aoff]
+    out = table[data][np.arange(3) < per_byte[:, None]]
+    if int(out_len[-1]) >= 1 << 31:
+        raise StagingError(
+            f"column {lay.name!r}: {int(out_len[-1])} bytes of values in one batch exceed Arrow's 2 GiB string "
+            "limit; lower the staging batch size"
+        )
+    vbuf, nulls = _validity(valid, len(offs))
+    return pa.Array.from_buffers(
+        typ, len(offs), [vbuf, pa.py_buffer(out_len.astype(np.int32)), pa.py_buffer(out)], null_count=nulls
+    )
+
+
+_WIDE_UNITS = {"utf-16-be": ">u2", "utf-16-le": "<u2", "utf-32-be": ">u4"}
+
+
+def _k_wide_text(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """UTF-16/UCS-2/UTF-32 text: the batch's values decoded in one call (values are whole code units, so
+    the concatenation decodes to the concatenation), UTF-8 offsets counted per code unit in numpy."""
+    enc = lay.encoding or ""
+    unit = np.dtype(_WIDE_UNITS[enc])
+    valid, lengths, aoff, data = _string_parts(lay, buf, offs)
+    if (lengths % unit.itemsize).any():
+        raise SourceError(
+            f"column {lay.name!r}: a value's length is not a whole number of {enc} code units; it was written as "
+            "raw bytes. Fix the row at the source or exclude the table"
+        )
+    try:
+        text = data.tobytes().decode(enc).encode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SourceError(
+            f"column {lay.name!r}: a value is not valid {enc} ({e.reason}); it was written as raw bytes. Fix the "
+            "row at the source or exclude the table"
+        ) from None
+    u = data.view(unit).astype(np.int64)
+    if unit.itemsize == 2:
+        per = np.select([u < 0x80, u < 0x800, (u >= 0xD800) & (u < 0xDC00), (u >= 0xDC00) & (u < 0xE000)],
+                        [1, 2, 4, 0], 3)
+    else:
+        per = np.select([u < 0x80, u < 0x800, u < 0x10000], [1, 2, 3], 4)
+    cum = np.concatenate(([0], np.cumsum(per)))
+    out_off = cum[aoff // unit.itemsize]
+    if int(out_off[-1]) != len(text) or int(out_off[-1]) >= 1 << 31:
+        raise StagingError(f"column {lay.name!r}: {enc} text of {len(text)} UTF-8 bytes in one batch cannot be staged")
+    vbuf, nulls = _validity(valid, len(offs))
+    return pa.Array.from_buffers(
+        typ, len(offs), [vbuf, pa.py_buffer(out_off.astype(np.int32)), pa.py_buffer(text)], null_count=nulls
+    )
+
+
+def _digits(values: np.ndarray, width: int | None) -> pa.Array:
+    """Non-negative int64s as decimal text, zero-padded to `width` when given."""
+    text = pc.cast(pa.array(values, pa.int64()), pa.string())
+    return pc.utf8_lpad(text, width=width, padding="0") if width else text
+
+
+def _k_decimal_text(lay: ColumnLayout, buf: np.ndarray, offs: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """Any DECIMAL(p,s) as exact plain text with exactly s fraction digits and no '-' on zero (the wide
+    DECIMAL converter's output), and the validity."""
+    p, s = lay.precision, lay.scale
+    g, valid = _gather(buf, offs, lay.width)
+    g = g.copy()
+    neg = (g[:, 0] & 0x80) == 0
+    g[:, 0] ^= 0x80
+    g[neg] ^= 0xFF
+    intg = p - s
+    lead = _DIG2BYTES[intg % 9]
+    parts: list[pa.Array] = []
+    nonzero = np.zeros(len(g), dtype=bool)
+    pos = 0
+    if lead:
+        v = _be(g, 0, lead)
+        nonzero |= v != 0
+        parts.append(_digits(v, None))
+        pos = lead
+    for _ in range(intg // 9):
+        v = _be(g, pos, pos + 4)
+        nonzero |= v != 0
+        parts.append(_digits(v, 9))
+        pos += 4
+    if parts:
+        int_text = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+        int_text = pc.utf8_ltrim(int_text, characters="0")
+        int_text = pc.if_else(pc.equal(pc.utf8_length(int_text), 0), "0", int_text)
+    else:
+        int_text = pa.array(["0"] * len(g), pa.string())
+    frac_parts: list[pa.Array] = []
+    for _ in range(s // 9):
+        v = _be(g, pos, pos + 4)
+        nonzero |= v != 0
+        frac_parts.append(_digits(v, 9))
+        pos += 4
+    if s % 9:
+        v = _be(g, pos, pos + _DIG2BYTES[s % 9])
+        nonzero |= v != 0
+        frac_parts.append(_digits(v, s % 9))
+    sign = pa.array(np.where(neg & nonzero, "-", ""), pa.string())
+    pieces = [sign, int_text]
+    if frac_parts:
+        pieces += [pa.array(np.full(len(g), "."), pa.string()), *frac_parts]
+    text = pc.binary_join_element_wise(*pieces, "")
+    return text, valid
+
+
+_U32 = np.uint64(0xFFFFFFFF)
+_SH32 = np.uint64(32)
+
+
+def _mul_add_128(hi: np.ndarray, lo: np.ndarray, m: int, add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) * m + add on unsigned 128-bit numbers held as two uint64 arrays (m, add < 2**32)."""
+    mm = np.uint64(m)
+    l0 = (lo & _U32) * mm  # < 2**62
+    l1 = (lo >> _SH32) * mm  # < 2**62; lo * m = l1 * 2**32 + l0
+    t = l0 + ((l1 & _U32) << _SH32)
+    c1 = (t < l0).astype(np.uint64)
+    new_lo = t + add
+    c2 = (new_lo < t).astype(np.uint64)
+    return hi * mm + (l1 >> _SH32) + c1 + c2, new_lo
+
+
+def _k_decimal128(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """DECIMAL(p,s) with 18 < p <= 38 straight into decimal128: the digit groups folded into a 128-bit
+    unscaled integer with uint64 limbs, negated in two's complement."""
+    p, s = lay.precision, lay.scale
+    g, valid = _gather(buf, offs, lay.width)
+    g = g.copy()
+    neg = (g[:, 0] & 0x80) == 0
+    g[:, 0] ^= 0x80
+    g[neg] ^= 0xFF
+    n = len(g)
+    hi = np.zeros(n, dtype=np.uint64)
+    lo = np.zeros(n, dtype=np.uint64)
+    intg = p - s
+    groups: list[tuple[int, int, int]] = []  # (first byte, bytes, digits)
+    pos = 0
+    if intg % 9:
+        groups.append((0, _DIG2BYTES[intg % 9], intg % 9))
+        pos = _DIG2BYTES[intg % 9]
+    for _ in range(intg // 9 + s // 9):
+        groups.append((pos, 4, 9))
+        pos += 4
+    if s % 9:
+        groups.append((pos, _DIG2BYTES[s % 9], s % 9))
+    for start, nbytes, digits in groups:
+        hi, lo = _mul_add_128(hi, lo, 10**digits, _be(g, start, start + nbytes).astype(np.uint64))
+    one = np.uint64(1)
+    neg_lo = ~lo + one
+    neg_hi = ~hi + (lo == 0).astype(np.uint64)
+    pairs = np.empty((n, 2), dtype=np.uint64)
+    pairs[:, 0] = np.where(valid, np.where(neg, neg_lo, lo), 0)
+    pairs[:, 1] = np.where(valid, np.where(neg, neg_hi, hi), 0)
+    vbuf, nulls = _validity(valid, n)
+    return pa.Array.from_buffers(typ, n, [vbuf, pa.py_buffer(pairs)], null_count=nulls)
+
+
+def _k_decimal_wide(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+    text, valid = _k_decimal_text(lay, buf, offs)
+    if pa.types.is_decimal(typ):
+        text = pc.if_else(pa.array(valid), text, "0")
+        out = pc.cast(text, typ)
+    else:
+        out = text
+    return pc.if_else(pa.array(valid), out, pa.scalar(None, typ))
+
+
 _Kernel = Callable[[np.ndarray, np.ndarray, Any], pa.Array]
 
 
@@ -683,7 +1004,35 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec) -> _Kernel | None:
             return lambda buf, offs, raw: _k_string(lay, typ, buf, offs, raw)
         if lay.encoding is None and typ == pa.binary() and conv in (None, _conv_bytes):
             return lambda buf, offs, raw: _k_string(lay, typ, buf, offs, raw)
+        pt = parse_type(codec.mysql_type)
+        if lay.encoding is None and typ == pa.binary() and pt.base in ("binary", "char") and conv is not None:
+            n = (pt.int_args() or (1,))[0]
+            return lambda buf, offs, raw: _k_binary_padded(lay, typ, buf, offs, n)
+        if lay.encoding in _SINGLE_BYTE_CODECS and typ == pa.string() and conv is None:
+            return lambda buf, offs, raw: _k_single_byte_text(lay, typ, buf, offs)
+        if lay.encoding in _WIDE_UNITS and typ == pa.string() and conv is None:
+            return lambda buf, offs, raw: _k_wide_text(lay, typ, buf, offs)
+    if k == "time2" and conv is _conv_time and typ == pa.int64():
+        return lambda buf, offs, raw: _k_time2(lay, typ, buf, offs)
+    if k == "bit" and conv is _conv_bit and typ in (pa.int64(), pa.decimal128(20, 0)) and 1 <= lay.bits <= 64:
+        return lambda buf, offs, raw: _k_bit(lay, typ, buf, offs)
+    if (
+        k == "set" and typ == pa.string() and lay.labels and len(lay.labels) <= 64
+        and parse_labels(parse_type(codec.mysql_type).args or "") == lay.labels
+    ):
+        return lambda buf, offs, raw: _k_set(lay, typ, buf, offs)
+    if k == "decimal" and lay.precision > 18:
+        if conv is None and typ == pa.decimal128(lay.precision, lay.scale):
+            return lambda buf, offs, raw: _k_decimal128(lay, typ, buf, offs)
+        if typ == pa.string() and conv is not None and lay.precision > 38:
+            return lambda buf, offs, raw: _k_decimal_wide(lay, typ, buf, offs)
     return None
+
+
+# Single-byte charsets the byte-table kernel transcodes (the type map's exact ones; cdc_core.types).
+_SINGLE_BYTE_CODECS = frozenset(
+    c for c in set(CHARSET_CODECS.values()) if c not in ("utf-8", "utf-16-be", "utf-16-le", "utf-32-be")
+)
 
 
 # ------------------------------------------------------------------------------------ the scanner
@@ -714,8 +1063,8 @@ class _Walk:
         p = lay.prefix
         if p == 1:
             return f"d[{self.at()}]"
-        if p == 2:
-            return f"(d[{self.at()}] | d[{self.at(1)}] << 8)"
+        if p in (2, 3, 4):  # byte reads: cheaper than slicing for int.from_bytes (JSON, LONGTEXT: 4 bytes)
+            return "(" + " | ".join(f"d[{self.at(j)}] << {8 * j}" if j else f"d[{self.at()}]" for j in range(p)) + ")"
         return f"int.from_bytes(d[{self.at()}:{self.at(p)}], 'little')"
 
     def var(self, i: int, lay: ColumnLayout) -> None:

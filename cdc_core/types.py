@@ -20,8 +20,10 @@ the reader's value is already what Arrow takes.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import decimal
+import encodings.cp1252
 import json
 import re
 import sys
@@ -227,6 +229,58 @@ def _conv_bytes(v: Any) -> bytes:
     return v.encode("utf-8") if v.__class__ is str else v
 
 
+# MariaDB's and MySQL's `latin1` is Windows-1252, except that the five bytes cp1252 leaves undefined
+# (0x81, 0x8D, 0x8F, 0x90, 0x9D) are the C1 controls U+0081 ... (as SELECT returns them). Python's cp1252
+# raises on them, so the binlog readers decode latin1 with this codec instead (`binlog` points the
+# library's latin1 charset at it; `rowdecode` uses it on the columnar path).
+MARIADB_LATIN1 = "cdc_mariadb_latin1"
+_LATIN1_TABLE = "".join(
+    chr(i) if c == "\ufffe" else c for i, c in enumerate(encodings.cp1252.decoding_table)
+)
+_LATIN1_ENCODING = codecs.charmap_build(_LATIN1_TABLE)
+
+
+def _latin1_search(name: str) -> codecs.CodecInfo | None:
+    if name != MARIADB_LATIN1:
+        return None
+    return codecs.CodecInfo(
+        name=MARIADB_LATIN1,
+        encode=lambda s, errors="strict": codecs.charmap_encode(s, errors, _LATIN1_ENCODING),
+        decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, _LATIN1_TABLE),
+    )
+
+
+codecs.register(_latin1_search)
+
+
+# Character sets whose binlog bytes decode exactly (what SELECT returns through a utf8mb4 connection), and
+# the Python codec that does it. Single-byte charsets were checked byte by byte against MariaDB 10.11
+# (`CONVERT(UNHEX(..) USING cs)`); bytes a charset leaves undefined cannot be written as text and raise a
+# clear error if they appear. The rest (cp1256, cp866, greek, hebrew, koi8u, tis620 differ from Python's
+# codecs on some bytes; armscii8, dec8, geostd8, hp8, keybcs2, swe7 have no Python codec; the multi-byte
+# legacy charsets big5, cp932, eucjpms, euckr, gb2312, gbk, sjis, ujis were not verified) are refused.
+CHARSET_CODECS: dict[str, str] = {
+    "utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8",
+    "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be", "ucs2": "utf-16-be",
+    "latin1": MARIADB_LATIN1, "ascii": "ascii", "latin2": "iso8859_2", "latin5": "iso8859_9",
+    "latin7": "iso8859_13", "cp1250": "cp1250", "cp1251": "cp1251", "cp1257": "cp1257", "cp850": "cp850",
+    "cp852": "cp852", "koi8r": "koi8_r", "macce": "mac_latin2", "macroman": "mac_roman",
+}
+
+
+def python_codec(charset: str | None) -> str | None:
+    """The exact Python codec for a character set, named as the server does (`latin1`) or as
+    python-mysql-replication's table map reports it (`cp1252` for latin1, `utf8` for utf8mb4); None if
+    there is none (the type map refuses such columns)."""
+    if charset is None:
+        return None
+    name = str(charset).lower()
+    return CHARSET_CODECS.get(name) or _LIBRARY_NAMES.get(name)
+
+
+_LIBRARY_NAMES = {"cp1252": MARIADB_LATIN1, "utf-8": "utf-8"}
+
+
 # ------------------------------------------------------------------------------------------- the map
 
 
@@ -299,7 +353,9 @@ R_TIME = TypeRule(
 R_YEAR = TypeRule("YEAR", "int16", "SMALLINT", "1901..2155, and 0 for `0000`", ("year",))
 R_STRING = TypeRule(
     "CHAR(n), VARCHAR(n), TINYTEXT, TEXT, MEDIUMTEXT, LONGTEXT (non-binary charset)", "string", "STRING",
-    "decoded text (UTF-8 in Parquet); CHAR trailing spaces are trimmed, as SELECT returns them",
+    "decoded text (UTF-8 in Parquet); CHAR trailing spaces are trimmed, as SELECT returns them. Character "
+    "sets: utf8mb4, utf8mb3, utf16, utf16le, utf32, ucs2, latin1 (the server's cp1252), ascii, latin2, latin5, "
+    "latin7, cp1250, cp1251, cp1257, cp850, cp852, koi8r, macce, macroman",
     ("char(10)", "varchar(255)", "tinytext", "text", "mediumtext", "longtext"), (("charset", "utf8mb4"),),
 )
 R_BINARY = TypeRule(
@@ -316,8 +372,8 @@ R_JSON = TypeRule(
 R_ENUM = TypeRule("ENUM(...)", "string", "STRING", "the label; `''` for the invalid-value index 0", ("enum('a','b')",))
 R_SET = TypeRule(
     "SET(...)", "string", "STRING",
-    "labels comma-joined in definition order, as SELECT prints them; `''` for the empty set (a nullable SET "
-    "column's empty set may arrive from the reader as NULL)",
+    "labels comma-joined in definition order, as SELECT prints them; `''` for the empty set, NULL only for "
+    "NULL (nullable or not, binlog or snapshot)",
     ("set('x','y')",),
 )
 R_BIT = TypeRule(
@@ -339,6 +395,10 @@ UNSUPPORTED_TYPES: tuple[tuple[str, str], ...] = (
     ("UUID, INET4, INET6 (MariaDB)",
      "stored in a server-specific binary layout; exclude the table, or use CHAR(36) / VARCHAR(39)"),
     ("VECTOR (MariaDB 11.7+, MySQL 9)", "exclude the table"),
+    ("text in another character set (cp1256, cp866, greek, hebrew, koi8u, tis620, armscii8, dec8, geostd8, hp8, "
+     "keybcs2, swe7, big5, cp932, eucjpms, euckr, gb2312, gbk, sjis, ujis)",
+     "the binlog's bytes cannot be decoded exactly as the server does; convert the column to utf8mb4 "
+     "(ALTER TABLE ... CONVERT TO CHARACTER SET utf8mb4) or exclude the table"),
     ("anything else", "exclude the table (`tables.exclude`) or change the column's type"),
 )
 
@@ -367,6 +427,10 @@ def _unsupported(col: SourceColumn, table: str | None, why: str) -> UnsupportedT
     )
 
 
+class UnsupportedCharset(Exception):
+    """A text column's character set has no exact decoding (see CHARSET_CODECS)."""
+
+
 def resolve(col: SourceColumn, table: str | None = None) -> tuple[TypeRule, Mapped]:
     """The type-map row for `col` and how the column lands. Raises UnsupportedType."""
     p = parse_type(col.mysql_type)
@@ -375,6 +439,11 @@ def resolve(col: SourceColumn, table: str | None = None) -> tuple[TypeRule, Mapp
         return _resolve(p, col)
     except UnsupportedType:
         raise
+    except UnsupportedCharset as e:
+        raise _unsupported(
+            col, table, f"character set {e}: its binlog bytes cannot be decoded exactly as the server does; "
+            f"supported: {', '.join(sorted(CHARSET_CODECS))}"
+        ) from None
     except (ValueError, IndexError) as e:
         raise _unsupported(col, table, f"cannot read the type's parameters: {e}") from e
     except KeyError:
@@ -417,9 +486,12 @@ def _resolve(p: ParsedType, col: SourceColumn) -> tuple[TypeRule, Mapped]:
     if base == "year":
         return R_YEAR, Mapped(pa.int16(), "SMALLINT", _conv_year)
     if base in _STRING_BASES:
-        if col.attr("charset") == "binary":
+        charset = col.attr("charset")
+        if charset == "binary":
             # A CHAR/VARCHAR/TEXT with the binary charset is a BINARY/VARBINARY/BLOB.
             return _binary(p, "binary" if base == "char" else base)
+        if charset is not None and str(charset).lower() not in CHARSET_CODECS:
+            raise UnsupportedCharset(str(charset))
         return R_STRING, Mapped(pa.string(), "STRING")
     if base in _BINARY_BASES:
         return _binary(p, base)
@@ -489,7 +561,7 @@ class ColumnCodec:
     delta_type: str
     nullable: bool  # staged nullability (see staged_nullable)
     convert: Converter | None
-    none_as: Any = None  # what a reader None becomes (only ever not None for NOT NULL SET columns)
+    none_as: Any = None  # what a reader None becomes (None: NULL; every reader None is a NULL now)
 
     def convert_values(self, raw: list[Any]) -> list[Any]:
         conv, none_as = self.convert, self.none_as
@@ -504,11 +576,10 @@ class ColumnCodec:
 
 
 def column_codec(col: SourceColumn, table: str | None = None) -> ColumnCodec:
-    rule, m = resolve(col, table)
-    # The reader returns None for an empty SET (it cannot tell it from NULL); in a NOT NULL column a
-    # None can only be the empty set.
-    none_as = "" if rule is R_SET and not col.nullable else None
-    return ColumnCodec(col.name, col.mysql_type, m.arrow, m.delta, col.nullable or m.may_null, m.convert, none_as)
+    _, m = resolve(col, table)
+    # Both readers tell an empty SET (set(), landing as '') from NULL (None): the columnar decoder by the
+    # row image's null bitmap, the library path by the row's none-sources (binlog.read_changes).
+    return ColumnCodec(col.name, col.mysql_type, m.arrow, m.delta, col.nullable or m.may_null, m.convert)
 
 
 @dataclass(frozen=True)

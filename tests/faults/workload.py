@@ -3,10 +3,12 @@
 `Workload(seed, database)` creates a few tables covering the type map (signed and unsigned integers up
 to BIGINT UNSIGNED, DECIMAL up to (50,10), FLOAT, DOUBLE, DATE, DATETIME(6), TIMESTAMP(6), TIME(6), YEAR,
 CHAR/VARCHAR/TEXT in utf8mb4 with emoji, BLOB/VARBINARY/BINARY with 0x00 and 0xFF, JSON, ENUM, SET,
-BIT, NULLs), with single and composite keys, and then writes transactions of every shape: one row to
-thousands, inserts, updates of a few columns, range updates and deletes, primary-key changes, deleting
-and re-inserting a key (also inside one transaction), rolled-back transactions and partial rollbacks to
-a savepoint; between transactions it rotates the binlog (FLUSH BINARY LOGS) and adds or drops columns.
+BIT, latin1 text, NULLs; and each type's empty, zero and edge values: empty strings and sets, trailing
+spaces, zero and partial dates, TIMESTAMP's zero value, ENUM index 0, BINARY zero padding), with single
+and composite keys, and then writes transactions of every shape: one row to thousands, inserts, updates of
+a few columns, range updates and deletes, primary-key changes, deleting and re-inserting a key (also
+inside one transaction), rolled-back transactions and partial rollbacks to a savepoint; between
+transactions it rotates the binlog (FLUSH BINARY LOGS) and adds or drops columns.
 
 Deterministic per seed: the same seed writes the same statements with the same values in the same
 order (the generator's only state is its RNG and a model of which keys exist). Each committed
@@ -36,21 +38,33 @@ TEXT_PALETTE = (
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ,.;:-_'\"\\%`"
     "éüßçøñ漢字かなשלוםمرحبا" + EMOJI + "\u200d\u0301"
 )
+LATIN1_PALETTE = "abcXYZ 019'\\\"éüßçøñ€Ÿ\x81\x8d\x8f\x90\x9d\x00ÿ"
 ENUM_LABELS = ("new", "paid", "shipped", "cancelled", "ünïcödé")
 # Not in alphabetical order on purpose. No 4-byte characters: MariaDB keeps ENUM/SET labels in utf8mb3.
 SET_LABELS = ("zeta", "alpha", "mid", "ñu")
 
 U64_MAX = 2**64 - 1
+# Not strict: ENUM index 0 (the invalid value '') can be written; zero dates need no mode (MariaDB's
+# default has neither NO_ZERO_DATE nor NO_ZERO_IN_DATE). Every value the generator makes is in range, so
+# nothing is silently clipped. The shadow replays under the same mode.
+SQL_MODE = "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'"
 _WIDE = Context(prec=100)
 
 
 # ------------------------------------------------------------------------------------------ values
 
 
-def _text(rng: random.Random, max_len: int, *, min_len: int = 0) -> str:
+def _text(rng: random.Random, max_len: int, *, min_len: int = 0, palette: str = TEXT_PALETTE) -> str:
+    r = rng.random()
+    if min_len == 0 and r < 0.05:
+        return ""
+    if r < 0.1:
+        return " " * rng.randint(1, max(1, min(3, max_len)))  # CHAR trims trailing spaces, VARCHAR keeps them
     n = rng.randint(min_len, max_len)
-    s = "".join(rng.choice(TEXT_PALETTE) for _ in range(n))
-    return s.rstrip(" ")  # CHAR drops trailing spaces on SELECT; keep every text type comparable
+    s = "".join(rng.choice(palette) for _ in range(n))
+    if n and r < 0.2:
+        s = s[:-1] + " "  # a trailing space
+    return s
 
 
 def _bytes(rng: random.Random, max_len: int, *, min_len: int = 0) -> bytes:
@@ -88,6 +102,33 @@ def _datetime(rng: random.Random, lo: dt.datetime, hi: dt.datetime, micros: bool
     if micros:
         v = v.replace(microsecond=rng.choice((0, 999_999, rng.randint(0, 999_999))))
     return v
+
+
+def _date(rng: random.Random) -> Any:
+    r = rng.random()
+    if r < 0.05:
+        return "0000-00-00"  # zero and partial dates land as NULL (docs/type-map.md)
+    if r < 0.08:
+        return rng.choice(("2024-00-10", "2024-02-00", "0000-01-01"))
+    return _datetime(rng, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31), False).date()
+
+
+def _datetime6(rng: random.Random) -> Any:
+    r = rng.random()
+    if r < 0.04:
+        return "0000-00-00 00:00:00"
+    if r < 0.06:
+        return "2024-00-00 10:00:00.5"
+    return _datetime(rng, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59))
+
+
+def _timestamp6(rng: random.Random) -> Any:
+    r = rng.random()
+    if r < 0.04:
+        return "0000-00-00 00:00:00"  # TIMESTAMP's zero value
+    if r < 0.06:
+        return rng.choice((dt.datetime(1970, 1, 1, 0, 0, 1), dt.datetime(2038, 1, 19, 3, 14, 7, 999999)))
+    return _datetime(rng, dt.datetime(1970, 1, 1, 0, 0, 1), dt.datetime(2038, 1, 19, 3, 14, 7))
 
 
 def _time(rng: random.Random) -> str:
@@ -129,11 +170,11 @@ KINDS: dict[str, tuple[str, Callable[[random.Random], Any]]] = {
     "decw": ("DECIMAL(50,10)", lambda r: _decimal(r, 50, 10)),
     # Exactly representable in 4 bytes (21-bit mantissa), so the value is unambiguous.
     "flt": ("FLOAT", lambda r: r.randint(-(2**20), 2**20) / 2 ** r.randint(0, 10)),
-    "dbl": ("DOUBLE", lambda r: r.choice((r.uniform(-1e15, 1e15), 1e-300, -2.5e307, 0.1 + 0.2, r.random()))),
-    "date": ("DATE", lambda r: _datetime(r, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31), False).date()),
-    "dt6": ("DATETIME(6)", lambda r: _datetime(r, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59))),
-    "ts6": ("TIMESTAMP(6) NULL DEFAULT NULL",
-            lambda r: _datetime(r, dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18, 23, 59, 59))),
+    "dbl": ("DOUBLE",
+            lambda r: r.choice((r.uniform(-1e15, 1e15), 1e-300, -2.5e307, 0.1 + 0.2, r.random(), -0.0, 5e-324))),
+    "date": ("DATE", _date),
+    "dt6": ("DATETIME(6)", _datetime6),
+    "ts6": ("TIMESTAMP(6) NULL DEFAULT NULL", _timestamp6),
     "time6": ("TIME(6)", _time),
     "year": ("YEAR", lambda r: r.choice((1901, 2155, 0, r.randint(1901, 2155)))),
     "vc": ("VARCHAR(64) CHARACTER SET utf8mb4", lambda r: _text(r, 64)),
@@ -143,15 +184,19 @@ KINDS: dict[str, tuple[str, Callable[[random.Random], Any]]] = {
     "vbin": ("VARBINARY(16)", lambda r: _bytes(r, 16)),
     "bin": ("BINARY(6)", lambda r: _bytes(r, 6)),
     "json": ("JSON", lambda r: json.dumps(_json(r), ensure_ascii=r.random() < 0.5)),
-    "enum": ("ENUM(" + ",".join(f"'{x}'" for x in ENUM_LABELS) + ")", lambda r: r.choice(ENUM_LABELS)),
-    # Non-empty sets only: a nullable SET's empty set may arrive from the reader as NULL (documented in
-    # docs/type-map.md); the key is written in any order, MariaDB stores definition order.
+    # 0 is the invalid value '' (ENUM index 0; the sessions run without strict mode).
+    "enum": ("ENUM(" + ",".join(f"'{x}'" for x in ENUM_LABELS) + ")",
+             lambda r: 0 if r.random() < 0.05 else r.choice(ENUM_LABELS)),
+    # Any subset, the empty set included, labels in any order (MariaDB stores definition order).
     "set": ("SET(" + ",".join(f"'{x}'" for x in SET_LABELS) + ")",
-            lambda r: ",".join(r.sample(SET_LABELS, r.randint(1, len(SET_LABELS))))),
+            lambda r: ",".join(r.sample(SET_LABELS, r.randint(0, len(SET_LABELS))))),
+    # MariaDB's latin1 is cp1252 with the C1 controls in its five holes.
+    "lat": ("VARCHAR(12) CHARACTER SET latin1", lambda r: _text(r, 12, palette=LATIN1_PALETTE)),
     "bit": ("BIT(10)", lambda r: _int(r, 0, 1023)),
     "bit64": ("BIT(64)", lambda r: _int(r, 0, U64_MAX)),
 }
-ADDABLE = ("i32", "u64", "dec", "dbl", "dt6", "vc", "txt", "blob", "json", "enum", "bit", "time6", "flt")
+ADDABLE = ("i32", "u64", "dec", "dbl", "dt6", "vc", "txt", "blob", "json", "enum", "bit", "time6", "flt", "set",
+           "date", "lat")
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -216,7 +261,7 @@ def make_tables() -> list[TableModel]:
     kinds_cols = [
         Col(k, k) for k in ("i8", "u8", "i16", "u16", "i24", "u24", "i32", "u32", "i64", "u64", "dec", "dec0", "decw",
                             "flt", "dbl", "date", "dt6", "ts6", "time6", "year", "vc", "ch", "txt", "blob", "vbin",
-                            "bin", "json", "enum", "set", "bit", "bit64")
+                            "bin", "json", "enum", "set", "bit", "bit64", "lat")
     ]
     return [
         TableModel("kinds", (Col("id", "i64", False),), kinds_cols, _seq_key, int_key=True,
@@ -306,6 +351,7 @@ class Workload:
         """Create the tables (DDL; recorded in the history so the shadow replays it too)."""
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
+            cur.execute(SQL_MODE)
             for t in self.tables:
                 self._ddl(cur, t.name, t.create_sql())
 
@@ -318,6 +364,7 @@ class Workload:
         self._only = [t for t in self.tables if tables is None or t.name in tables]
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
+            cur.execute(SQL_MODE)
             for _ in range(transactions):
                 self._one(conn, cur)
         return self.history[start:]
@@ -606,6 +653,7 @@ class Shadow:
         with self.conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute("SET time_zone = '+00:00'")
+            cur.execute(SQL_MODE)
             cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.database}` CHARACTER SET utf8mb4")
             cur.execute(f"USE `{self.database}`")
 

@@ -208,7 +208,7 @@ ROWS: list[tuple[dict[str, Any], dict[str, Any]]] = [
             "js": "[]",
             "en": "",
             "st": {"x", "y", "z"},
-            "stn": None,
+            "stn": set(),  # the empty set (both readers tell it from NULL)
             "b1": "0",
             "b5": "00000",
             "b64": "0" * 64,

@@ -159,7 +159,7 @@ def test_converters_undo_reader_quirks() -> None:
     assert conv("set('x','y')", {"y"}) == "y"  # labels parsed from the type when attrs lack them
     assert conv("set('x','y')", set()) == ""
     assert conv("set('x','y')", "x,y") == "x,y"
-    assert conv("set('x','y')", None, nullable=False) == ""  # the reader's None for an empty set
+    assert conv("set('x','y')", None, nullable=False) is None  # a reader None is NULL; an empty set is set()
     assert conv("set('x','y')", None, nullable=True) is None
     # ENUM: label as is, including the invalid-value ''.
     assert conv("enum('a','b')", "") == ""
@@ -212,3 +212,28 @@ def test_docs_type_map_is_in_sync_with_the_code() -> None:
     # And the documented rows are the ones the code uses.
     for rule in types.TYPE_RULES:
         assert f"| {rule.mysql.replace('|', chr(92) + '|')} | `{rule.arrow}` | `{rule.delta}` |" in doc
+
+
+def test_latin1_decodes_like_the_server_including_the_c1_controls() -> None:
+    from cdc_core.types import MARIADB_LATIN1, python_codec
+
+    assert python_codec("latin1") == python_codec("cp1252") == MARIADB_LATIN1
+    assert bytes(range(0x80, 0xA0)).decode(MARIADB_LATIN1)[:3] == "\u20ac\x81\u201a"
+    assert "\x81\x8d\x8f\x90\x9d".encode(MARIADB_LATIN1) == b"\x81\x8d\x8f\x90\x9d"
+    assert python_codec("utf16") == "utf-16-be" and python_codec("UTF32") == "utf-32-be"
+    assert python_codec("greek") is None
+
+
+@pytest.mark.parametrize("charset", ["greek", "hebrew", "cp1256", "sjis", "big5", "armscii8"])
+def test_text_in_an_inexact_charset_is_refused(charset: str) -> None:
+    from cdc_core.errors import UnsupportedType
+
+    col = SourceColumn("t", "varchar(10)", True, (("charset", charset),))
+    with pytest.raises(UnsupportedType, match=f"character set {charset}"):
+        types.column_codec(col, "db.t")
+
+
+@pytest.mark.parametrize("charset", ["utf8mb4", "utf8mb3", "latin1", "utf16", "ucs2", "cp1251", "ascii"])
+def test_text_in_an_exact_charset_is_staged(charset: str) -> None:
+    col = SourceColumn("t", "varchar(10)", True, (("charset", charset),))
+    assert types.column_codec(col, "db.t").arrow_type == pa.string()
