@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot-tables", default="1,300", help="initial loads: tables of --snapshot-rows rows")
     p.add_argument("--snapshot-rows", type=int, default=100)
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
+    p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
     p.add_argument("--mariadb-port", type=int, default=33316)
     p.add_argument("--zk-port", type=int, default=22191)
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"), help="merged into this results file")
@@ -291,8 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     touched = [int(x) for x in args.tables_touched.split(",") if x.strip()]
     snaps = [int(x) for x in args.snapshot_tables.split(",") if x.strip()]
     workdir = Path(tempfile.mkdtemp(prefix="cdc-bench-tables-"))
-    private = PrivateServices(ROOT / ".local" / "bench-services", args.mariadb_port, args.zk_port)
-    si = private.start()
+    from bench.common import source_info
+
+    private = (
+        None if args.shared else PrivateServices(ROOT / ".local" / "bench-services", args.mariadb_port, args.zk_port)
+    )
+    si = private.start() if private is not None else source_info()
     try:
         t0 = time.perf_counter()
         section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config))
@@ -302,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             section_seconds=round(time.perf_counter() - t0, 1),
         )
     finally:
-        private.stop()
+        if private is not None:
+            private.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     out_path = Path(args.out)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}

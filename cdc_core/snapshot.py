@@ -1002,12 +1002,14 @@ def read_chunk(
     *,
     on_rows: Callable[[int], None] | None = None,
     spec: ChunkSpec | None = None,
+    first_ordinal: int = 1,
 ) -> Iterator[RowChange]:
     """The chunk's rows as RowChanges (op 'I', version = the watermark's), streamed in key order.
 
     Reads `lower < key <= upper` in a new consistent read at R >= W (on MariaDB R is checked against
     W); memory stays bounded by FETCH_ROWS rows (unbuffered cursor). `spec`: which of the window's
-    chunks (default: the first).
+    chunks (default: the first); `first_ordinal`: the first row's ordinal (ordinals grow strictly
+    across a window's chunks).
     """
     spec = spec if spec is not None else chunk_of(plan)
     if spec.empty or spec.missing:
@@ -1039,7 +1041,7 @@ def read_chunk(
         cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows stream, memory stays bounded
         try:
             cur.execute(sql, args)
-            ordinal = 0
+            ordinal = first_ordinal - 1
             while True:
                 rows = cur.fetchmany(FETCH_ROWS)
                 if not rows:
@@ -1053,7 +1055,7 @@ def read_chunk(
                     row = dict(zip(names, values, strict=True))
                     yield RowChange(OP_INSERT, table, row, version, ordinal, commit_ts)
                 if on_rows is not None:
-                    on_rows(ordinal)
+                    on_rows(ordinal - first_ordinal + 1)
             cur.execute("COMMIT")
         finally:
             cur.close()
@@ -1264,7 +1266,9 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
         for spec, table in readers:
             current[0] = spec.table
             n = 0
-            for change in read_chunk(p.source, plan, table, on_rows=on_rows, spec=spec):
+            for change in read_chunk(
+                p.source, plan, table, on_rows=on_rows, spec=spec, first_ordinal=done_rows[0] + 1
+            ):
                 n += 1
                 yield change
             done_rows[0] += n

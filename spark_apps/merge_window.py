@@ -49,7 +49,10 @@ How one table of a window lands:
    tombstone commit done and finishes the main table).
    Soft deletes: the row is its own tombstone (`_cdc_deleted=true`, version kept), so no side table.
 5. One MERGE per table: a change applies only when `s._cdc_version >= t._cdc_version` (>= so that
-   re-applying the identical change is harmless and a backfill can repair a damaged row).
+   re-applying the identical change is harmless and a backfill can repair a damaged row). Into a
+   table that holds no data file yet (created by this window: a snapshot chunk, a new table) the
+   MERGE's outcome is its NOT MATCHED clause alone, so the rows are appended instead (same txn
+   identity; one Spark job instead of the MERGE's join and rewrite).
 
 Tables of a window land concurrently: up to --parallelism (default DEFAULT_PARALLELISM) writer
 threads, each with its own session from `spark.newSession()` (same SparkContext, own SQL conf, so
@@ -742,13 +745,18 @@ class _Run:
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
                 immutable = False
             step("tombstones")
-        status, metrics, version = self.idempotent_merge(
-            uri,
-            st.name,
-            source,
-            lambda view: merge_sql(uri, view, st.key, self.delete_mode),
-            immutable_source=immutable,
-        )
+        if _has_no_rows(uri):
+            # Nothing to match (a table created by this window, e.g. by a snapshot chunk): the MERGE's
+            # outcome is exactly its NOT MATCHED clause, so append those rows as the same idempotent commit.
+            status, metrics, version = self.idempotent_insert(uri, st.name, source)
+        else:
+            status, metrics, version = self.idempotent_merge(
+                uri,
+                st.name,
+                source,
+                lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+                immutable_source=immutable,
+            )
         step("merge_commit")
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
@@ -760,6 +768,20 @@ class _Run:
             **{f"secs_{k}": v for k, v in steps.items()},
         )
         return result
+
+    def idempotent_insert(
+        self, uri: str, label: str, source: DataFrame
+    ) -> tuple[str, dict[str, int], int | None]:
+        """The MERGE into a table without rows, as an append (commit (pipeline, seq), once).
+
+        Equivalent to the MERGE because every row of the source is NOT MATCHED: hard mode inserts the
+        non-deletes, soft mode every change (a delete as its tombstone row). Safe against concurrent
+        writers: one of the same window carries the same txn (Delta skips or conflicts, then the txn
+        version says 'already'); one of a later window can only write once this window landed here."""
+        rows = source.where(F.col(COL_OP) != OP_DELETE) if self.delete_mode == DELETE_HARD else source
+        status, version = self.idempotent_append(uri, label, rows)
+        inserted = _commit_output_rows(uri, version) if version is not None else 0
+        return status, {"inserted": inserted, "updated": 0, "deleted": 0}, version
 
     def write_tombstones(self, st: StagedTable, uri: str, source: DataFrame) -> None:
         label = f"tombstones of {st.name}"
@@ -812,6 +834,30 @@ class _Run:
             version = self._commit_version(uri, meta)
             return (STATUS_COMMITTED if version is not None else STATUS_ALREADY), version
         raise AssertionError("unreachable")
+
+
+def _has_no_rows(uri: str) -> bool:
+    """True only when the Delta log says the table holds no data file (delta-rs, no Spark job); any
+    doubt (no table, a reader error) answers False, and the MERGE runs."""
+    try:
+        from deltalake import DeltaTable as LogReader
+
+        return bool(LogReader(uri).get_add_actions(flatten=True).num_rows == 0)
+    except Exception:
+        return False
+
+
+def _commit_output_rows(uri: str, version: int) -> int:
+    """Rows an append commit wrote (its commitInfo's numOutputRows; 0 when unknown: informational)."""
+    try:
+        from deltalake import DeltaTable as LogReader
+
+        for commit in LogReader(uri).history(5):
+            if int(commit.get("version", -1)) == version:
+                return int((commit.get("operationMetrics") or {}).get("numOutputRows") or 0)
+    except Exception as e:
+        log.warning("%s", kv(event="merge.metrics_unknown", table=uri, reason=_one_line(e)))
+    return 0
 
 
 @dataclass(frozen=True)
