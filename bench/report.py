@@ -324,9 +324,11 @@ def _section_errors(sec: Any) -> list[str]:
     if not isinstance(sec, dict):
         return []
     out = list(sec.get("errors", []))
-    for sub in ("windows",):
-        out += list((sec.get(sub) or {}).get("errors", []))
-    for load in (sec.get("snapshot") or {}).values():
+    for sub in ("windows", "rerun", "baseline"):
+        if isinstance(sec.get(sub), dict):
+            out += list(sec[sub].get("errors", []))
+    snaps = sec.get("snapshot")
+    for load in (snaps.values() if isinstance(snaps, dict) else []):
         if isinstance(load, dict):
             out += list(load.get("errors", []))
     return out
@@ -343,9 +345,23 @@ def _tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         f"{tb.get('load_end')} at end; {tb.get('note', '')}",
         "",
     ]
-    win = tb.get("windows") or {}
+    for label, key in (
+        ("", "windows"),
+        (" (a second run, one round, on a quieter machine)", "rerun"),
+        (" (baseline: `spark.merge_parallelism: 1`, before the change)", "baseline"),
+    ):
+        sub = tb.get(key) or {}
+        if sub.get("command"):
+            lines += [f"`{sub['command']}`, load {sub.get('load')}", ""]
+        lines += _tables_windows(sub, targets if key != "baseline" else [], label)
+    return lines + _tables_snapshot(tb, targets)
+
+
+def _tables_windows(win: dict[str, Any], targets: list[Any], label: str) -> list[str]:
+    lines: list[str] = []
     secs = win.get("window_seconds") or {}
     if secs:
+        lines += [f"Windows with one changed row in each of k tables{label}:", ""]
         lines += ["| tables touched (1 row each) | window, median s | runs | phases of the last run (s) |", "|---|---|---|---|"]
         for k, st in secs.items():
             runs = (win.get("runs") or {}).get(k) or [{}]
@@ -359,6 +375,11 @@ def _tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[str]:
             targets.append((
                 f"window touching {hi} tables / touching {lo}", _f(ratio), "<= 3", _ok(ratio is not None and ratio <= 3)
             ))
+    return lines
+
+
+def _tables_snapshot(tb: dict[str, Any], targets: list[Any]) -> list[str]:
+    lines: list[str] = []
     snaps = tb.get("snapshot") or {}
     loads = {k: v for k, v in snaps.items() if isinstance(v, dict)}
     if loads:
