@@ -108,6 +108,7 @@ def render(r: dict[str, Any]) -> str:
     lines += _fixed(r.get("fixed"), targets)
     lines += _memory(r.get("memory"), targets)
     lines += _families(r.get("families"), r.get("families_run"), targets)
+    lines += _tables(r.get("tables"), targets)
     head = [
         "## Targets (ratios measured in the same run)",
         "",
@@ -118,7 +119,9 @@ def render(r: dict[str, Any]) -> str:
     tried = ["## Tried and did not help", "", "| what | figure | verdict |", "|---|---|---|"]
     tried += [f"| {t['what']} | {t['figure']} | {t['verdict']} |" for t in TRIED + r.get("tried", [])]
     errors = [
-        f"- {sec}: {e}" for sec in ("capture", "merge", "fixed", "memory") for e in (r.get(sec) or {}).get("errors", [])
+        f"- {sec}: {e}"
+        for sec in ("capture", "merge", "fixed", "memory", "tables")
+        for e in _section_errors(r.get(sec))
     ]
     errors += [
         f"- capture {w['workload']['label']}: {e}"
@@ -376,3 +379,88 @@ def _n(v: Any) -> str:
 
 def _r(v: Any) -> str:
     return "—" if v is None else f"{v:.2f}"
+
+
+def _section_errors(sec: Any) -> list[str]:
+    if not isinstance(sec, dict):
+        return []
+    out = list(sec.get("errors", []))
+    for sub in ("windows", "rerun", "baseline"):
+        if isinstance(sec.get(sub), dict):
+            out += list(sec[sub].get("errors", []))
+    snaps = sec.get("snapshot")
+    for load in (snaps.values() if isinstance(snaps, dict) else []):
+        if isinstance(load, dict):
+            out += list(load.get("errors", []))
+    return out
+
+
+def _tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[str]:
+    """bench/tables.py: windows touching many tables, initial loads of many small tables (`cdc run`)."""
+    if not tb:
+        return []
+    lines = [
+        "## Many tables (bench/tables.py, `cdc run` end to end)",
+        "",
+        f"`{tb.get('command', 'python -m bench.tables')}`; load average {tb.get('load_start')} at start, "
+        f"{tb.get('load_end')} at end; {tb.get('note', '')}",
+        "",
+    ]
+    for label, key in (
+        ("", "windows"),
+        (" (a second run, one round, on a quieter machine)", "rerun"),
+        (" (baseline: `spark.merge_parallelism: 1`, before the change)", "baseline"),
+    ):
+        sub = tb.get(key) or {}
+        if sub.get("command"):
+            lines += [f"`{sub['command']}`, load {sub.get('load')}", ""]
+        lines += _tables_windows(sub, targets if key != "baseline" else [], label)
+    return lines + _tables_snapshot(tb, targets)
+
+
+def _tables_windows(win: dict[str, Any], targets: list[Any], label: str) -> list[str]:
+    lines: list[str] = []
+    secs = win.get("window_seconds") or {}
+    if secs:
+        lines += [f"Windows with one changed row in each of k tables{label}:", ""]
+        lines += ["| tables touched (1 row each) | window, median s | runs | phases of the last run (s) |", "|---|---|---|---|"]
+        for k, st in secs.items():
+            runs = (win.get("runs") or {}).get(k) or [{}]
+            ph = ", ".join(f"{n} {v}" for n, v in (runs[-1].get("phases") or {}).items())
+            lines.append(f"| {k} | {_f(st.get('median'))} | {st.get('runs')} | {ph} |")
+        lines.append("")
+        keys = sorted(int(k) for k in secs)
+        if len(keys) >= 2:
+            lo, hi = keys[0], keys[-1]
+            ratio = win.get(f"ratio_{hi}_to_{lo}")
+            targets.append((
+                f"window touching {hi} tables / touching {lo}", _f(ratio), "<= 3", _ok(ratio is not None and ratio <= 3)
+            ))
+    return lines
+
+
+def _tables_snapshot(tb: dict[str, Any], targets: list[Any]) -> list[str]:
+    lines: list[str] = []
+    snaps = tb.get("snapshot") or {}
+    loads = {k: v for k, v in snaps.items() if isinstance(v, dict)}
+    if loads:
+        lines += ["| initial load | seconds | windows | `cdc run` calls | lake tables | load |", "|---|---|---|---|---|---|"]
+        for k, v in loads.items():
+            lines.append(
+                f"| {k} tables x {v.get('rows')} rows | {_f(v.get('seconds'))} | {v.get('windows')} | "
+                f"{v.get('cli_runs')} | {v.get('lake_tables')} | {v.get('load')} |"
+            )
+        lines.append("")
+        keys = sorted(int(k) for k in loads)
+        if len(keys) >= 2:
+            lo, hi = str(keys[0]), str(keys[-1])
+            ratio = snaps.get(f"ratio_{hi}_to_{lo}")
+            targets.append((
+                f"initial load of {hi} tables / of {lo}", _f(ratio), "<= 10", _ok(ratio is not None and ratio <= 10)
+            ))
+            big = loads[hi].get("seconds")
+            targets.append((
+                f"initial load of {hi} tables x {loads[hi].get('rows')} rows", f"{_f(big)} s", "<= 900 s",
+                _ok(big is not None and big <= 900),
+            ))
+    return lines

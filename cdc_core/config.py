@@ -251,6 +251,8 @@ class SparkConfig(_Model):
     shuffle_partitions: int = Field(default=2, gt=0)
     driver_memory: str = "1g"
     conf: dict[str, str] = Field(default_factory=dict)
+    # Tables of one window the merge job lands at the same time (one Spark session per writer thread).
+    merge_parallelism: int = Field(default=4, ge=1, le=64)
 
     @field_validator("conn_id")
     @classmethod
@@ -296,6 +298,9 @@ class SnapshotConfig(_Model):
     # explicit start position (the binlog from there is the initial load).
     on_start: bool | None = None
     chunk_rows: int = Field(default=100_000, gt=0, le=10_000_000)  # rows per chunk (one snapshot window)
+    # A snapshot window that finishes its table takes the whole remainders of the next tables too, while
+    # its rows stay within chunk_rows and its tables within this many (small tables load many per window).
+    max_tables_per_window: int = Field(default=100, ge=1, le=1000)
 
 
 @with_config(ConfigDict(extra="forbid", strict=True))

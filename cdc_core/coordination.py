@@ -1232,7 +1232,10 @@ class PipelineCoordinator:
     def _snapshot_op(self, plan: WindowPlan, result: dict[str, Any], now: float) -> tuple[Any, ...]:
         state, stat = self._snapshot_state()
         rows = int(result.get("changes") or 0)
-        data = snapshot.after_ack(state, plan, rows, now).to_json()
+        per_table = {
+            str(n): int(t.get("changes") or 0) for n, t in (result.get("tables") or {}).items() if isinstance(t, dict)
+        }
+        data = snapshot.after_ack(state, plan, rows, now, per_table).to_json()
         if stat is None:
             return ("create", self.snapshot_path, data)
         return ("set", self.snapshot_path, data, stat.version)

@@ -55,7 +55,7 @@ from typing import Any
 
 from cdc_core.errors import ConfigError
 from cdc_core.positions import BinlogPosition
-from cdc_core.snapshot import ChunkSpec, chunk_of
+from cdc_core.snapshot import ChunkSpec, chunks_of
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 LAKE_FORMAT = 1  # fields added since (first_kind, rebuild) are optional: older records read as before
@@ -161,10 +161,11 @@ def after_ack(
     this window found re-created, or whose snapshot round it found broken (to be logged)."""
     tables = dict(registry.tables)
     flagged: list[str] = []
-    spec = chunk_of(plan) if plan.kind == KIND_SNAPSHOT else None
+    specs = {s.table: s for s in chunks_of(plan)} if plan.kind == KIND_SNAPSHOT else {}
     for name, (schema, table, now) in sorted(landed.items()):
         entry = tables.get(name)
-        if spec is not None and name == spec.table:
+        spec = specs.get(name)
+        if spec is not None:
             chunked, flag = _after_chunk(entry, (schema, table, now), plan, spec)
             if chunked is not None:
                 tables[name] = chunked

@@ -470,6 +470,7 @@ class Pipeline:
             m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
         )
         args += ["--table-properties", json.dumps(props, sort_keys=True)]
+        args += ["--parallelism", str(self.config.spark.merge_parallelism)]
         return args
 
     def merge_secret_env(self) -> dict[str, str]:
@@ -724,11 +725,13 @@ class Pipeline:
         }
         if plan.kind == KIND_SNAPSHOT:
             # A chunk that staged no rows still tells whether its round's table is still there.
-            name = snapshot.chunk_of(plan).table
-            entry = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()).tables.get(name)
-            if name not in landed and entry is not None:
-                now = delta_state.table_id(self.table_uri(entry.schema, entry.table))
-                landed[name] = (entry.schema, entry.table, now)
+            names = [s.table for s in snapshot.chunks_of(plan) if s.table not in landed]
+            known = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()).tables if names else {}
+            for name in names:
+                entry = known.get(name)
+                if entry is not None:
+                    now = delta_state.table_id(self.table_uri(entry.schema, entry.table))
+                    landed[name] = (entry.schema, entry.table, now)
         if not landed and not completes:
             return
         recreated: list[str] = []

@@ -73,6 +73,21 @@ NULL, and a chunk's lower predicate is the exact complement of the previous chun
 the chunks partition the key space whatever the literals' rounding. ENUM/SET key columns compare
 and sort by their index number.
 
+Windows of several tables
+-------------------------
+A schema of many small tables would otherwise cost a window (a Spark job) per table. When a chunk
+finishes its table, the window also takes the *whole remainders* of the next tables in the snapshot's
+order, while the rows stay within the chunk's row budget (`chunk_rows`, counted in the consistent
+read) and the tables within `snapshot.max_tables_per_window`; a table whose remainder does not fit
+waits and becomes the next window's current table (big tables still go chunk by chunk). Every chunk of
+such a window is planned in the same consistent read at the same watermark W and carries W's version,
+so the argument above holds for each of them unchanged: each is a chunk of its table at W, and the
+stream cursor is at or before W. Staging reads each chunk in a consistent read R >= W of its own (the
+replay argument is per chunk, too). The plan check requires the chunks to be the snapshot's next
+tables in order (all but the last finished), and the ack moves every table's progress in its one
+multi-op. The merge lands the window's tables concurrently; a crash between their commits replays
+the window, whose tables that committed are skipped by their txn version.
+
 Progress lives in ZooKeeper (`<root>/pipelines/<name>/snapshot`): per table the last boundary done,
 chunks done, rows, and the row estimate. The chunk's plan is checked against it when stored, and it
 advances in the ack's multi-op, fenced like everything else. A killed run resumes at the pending
@@ -423,30 +438,59 @@ class ChunkSpec:
 
 
 def chunk_of(plan: WindowPlan) -> ChunkSpec:
+    """The window's first chunk (the one of the snapshot's current table)."""
     raw = plan.info.get("snapshot")
     if plan.kind != KIND_SNAPSHOT or not isinstance(raw, dict):
         raise StateConflict(f"window {plan.label()} is not a snapshot chunk (kind {plan.kind!r})")
     return ChunkSpec.from_dict(raw)
 
 
+def chunks_of(plan: WindowPlan) -> tuple[ChunkSpec, ...]:
+    """Every chunk of a snapshot window, in load order: the first, then the whole remainders of the next
+    tables that fit the window's row budget (`info["snapshot_more"]`, see `plan_chunk`)."""
+    first = chunk_of(plan)
+    more = plan.info.get("snapshot_more") or []
+    if not isinstance(more, list):
+        raise StateConflict(f"window {plan.label()}: malformed snapshot_more {more!r}")
+    return (first, *(ChunkSpec.from_dict(d) for d in more))
+
+
 def chunk_label(plan: WindowPlan) -> dict[str, Any]:
     """The chunk in a few fields (for a step's XCom and the logs)."""
-    spec = chunk_of(plan)
-    return {"table": spec.table, "chunk": spec.chunk, "last": spec.last, "empty": spec.empty}
+    specs = chunks_of(plan)
+    spec = specs[0]
+    out: dict[str, Any] = {"table": spec.table, "chunk": spec.chunk, "last": spec.last, "empty": spec.empty}
+    if len(specs) > 1:
+        out["tables"] = len(specs)
+    return out
 
 
 def chunk_plan(
-    pipeline: str, seq: int, watermark: BinlogPosition, spec: ChunkSpec, *, now: float, holder: str = ""
+    pipeline: str,
+    seq: int,
+    watermark: BinlogPosition,
+    spec: ChunkSpec,
+    *,
+    now: float,
+    holder: str = "",
+    more: Sequence[ChunkSpec] = (),
 ) -> WindowPlan:
-    """A snapshot window: the empty binlog range [W, W) at its watermark, with the chunk in `info`."""
-    if spec.version != chunk_version(watermark):
+    """A snapshot window: the empty binlog range [W, W) at its watermark, with the chunk(s) in `info`.
+
+    `more`: whole remainders of the tables after `spec`'s (all read at the same watermark)."""
+    specs = (spec, *more)
+    if any(s.version != chunk_version(watermark) for s in specs):
         raise ValueError("the chunk's version must be its watermark's")
+    if any(not s.last for s in specs[:-1]):
+        raise ValueError("only the last chunk of a window may leave its table unfinished")
     info: dict[str, Any] = {"snapshot": spec.to_dict()}
+    if more:
+        info["snapshot_more"] = [m.to_dict() for m in more]
     if holder:
         info["holder"] = holder
     return WindowPlan(
         pipeline=pipeline, seq=seq, start=watermark, end=watermark, kind=KIND_SNAPSHOT, planned_at=now,
-        tables=(spec.table,), info=info,
+        tables=tuple(s.table for s in specs), info=info,
     )
 
 
@@ -633,52 +677,67 @@ def chunk_turn(state: SnapshotState, cursor_seq: int) -> bool:
 
 
 def check_chunk(pipeline: str, state: SnapshotState, plan: WindowPlan) -> None:
-    """Raise StateConflict unless `plan` is the next chunk of the snapshot's current table."""
-    spec = chunk_of(plan)
-    where = f"pipeline {pipeline!r}: cannot store snapshot chunk {spec.table}#{spec.chunk} as window {plan.seq}"
-    cur = state.current()
-    if cur is None:
-        raise StateConflict(f"{where}: no snapshot is active (request one with `cdc snapshot {pipeline} --table ...`)")
-    if cur.table != spec.table or cur.round != spec.round:
-        raise StateConflict(
-            f"{where}: the snapshot's current table is {cur.table} (round {cur.round}), not {spec.table} "
-            f"(round {spec.round}); re-plan"
-        )
-    if spec.chunk != cur.chunks + 1 or spec.lower != cur.after:
-        raise StateConflict(
-            f"{where}: {cur.table} has {cur.chunks} chunks done up to {cur.after!r}, the plan is chunk {spec.chunk} "
-            f"from {spec.lower!r}; re-plan"
-        )
-    if spec.upper is None and not spec.last:
-        raise StateConflict(f"{where}: only the last chunk may be open-ended")
+    """Raise StateConflict unless `plan` holds the next chunk of the snapshot's current table (then,
+    for a window of several tables, the whole remainders of the tables that follow it, in order)."""
+    specs = chunks_of(plan)
+    pending = [t for t in state.tables if not t.done]
+    for i, spec in enumerate(specs):
+        where = f"pipeline {pipeline!r}: cannot store snapshot chunk {spec.table}#{spec.chunk} as window {plan.seq}"
+        if not pending:
+            raise StateConflict(
+                f"{where}: no snapshot is active (request one with `cdc snapshot {pipeline} --table ...`)"
+            )
+        if i >= len(pending):
+            raise StateConflict(f"{where}: the snapshot has only {len(pending)} tables left to load; re-plan")
+        cur = pending[i]
+        if cur.table != spec.table or cur.round != spec.round:
+            what = "current table" if i == 0 else f"table number {i + 1} still to load"
+            raise StateConflict(
+                f"{where}: the snapshot's {what} is {cur.table} (round {cur.round}), not {spec.table} "
+                f"(round {spec.round}); re-plan"
+            )
+        if spec.chunk != cur.chunks + 1 or spec.lower != cur.after:
+            raise StateConflict(
+                f"{where}: {cur.table} has {cur.chunks} chunks done up to {cur.after!r}, the plan is chunk "
+                f"{spec.chunk} from {spec.lower!r}; re-plan"
+            )
+        if spec.upper is None and not spec.last:
+            raise StateConflict(f"{where}: only the last chunk may be open-ended")
+        if i < len(specs) - 1 and not spec.last:
+            raise StateConflict(f"{where}: a window may only move on to the next table once this one is finished")
 
 
-def after_ack(state: SnapshotState, plan: WindowPlan, rows: int, now: float) -> SnapshotState:
-    """The state once chunk `plan` is acked with `rows` staged rows.
+def after_ack(
+    state: SnapshotState, plan: WindowPlan, rows: int, now: float, table_rows: dict[str, int] | None = None
+) -> SnapshotState:
+    """The state once chunk window `plan` is acked with `rows` staged rows (per table: `table_rows`,
+    needed when the window holds chunks of several tables).
 
     A chunk that no longer matches its table's progress (the table was re-requested or cancelled while
     the chunk was pending) is acked without moving the progress: its rows landed and are correct
     (they carry their watermark's version), the new round reads the range again.
     """
-    spec = chunk_of(plan)
+    specs = chunks_of(plan)
     tables = list(state.tables)
-    for i, t in enumerate(tables):
-        if t.table != spec.table:
-            continue
-        if t.round == spec.round and not t.done and t.chunks == spec.chunk - 1 and t.after == spec.lower:
-            tables[i] = replace(
-                t,
-                status=STATUS_DONE if spec.last else STATUS_RUNNING,
-                key=tuple(spec.key),
-                after=spec.upper if spec.upper is not None else t.after,
-                chunks=t.chunks + 1,
-                rows=t.rows + max(0, rows),
-                estimate=spec.estimate if spec.estimate is not None else t.estimate,
-                started_at=t.started_at if t.started_at is not None else now,
-                finished_at=now if spec.last else None,
-                last_seq=plan.seq,
-            )
-        break
+    for spec in specs:
+        got = rows if len(specs) == 1 else int((table_rows or {}).get(spec.table, 0))
+        for i, t in enumerate(tables):
+            if t.table != spec.table:
+                continue
+            if t.round == spec.round and not t.done and t.chunks == spec.chunk - 1 and t.after == spec.lower:
+                tables[i] = replace(
+                    t,
+                    status=STATUS_DONE if spec.last else STATUS_RUNNING,
+                    key=tuple(spec.key),
+                    after=spec.upper if spec.upper is not None else t.after,
+                    chunks=t.chunks + 1,
+                    rows=t.rows + max(0, got),
+                    estimate=spec.estimate if spec.estimate is not None else t.estimate,
+                    started_at=t.started_at if t.started_at is not None else now,
+                    finished_at=now if spec.last else None,
+                    last_seq=plan.seq,
+                )
+            break
     return replace(state, tables=tuple(tables), last_chunk_seq=plan.seq, updated_at=now)
 
 
@@ -801,6 +860,14 @@ def find_bounds(
     return (tuple(row) if row is not None else None), True
 
 
+def count_rows(cur: Any, table: TableSchema, lower: tuple[Any, ...] | None, upper: tuple[Any, ...] | None) -> int:
+    """Rows with lower < key <= upper in the open consistent read."""
+    where, params = render(chunk_predicate(key_columns(table), lower, upper))
+    cur.execute(f"SELECT COUNT(*) FROM {_qualified(table)} WHERE {where}", params)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def plan_next_chunk_from_source(
     params: SourceParams,
     identity: ServerIdentity,
@@ -812,9 +879,19 @@ def plan_next_chunk_from_source(
     table: TableSchema | None,
     now: float,
     holder: str = "",
+    following: Sequence[tuple[TableProgress, TableSchema | None]] = (),
+    max_tables: int = 1,
 ) -> WindowPlan:
-    """Read the watermark and the next chunk's bounds in one consistent read; return the chunk's plan."""
+    """Read the watermark and the next chunk's bounds in one consistent read; return the chunk's plan.
+
+    When the chunk finishes its table and `following` tables are given, the window also takes the whole
+    remainder of each next table, in order, while the rows stay within the chunk's row budget
+    (`progress.chunk_rows`) and the window within `max_tables` tables: all read in the same consistent
+    read, so every chunk of the window has the same watermark. A table whose remainder does not fit
+    waits for the next window (where it is the current table and goes chunk by chunk).
+    """
     conn = connect(params)
+    extra: list[tuple[TableProgress, TableSchema | None, tuple[Any, ...] | None, bool]] = []
     try:
         with conn.cursor() as cur:
             watermark = _begin_consistent_read(cur, identity, epoch)
@@ -826,29 +903,55 @@ def plan_next_chunk_from_source(
                     lower = decode_key(progress.after)
                     bound, last = find_bounds(cur, table, lower, progress.chunk_rows)
                     upper, empty = bound, bound is None
+                if last and following and max_tables > 1:
+                    budget = progress.chunk_rows
+                    if table is not None and not empty:
+                        budget -= count_rows(cur, table, decode_key(progress.after), upper)
+                    for prog, tbl in following:
+                        if len(extra) + 1 >= max_tables or budget <= 0:
+                            break
+                        if tbl is None:
+                            extra.append((prog, None, None, True))  # gone: an empty last chunk
+                            continue
+                        if prog.key and tuple(tbl.key) != tuple(prog.key):
+                            break  # its key changed: it restarts when it is the current table
+                        low = decode_key(prog.after)
+                        b, fits = find_bounds(cur, tbl, low, budget)
+                        if not fits:
+                            break  # more than the budget left: next window, chunk by chunk
+                        if b is not None:
+                            budget -= count_rows(cur, tbl, low, b)
+                        extra.append((prog, tbl, b, b is None))
             finally:
                 cur.execute("COMMIT")
     except pymysql.err.MySQLError as e:
         raise source_error_from(e, params, f"plan a snapshot chunk of {progress.table} on") from None
     finally:
         conn.close()
-    key = tuple(table.key) if table is not None else tuple(progress.key)
-    spec = ChunkSpec(
-        table=progress.table,
-        key=key,
-        chunk=progress.chunks + 1,
-        round=progress.round,
-        lower=progress.after,
-        upper=encode_key(upper) if upper is not None else None,
-        last=last,
-        empty=empty,
-        missing=table is None,
-        version=chunk_version(watermark),
-        estimate=progress.estimate,
-        chunk_rows=progress.chunk_rows,
-        read_at=now,
-    )
-    return chunk_plan(pipeline, seq, watermark, spec, now=now, holder=holder)
+    version = chunk_version(watermark)
+
+    def spec_for(
+        prog: TableProgress, tbl: TableSchema | None, up: tuple[Any, ...] | None, is_last: bool, is_empty: bool
+    ) -> ChunkSpec:
+        return ChunkSpec(
+            table=prog.table,
+            key=tuple(tbl.key) if tbl is not None else tuple(prog.key),
+            chunk=prog.chunks + 1,
+            round=prog.round,
+            lower=prog.after,
+            upper=encode_key(up) if up is not None else None,
+            last=is_last,
+            empty=is_empty,
+            missing=tbl is None,
+            version=version,
+            estimate=prog.estimate,
+            chunk_rows=prog.chunk_rows,
+            read_at=now,
+        )
+
+    first = spec_for(progress, table, upper, last, empty)
+    more = [spec_for(prog, tbl, up, True, is_empty) for prog, tbl, up, is_empty in extra]
+    return chunk_plan(pipeline, seq, watermark, first, now=now, holder=holder, more=more)
 
 
 # ------------------------------------------------------------------------------ source I/O: rows
@@ -898,13 +1001,17 @@ def read_chunk(
     table: TableSchema,
     *,
     on_rows: Callable[[int], None] | None = None,
+    spec: ChunkSpec | None = None,
+    first_ordinal: int = 1,
 ) -> Iterator[RowChange]:
     """The chunk's rows as RowChanges (op 'I', version = the watermark's), streamed in key order.
 
     Reads `lower < key <= upper` in a new consistent read at R >= W (on MariaDB R is checked against
-    W); memory stays bounded by FETCH_ROWS rows (unbuffered cursor).
+    W); memory stays bounded by FETCH_ROWS rows (unbuffered cursor). `spec`: which of the window's
+    chunks (default: the first); `first_ordinal`: the first row's ordinal (ordinals grow strictly
+    across a window's chunks).
     """
-    spec = chunk_of(plan)
+    spec = spec if spec is not None else chunk_of(plan)
     if spec.empty or spec.missing:
         return
     if tuple(table.key) != tuple(spec.key):
@@ -934,7 +1041,7 @@ def read_chunk(
         cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows stream, memory stays bounded
         try:
             cur.execute(sql, args)
-            ordinal = 0
+            ordinal = first_ordinal - 1
             while True:
                 rows = cur.fetchmany(FETCH_ROWS)
                 if not rows:
@@ -948,7 +1055,7 @@ def read_chunk(
                     row = dict(zip(names, values, strict=True))
                     yield RowChange(OP_INSERT, table, row, version, ordinal, commit_ts)
                 if on_rows is not None:
-                    on_rows(ordinal)
+                    on_rows(ordinal - first_ordinal + 1)
             cur.execute("COMMIT")
         finally:
             cur.close()
@@ -974,6 +1081,31 @@ def _describe_one(p: Pipeline, name: str, plan: WindowPlan | None = None) -> Tab
         return found
     except UnknownTable:
         return None
+
+
+def _describe_many(p: Pipeline, names: Sequence[str], plan: WindowPlan | None = None) -> dict[str, TableSchema]:
+    """Several tables as they are now, in one information_schema round (absent: gone)."""
+    from cdc_core.errors import UnknownTable
+    from cdc_core.source import TableFilter, describe_tables
+
+    full_row_key = p._plan_capture(plan)[1] if plan is not None else tuple(p.config.tables.full_row_key)
+    conn = connect(p.source)
+    try:
+        try:
+            found: dict[str, TableSchema] = describe_tables(
+                conn, TableFilter(include=tuple(names), exclude=()), p.name, full_row_key
+            )
+            return found
+        except UnknownTable:  # one of them is gone: ask one by one
+            pass
+    finally:
+        conn.close()
+    out: dict[str, TableSchema] = {}
+    for n in names:
+        one = _describe_one(p, n, plan)
+        if one is not None:
+            out[n] = one
+    return out
 
 
 def request(
@@ -1061,9 +1193,16 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
         cur = state.current()
         if cur is None:
             return None
+    max_tables = p.config.snapshot.max_tables_per_window
+    following: list[tuple[TableProgress, TableSchema | None]] = []
+    if max_tables > 1:
+        nxt = [t for t in state.tables if not t.done and t.table != cur.table][: max_tables - 1]
+        if nxt:
+            described = _describe_many(p, [t.table for t in nxt])
+            following = [(t, described.get(t.table)) for t in nxt]
     plan = plan_next_chunk_from_source(
         p.source, facts.identity, epoch=cursor.position.epoch, pipeline=p.name, seq=cursor.seq + 1, progress=cur,
-        table=table, now=time.time(), holder=grant.holder,
+        table=table, now=time.time(), holder=grant.holder, following=following, max_tables=max_tables,
     )
     if plan.start < cursor.position:
         # Cannot happen on one server (the watermark is read after the cursor was written); should the
@@ -1074,45 +1213,71 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
 
 
 def log_planned(p: Pipeline, grant: LeaseGrant, plan: WindowPlan, state: SnapshotState) -> None:
-    spec = chunk_of(plan)
-    t = state.table(spec.table)
-    total = t.chunks_total() if t is not None else spec.chunk
-    p._log(
-        "snapshot.chunk_planned", grant, seq=plan.seq, table=spec.table, chunk=f"{spec.chunk}/{max(total, spec.chunk)}",
-        lower=json.dumps(spec.lower), upper=json.dumps(spec.upper), last=spec.last, watermark=plan.start.label(),
-        version=spec.version,
-    )
+    specs = chunks_of(plan)
+    for spec in specs:
+        t = state.table(spec.table)
+        total = t.chunks_total() if t is not None else spec.chunk
+        p._log(
+            "snapshot.chunk_planned", grant, seq=plan.seq, table=spec.table,
+            chunk=f"{spec.chunk}/{max(total, spec.chunk)}", lower=json.dumps(spec.lower), upper=json.dumps(spec.upper),
+            last=spec.last, watermark=plan.start.label(), version=spec.version,
+            **({"window_tables": len(specs)} if len(specs) > 1 else {}),
+        )
 
 
 def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
-    """Read and stage one chunk (bounded memory); the first chunk of a table declares it, so an empty
-    source table still gets its (empty) Delta table."""
+    """Read and stage the window's chunk(s) (bounded memory); the first chunk of a table declares it, so
+    an empty source table still gets its (empty) Delta table."""
     from cdc_core import faults, staging
 
-    spec = chunk_of(plan)
-    table = None if spec.missing else _describe_one(p, spec.table, plan)
-    if table is None and not spec.missing:
-        p._log("snapshot.table_gone", grant, seq=plan.seq, table=spec.table)
+    specs = chunks_of(plan)
+    wanted = [s.table for s in specs if not s.missing]
+    if len(specs) == 1:
+        one = _describe_one(p, specs[0].table, plan) if wanted else None
+        described = {specs[0].table: one} if one is not None else {}
+    else:
+        described = dict(_describe_many(p, wanted, plan)) if wanted else {}
     t0 = time.time()
     last = [t0]
+    done_rows = [0]
 
     def on_rows(rows: int) -> None:
         faults.point("mid_stage")  # crash suite: a chunk half read
         now = time.time()
         if now - last[0] >= 10:
             last[0] = now
-            p._log("snapshot.reading", grant, seq=plan.seq, table=spec.table, rows=rows)
+            p._log("snapshot.reading", grant, seq=plan.seq, table=current[0], rows=done_rows[0] + rows)
             p.renew(grant)  # a long chunk keeps the lease alive (and notices a lost one)
 
-    changes: Iterator[RowChange] = iter(())
-    declare: tuple[TableSchema, ...] = ()
-    if table is not None:
-        changes = read_chunk(p.source, plan, table, on_rows=on_rows)
-        declare = (table,) if spec.chunk == 1 else ()
-    manifest = staging.stage_window(plan, changes, p.staging_root, declare=declare)
+    current = [specs[0].table]
+    declare: list[TableSchema] = []
+    readers: list[tuple[ChunkSpec, TableSchema]] = []
+    for spec in specs:
+        table = described.get(spec.table)
+        if table is None:
+            if not spec.missing:
+                p._log("snapshot.table_gone", grant, seq=plan.seq, table=spec.table)
+            continue
+        readers.append((spec, table))
+        if spec.chunk == 1:
+            declare.append(table)
+
+    def changes() -> Iterator[RowChange]:
+        for spec, table in readers:
+            current[0] = spec.table
+            n = 0
+            for change in read_chunk(
+                p.source, plan, table, on_rows=on_rows, spec=spec, first_ordinal=done_rows[0] + 1
+            ):
+                n += 1
+                yield change
+            done_rows[0] += n
+
+    manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare))
     p._log(
-        "snapshot.chunk_staged", grant, seq=plan.seq, table=spec.table, chunk=spec.chunk, rows=manifest.changes,
-        secs=f"{time.time() - t0:.2f}",
+        "snapshot.chunk_staged", grant, seq=plan.seq, table=specs[0].table, chunk=specs[0].chunk,
+        rows=manifest.changes, secs=f"{time.time() - t0:.2f}",
+        **({"window_tables": len(specs)} if len(specs) > 1 else {}),
     )
     return manifest
 
@@ -1122,14 +1287,13 @@ def log_acked(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> None:
         state = p.coordinator.read_snapshot()
     except CoordinationError:
         return
-    spec = chunk_of(plan)
-    t = state.table(spec.table)
-    if t is None:
-        return
-    p._log(
-        "snapshot.progress", grant, seq=plan.seq, table=t.table, status=t.status,
-        chunks=f"{t.chunks}/{t.chunks_total()}", rows=t.rows, estimate=t.estimate,
-    )
-    if t.status == STATUS_DONE and t.last_seq == plan.seq:
-        p._log("snapshot.table_done", grant, table=t.table, chunks=t.chunks, rows=t.rows)
-
+    for spec in chunks_of(plan):
+        t = state.table(spec.table)
+        if t is None:
+            continue
+        p._log(
+            "snapshot.progress", grant, seq=plan.seq, table=t.table, status=t.status,
+            chunks=f"{t.chunks}/{t.chunks_total()}", rows=t.rows, estimate=t.estimate,
+        )
+        if t.status == STATUS_DONE and t.last_seq == plan.seq:
+            p._log("snapshot.table_done", grant, table=t.table, chunks=t.chunks, rows=t.rows)

@@ -5,7 +5,7 @@ Run by the DAG (and `cdc` CLI) as
     spark-submit [--master local[2] --jars <delta jars> --conf ...] spark_apps/merge_window.py \
         --window-dir <uri> --lake-root <uri> --pipeline <name> --seq <n> --token <fencing token> \
         --report <path-or-uri> [--delete-mode hard|soft] [--table-options <json>] \
-        [--zk-hosts h:p --zk-root /x]
+        [--zk-hosts h:p --zk-root /x] [--parallelism N]
 
 and importable as `merge_window(spark, manifest, window_dir, lake_root, pipeline, seq, token, ...)`.
 Secrets never appear on the command line: a ZooKeeper ACL credential comes from the environment
@@ -49,7 +49,17 @@ How one table of a window lands:
    tombstone commit done and finishes the main table).
    Soft deletes: the row is its own tombstone (`_cdc_deleted=true`, version kept), so no side table.
 5. One MERGE per table: a change applies only when `s._cdc_version >= t._cdc_version` (>= so that
-   re-applying the identical change is harmless and a backfill can repair a damaged row).
+   re-applying the identical change is harmless and a backfill can repair a damaged row). Into a
+   table that holds no data file yet (created by this window: a snapshot chunk, a new table) the
+   MERGE's outcome is its NOT MATCHED clause alone, so the rows are appended instead (same txn
+   identity; one Spark job instead of the MERGE's join and rewrite).
+
+Tables of a window land concurrently: up to --parallelism (default DEFAULT_PARALLELISM) writer
+threads, each with its own session from `spark.newSession()` (same SparkContext, own SQL conf, so
+each writer's txn identity below is its own). Tables whose txn version already holds the window are
+found first, from the Delta log without Spark, and skipped. A failed table stops new tables from
+starting, lets the running ones finish, and fails the window (tables that committed stay committed;
+a retry skips them by their txn version).
 
 Exactly once: each MERGE (main and tombstone) runs with the session confs
 `spark.databricks.delta.write.txnAppId=<pipeline>` / `txnVersion=<seq>`, set right before and unset
@@ -69,7 +79,8 @@ Fencing: with --zk-hosts, each table's writes are preceded by a check that the l
 is immutable and the commits idempotent); it only narrows what a zombie run does.
 
 Output: a JSON report `{pipeline, seq, token, tables: {name: {status, inserted, updated, deleted,
-delta_version, seconds}}, seconds}` written to --report and printed as the last stdout line. In soft
+delta_version, seconds, steps}}, seconds, session_seconds}` (`steps`: where a table's seconds went,
+informational) written to --report and printed as the last stdout line. In soft
 mode soft deletes count as `updated` (Delta reports per statement, not per clause).
 """
 
@@ -84,7 +95,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +167,11 @@ TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_b
 # not the table (bench/RESULTS.md: "without deletion vectors"). Readers need Delta reader version 3
 # (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.delta_state.read_rows).
 DEFAULT_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+# Tables of one window merged at the same time (one Spark session each), unless --parallelism says
+# otherwise (the pipeline's `spark.merge_parallelism`). On local[2] the per-table cost is mostly
+# driver-side (Delta log reads, planning, commits), which overlaps well; 4 keeps the driver's memory
+# and the number of open Delta snapshots small.
+DEFAULT_PARALLELISM = 4
 # How long a run waits for a concurrent run's CREATE TABLE of the same table to commit.
 CREATE_RACE_SECONDS = 30.0
 
@@ -681,17 +697,28 @@ class _Run:
             "deleted": 0,
             "delta_version": None,
         }
+        steps: dict[str, float] = {}
+        mark = [t0]
+
+        def step(name: str) -> None:  # where a table's seconds go (report `steps`, docs/performance.md)
+            now = time.monotonic()
+            steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
+            mark[0] = now
+
         landed = last_txn_version(spark, uri, self.pipeline)
         if landed is not None and landed >= self.seq:
             result["seconds"] = round(time.monotonic() - t0, 3)
             self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
             return result
         self.fence()
+        step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
         columns = [(c.name, _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")) for c in st.columns]
         target = self.ensure_table(uri, st.name, [*columns, *metadata_columns(self.delete_mode)], options)
+        step("ensure_table")
 
         facts = staged_facts(self.window_dir, st)
+        step("staged_facts")
         changes = read_staged_table(spark, self.window_dir, st)
         # A window usually changes each key once: then there is nothing to pick (no shuffle).
         changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, st.key)
@@ -702,6 +729,7 @@ class _Run:
                 COL_DELETED_AT, F.when(is_delete, F.col(COL_COMMIT_TS)).otherwise(F.lit(None).cast(TimestampType()))
             )
         source = conform(changes, target)
+        step("read_staged")
 
         # The source is read from the staged window's files, which never change, so Delta need not copy
         # it before merging (it would: Delta copies any source but a Delta table). Not when it joins the
@@ -716,19 +744,44 @@ class _Run:
             if older:
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
                 immutable = False
-        status, metrics, version = self.idempotent_merge(
-            uri,
-            st.name,
-            source,
-            lambda view: merge_sql(uri, view, st.key, self.delete_mode),
-            immutable_source=immutable,
-        )
+            step("tombstones")
+        if _has_no_rows(uri):
+            # Nothing to match (a table created by this window, e.g. by a snapshot chunk): the MERGE's
+            # outcome is exactly its NOT MATCHED clause, so append those rows as the same idempotent commit.
+            status, metrics, version = self.idempotent_insert(uri, st.name, source)
+        else:
+            status, metrics, version = self.idempotent_merge(
+                uri,
+                st.name,
+                source,
+                lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+                immutable_source=immutable,
+            )
+        step("merge_commit")
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
         result.update(status=status, delta_version=version, **metrics)
         result["seconds"] = round(time.monotonic() - t0, 3)
-        self.log("merge.table", table=st.name, **{k: v for k, v in result.items()})
+        result["steps"] = steps
+        self.log(
+            "merge.table", table=st.name, **{k: v for k, v in result.items() if k != "steps"},
+            **{f"secs_{k}": v for k, v in steps.items()},
+        )
         return result
+
+    def idempotent_insert(
+        self, uri: str, label: str, source: DataFrame
+    ) -> tuple[str, dict[str, int], int | None]:
+        """The MERGE into a table without rows, as an append (commit (pipeline, seq), once).
+
+        Equivalent to the MERGE because every row of the source is NOT MATCHED: hard mode inserts the
+        non-deletes, soft mode every change (a delete as its tombstone row). Safe against concurrent
+        writers: one of the same window carries the same txn (Delta skips or conflicts, then the txn
+        version says 'already'); one of a later window can only write once this window landed here."""
+        rows = source.where(F.col(COL_OP) != OP_DELETE) if self.delete_mode == DELETE_HARD else source
+        status, version = self.idempotent_append(uri, label, rows)
+        inserted = _commit_output_rows(uri, version) if version is not None else 0
+        return status, {"inserted": inserted, "updated": 0, "deleted": 0}, version
 
     def write_tombstones(self, st: StagedTable, uri: str, source: DataFrame) -> None:
         label = f"tombstones of {st.name}"
@@ -781,6 +834,30 @@ class _Run:
             version = self._commit_version(uri, meta)
             return (STATUS_COMMITTED if version is not None else STATUS_ALREADY), version
         raise AssertionError("unreachable")
+
+
+def _has_no_rows(uri: str) -> bool:
+    """True only when the Delta log says the table holds no data file (delta-rs, no Spark job); any
+    doubt (no table, a reader error) answers False, and the MERGE runs."""
+    try:
+        from deltalake import DeltaTable as LogReader
+
+        return bool(LogReader(uri).get_add_actions(flatten=True).num_rows == 0)
+    except Exception:
+        return False
+
+
+def _commit_output_rows(uri: str, version: int) -> int:
+    """Rows an append commit wrote (its commitInfo's numOutputRows; 0 when unknown: informational)."""
+    try:
+        from deltalake import DeltaTable as LogReader
+
+        for commit in LogReader(uri).history(5):
+            if int(commit.get("version", -1)) == version:
+                return int((commit.get("operationMetrics") or {}).get("numOutputRows") or 0)
+    except Exception as e:
+        log.warning("%s", kv(event="merge.metrics_unknown", table=uri, reason=_one_line(e)))
+    return 0
 
 
 @dataclass(frozen=True)
@@ -893,6 +970,115 @@ def _no_fence() -> None:
     return None
 
 
+def _land_table(run: _Run, st: StagedTable) -> dict[str, Any]:
+    """One table of the window, with the concurrent-creation retry; errors as LakeError/CdcError."""
+    try:
+        try:
+            return run.merge_table(st)
+        except Exception as e:
+            if not _is_table_not_found(e):
+                raise
+            # A concurrent run of this window is creating the table (its first commit not visible
+            # yet to one of our reads): wait for it, then merge the table again (idempotent).
+            run.wait_for_table(table_uri(run.lake_root, st.schema, st.table), e)
+            run.log("merge.retry", table=st.name, reason=_one_line(e))
+            return run.merge_table(st)
+    except CdcError:
+        raise
+    except Exception as e:
+        raise LakeError(
+            f"{run.label()}: merging table {st.name} into {table_uri(run.lake_root, st.schema, st.table)} failed: "
+            f"{_one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
+        ) from e
+
+
+def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, Any]:
+    """Land every table of the window; results in manifest order.
+
+    Tables whose txn version already holds the window are found without Spark (delta-rs reads the
+    log) and never reach a writer. The others go to at most `parallelism` writer threads, each with
+    its own Spark session (Delta's txnAppId/txnVersion and the commit's userMetadata are session
+    confs, so two writers must never share one). The first failure stops new tables from starting;
+    tables already merging finish (or fail), then the window fails with that first error: whatever
+    committed stays committed, and a retry re-lands only the tables without the window's txn.
+    """
+    tables: dict[str, Any] = {}
+    todo: list[StagedTable] = []
+    for st in manifest.tables:
+        landed = last_txn_version(run.spark, table_uri(run.lake_root, st.schema, st.table), run.pipeline)
+        if landed is not None and landed >= run.seq:
+            tables[st.name] = {
+                "status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,
+                "seconds": 0.0,
+            }
+            run.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
+        else:
+            todo.append(st)
+    run.log("merge.plan", tables=len(manifest.tables), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
+    crash_after_first = len(manifest.tables) > 1
+    done: dict[str, Any] = {}
+    if parallelism <= 1 or len(todo) <= 1:
+        for st in todo:
+            done[st.name] = _land_table(run, st)
+            if crash_after_first and len(done) == 1:
+                faults.point("mid_merge")  # crash suite: some tables committed, others not
+    else:
+        done = _merge_concurrently(run, todo, parallelism, crash_after_first)
+    for st in manifest.tables:
+        if st.name in done:
+            tables[st.name] = done[st.name]
+    return tables
+
+
+def _merge_concurrently(
+    run: _Run, todo: Sequence[StagedTable], parallelism: int, crash_after_first: bool
+) -> dict[str, Any]:
+    import queue
+    import threading
+
+    work: queue.Queue[StagedTable] = queue.Queue()
+    for st in todo:
+        work.put(st)
+    done: dict[str, Any] = {}
+    errors: list[tuple[int, BaseException]] = []
+    order = {st.name: i for i, st in enumerate(todo)}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        mine = replace(run, spark=run.spark.newSession())  # own SQL conf: own txn identity
+        while not stop.is_set():
+            try:
+                st = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = _land_table(mine, st)
+            except BaseException as e:  # re-raised by the caller
+                with lock:
+                    errors.append((order[st.name], e))
+                stop.set()
+                return
+            with lock:
+                done[st.name] = result
+                first = len(done) == 1
+            if crash_after_first and first:
+                faults.point("mid_merge")  # crash suite: some tables committed, others still merging
+
+    threads = [
+        threading.Thread(target=worker, name=f"cdc-merge-{i}", daemon=True) for i in range(min(parallelism, len(todo)))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        # Prefer a fencing verdict (exit code 5 tells the caller it is a zombie), else the first table's error.
+        fenced = [e for _, e in errors if isinstance(e, Fenced)]
+        raise fenced[0] if fenced else min(errors, key=lambda x: x[0])[1]
+    return done
+
+
 def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it positionally)
     spark: SparkSession,
     manifest: Manifest,
@@ -906,8 +1092,12 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     table_options: dict[str, Any] | str | None = None,
     fence_check: Callable[[], None] | None = None,
     table_properties: dict[str, str] | None = None,
+    parallelism: int = DEFAULT_PARALLELISM,
 ) -> dict[str, Any]:
-    """MERGE every table of the staged window into the lake, exactly once; returns the report."""
+    """MERGE every table of the staged window into the lake, exactly once; returns the report.
+
+    Up to `parallelism` tables land at the same time, each writer thread with a Spark session of
+    its own (`spark.newSession()`: the txn identity is a session conf)."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
         raise ConfigError(f"--delete-mode must be one of {DELETE_MODES}, got {delete_mode!r}")
@@ -934,28 +1124,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         run_id=uuid.uuid4().hex,
         default_properties=dict(table_properties or {}),
     )
-    tables: dict[str, Any] = {}
-    for st in manifest.tables:
-        try:
-            try:
-                tables[st.name] = run.merge_table(st)
-            except Exception as e:
-                if not _is_table_not_found(e):
-                    raise
-                # A concurrent run of this window is creating the table (its first commit not visible
-                # yet to one of our reads): wait for it, then merge the table again (idempotent).
-                run.wait_for_table(table_uri(lake_root, st.schema, st.table), e)
-                run.log("merge.retry", table=st.name, reason=_one_line(e))
-                tables[st.name] = run.merge_table(st)
-            if len(tables) == 1 and len(manifest.tables) > 1:
-                faults.point("mid_merge")  # crash suite: some tables committed, others not
-        except CdcError:
-            raise
-        except Exception as e:
-            raise LakeError(
-                f"{run.label()}: merging table {st.name} into {table_uri(lake_root, st.schema, st.table)} failed: "
-                f"{_one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
-            ) from e
+    tables = _merge_tables(run, manifest, max(1, int(parallelism)))
     report = {
         "pipeline": pipeline,
         "seq": seq,
@@ -1047,6 +1216,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--table-properties", default=None, help='JSON {"delta.*": value} set on every table this job creates'
     )
+    p.add_argument(
+        "--parallelism",
+        type=int,
+        default=DEFAULT_PARALLELISM,
+        help=f"tables merged at the same time, one Spark session each (default {DEFAULT_PARALLELISM})",
+    )
     return p.parse_args(argv)
 
 
@@ -1121,6 +1296,8 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         args = parse_args(argv)
         if args.zk_hosts and not args.zk_root:
             raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
+        if args.parallelism < 1:
+            raise ConfigError(f"--parallelism must be >= 1, got {args.parallelism}")
         options = parse_table_options(args.table_options)
         properties = parse_table_properties(args.table_properties)
         manifest = read_manifest(args.window_dir)
@@ -1128,8 +1305,10 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
         if args.zk_hosts:
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for anything when already fenced
+        t_session = time.monotonic()
         spark = build_session(f"cdc-merge-{args.pipeline}-{args.seq}")
         spark.sparkContext.setLogLevel("WARN")
+        session_seconds = round(time.monotonic() - t_session, 3)
         report = merge_window(
             spark,
             manifest,
@@ -1142,7 +1321,9 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             table_options=options,
             fence_check=fence,
             table_properties=properties,
+            parallelism=args.parallelism,
         )
+        report["session_seconds"] = session_seconds  # informational (Spark + Delta session start)
         write_report(args.report, report)
         return report
     finally:

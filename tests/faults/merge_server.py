@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 _local = threading.local()
+# The request being merged (merges are serialised): the job's writer threads fire fault points too.
+_merging: dict[str, Any] | None = None
 
 
 class _ClientKilled(BaseException):  # not an Exception: the job must not wrap it in a LakeError
@@ -47,7 +49,7 @@ class _FaultProxy:
         return getattr(self._real, name)
 
     def point(self, name: str) -> None:
-        req = getattr(_local, "request", None)
+        req = getattr(_local, "request", None) or _merging
         if not req or name not in (req.get("fault") or "").split(","):
             return
         once = req.get("fault_once")
@@ -135,6 +137,7 @@ class MergeServer:
 
     def _merge(self, req: dict[str, Any]) -> dict[str, Any]:
         """What `spark-submit merge_window.py <args>` would have returned, as {rc, stdout, stderr}."""
+        global _merging  # noqa: PLW0603 (merges are serialised; writer threads read it)
         import spark_apps.merge_window as mw
         from cdc_core.errors import CdcError
 
@@ -149,10 +152,15 @@ class MergeServer:
                 fence, close_zk = mw.zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
                 fence()
             with self._lock:
-                report = mw.merge_window(
-                    self.spark(), manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
-                    delete_mode=args.delete_mode, table_options=options, fence_check=fence,
-                )
+                _merging = req
+                try:
+                    report = mw.merge_window(
+                        self.spark(), manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
+                        delete_mode=args.delete_mode, table_options=options, fence_check=fence,
+                        parallelism=args.parallelism,
+                    )
+                finally:
+                    _merging = None
                 self.merges += 1
             mw.write_report(args.report, report)
             return {"rc": 0, "stdout": json.dumps(report, sort_keys=True) + "\n", "stderr": ""}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import threading
 from decimal import Decimal
@@ -624,9 +625,87 @@ def test_fence_check_stops_before_the_next_table(spark, staging_dir, lake_dir):
             raise Fenced("fenced: lease lost (test)")
 
     with pytest.raises(Fenced, match="fenced"):
-        run(spark, w.build(), lake_dir, fence_check=fence)
+        run(spark, w.build(), lake_dir, fence_check=fence, parallelism=1)
     assert last_txn_version(spark, uri(lake_dir, "shop", "a"), PIPE) == 1
     assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "b"))
+
+
+# ------------------------------------------------------------------------------ concurrent tables
+
+
+def test_tables_land_concurrently_each_with_its_own_txn_identity(spark, staging_dir, lake_dir):
+    """Eight tables through three writer sessions: every commit carries its own table's metadata and the
+    window's txn exactly once, and a replay (one table lost its commit: a new table) re-lands only it."""
+    names = [f"t{i}" for i in range(8)]
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    for i, n in enumerate(names):
+        w.file(
+            "many", n, ("id",), [ID, NOTE],
+            [("I", {"id": k, "note": f"{n}-{k}"}) for k in range(1, 4 + i)] + [("D", {"id": 1, "note": f"{n}-1"})],
+        )
+    built = w.build()
+    report = run(spark, built, lake_dir, parallelism=3)
+    assert set(statuses(report).values()) == {STATUS_COMMITTED}
+    assert list(report["tables"]) == [f"many.{n}" for n in names]  # manifest order, whatever finished first
+    for i, n in enumerate(names):
+        assert contents(spark, lake_dir, "many", n) == {(k,): {"id": k, "note": f"{n}-{k}"} for k in range(2, 4 + i)}
+        for table in (uri(lake_dir, "many", n), tombstone_uri(str(lake_dir), "many", n)):
+            metas = [
+                json.loads(r["userMetadata"])
+                for r in DeltaTable.forPath(spark, table).history().collect()
+                if r["userMetadata"]
+            ]
+            assert [m["seq"] for m in metas] == [1], table
+            assert all(m["table"] in (f"many.{n}", f"tombstones of many.{n}") for m in metas), (table, metas)
+            assert last_txn_version(spark, table, PIPE) == 1
+    # The window's session never kept a writer's txn identity.
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+
+    again = run(spark, built, lake_dir, parallelism=3)
+    assert set(statuses(again).values()) == {STATUS_ALREADY}
+
+
+def test_a_failed_table_fails_the_window_and_a_retry_lands_only_the_rest(spark, staging_dir, lake_dir):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    for n in ("a", "b", "c", "d"):
+        w.file("fail", n, ("id",), [ID, NOTE], [("I", {"id": 1, "note": n})])
+    manifest, wdir = w.build()
+    # Table c cannot take the window: its lake table has an incompatible column type.
+    spark.sql(f"CREATE TABLE delta.`{uri(lake_dir, 'fail', 'c')}` (id INT, note INT) USING DELTA")
+    with pytest.raises(SchemaConflict, match=r"fail\.c"):
+        run(spark, (manifest, wdir), lake_dir, parallelism=2)
+    shutil.rmtree(uri(lake_dir, "fail", "c"))  # the operator's way out: rebuild the table
+    report = run(spark, (manifest, wdir), lake_dir, parallelism=2)
+    assert report["tables"]["fail.c"]["status"] == STATUS_COMMITTED
+    for n in ("a", "b", "d"):
+        # Committed by the failed attempt (a and b start before c fails; d may or may not have).
+        assert report["tables"][f"fail.{n}"]["status"] in (STATUS_ALREADY, STATUS_COMMITTED)
+        assert contents(spark, lake_dir, "fail", n) == {(1,): {"id": 1, "note": n}}
+    assert report["tables"]["fail.a"]["status"] == STATUS_ALREADY
+    assert contents(spark, lake_dir, "fail", "c") == {(1,): {"id": 1, "note": "c"}}
+
+
+def test_fenced_concurrent_run_starts_no_new_table(spark, staging_dir, lake_dir):
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    for i in range(6):
+        w.file("fence", f"t{i}", ("id",), [ID], [("I", {"id": 1})])
+    lost = threading.Event()
+
+    def fence() -> None:
+        if lost.is_set():
+            raise Fenced("fenced: lease lost (test)")
+        if any(
+            DeltaTable.isDeltaTable(spark, uri(lake_dir, "fence", f"t{i}"))
+            and last_txn_version(spark, uri(lake_dir, "fence", f"t{i}"), PIPE)
+            for i in range(6)
+        ):
+            lost.set()
+            raise Fenced("fenced: lease lost (test)")
+
+    with pytest.raises(Fenced, match="fenced"):
+        run(spark, w.build(), lake_dir, fence_check=fence, parallelism=2)
+    landed = [i for i in range(6) if last_txn_version(spark, uri(lake_dir, "fence", f"t{i}"), PIPE)]
+    assert 1 <= len(landed) <= 2, landed  # only the tables already running when the lease was lost
 
 
 # ------------------------------------------------------------------------------------ spark-submit
@@ -688,3 +767,51 @@ def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_pa
     assert fenced.returncode == Fenced.exit_code
     # spark-submit merges the Python driver's stderr into its own stdout.
     assert "merge_window: Fenced: fenced" in fenced.stdout + fenced.stderr
+
+
+def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark, staging_dir, lake_dir, tmp_path):
+    """SIGKILL of the job (fault point mid_merge: the first table committed, the others of the first
+    batch still merging), then the replay: every table equals its source, one commit of the window each."""
+    names = [f"t{i}" for i in range(6)]
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    source: dict[str, dict[tuple[int], dict[str, Any]]] = {}
+    for i, n in enumerate(names):
+        rows = [("I", {"id": k, "note": f"{n}-{k}"}) for k in range(1, 5 + i)]
+        w.file("kill", n, ("id",), [ID, NOTE], [*rows, ("U", {"id": 2, "note": "upd"}), ("D", {"id": 1, "note": "x"})])
+        source[n] = {(k,): {"id": k, "note": "upd" if k == 2 else f"{n}-{k}"} for k in range(2, 5 + i)}
+    _manifest, wdir = w.build()
+    confs = {k: v for k, v in spark_confs().items() if k != "spark.jars"}
+    cmd = ["spark-submit", "--master", "local[2]", "--jars", ",".join(delta_jars())]
+    for k, v in sorted(confs.items()):
+        cmd += ["--conf", f"{k}={v}"]
+    report_path = tmp_path / "reports" / "w1.json"
+    args = [
+        str(PROJECT_ROOT / "spark_apps" / "merge_window.py"),
+        "--window-dir", wdir, "--lake-root", str(lake_dir), "--pipeline", PIPE, "--seq", "1",
+        "--token", str(TOKEN), "--report", str(report_path), "--parallelism", "3",
+    ]
+
+    def submit(fault: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **spark_env(), "CDC_FAULT": fault}
+        return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, check=False, cwd=tmp_path)
+
+    killed = submit("mid_merge")
+    assert killed.returncode != 0 and not report_path.exists(), killed.stdout[-3000:] + killed.stderr[-3000:]
+    assert "parallelism=3" in killed.stdout + killed.stderr  # three writers were running
+    landed = [n for n in names if last_txn_version(spark, uri(lake_dir, "kill", n), PIPE) == 1]
+    assert 1 <= len(landed) <= 3, landed  # killed after the first table: the rest of the batch did not finish
+
+    replay = submit("")
+    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    for n in names:
+        expected = STATUS_ALREADY if n in landed else STATUS_COMMITTED
+        assert report["tables"][f"kill.{n}"]["status"] == expected, (n, landed, report["tables"])
+        assert contents(spark, lake_dir, "kill", n) == source[n]
+        for table in (uri(lake_dir, "kill", n), tombstone_uri(str(lake_dir), "kill", n)):
+            seqs = [
+                json.loads(r["userMetadata"])["seq"]
+                for r in DeltaTable.forPath(spark, table).history().collect()
+                if r["userMetadata"]
+            ]
+            assert seqs == [1], (table, seqs)

@@ -472,6 +472,65 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert_lake_equals_source(root_db, p, source_db, "k", ("id",))
 
 
+def test_a_multi_table_snapshot_window_killed_mid_merge_then_completed(  # type: ignore[no-untyped-def]
+    spark, case: Case, root_db: Any, source_db: str
+) -> None:
+    """Small tables share snapshot windows (up to the chunk's row budget), a big one goes chunk by chunk;
+    the real merge job (spark-submit, tables merged concurrently) is SIGKILLed after the first table of a
+    multi-table window committed; the next run lands the rest; every lake table equals its source."""
+    execute(root_db, "CREATE TABLE a_big (id INT PRIMARY KEY, v VARCHAR(20))")
+    execute(root_db, "INSERT INTO a_big VALUES " + ", ".join(f"({i}, 'big {i}')" for i in range(1, 151)))
+    small = [f"b{i}" for i in range(1, 6)]
+    for t in small:
+        execute(root_db, f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))")
+        execute(root_db, f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, '{t} {i}')" for i in range(1, 11)))
+    execute(root_db, "CREATE TABLE c_empty (id INT PRIMARY KEY, v VARCHAR(20))")
+    tables = ["a_big", *small, "c_empty"]
+    include = [f"{source_db}.*"]
+    extra = {"snapshot": {"chunk_rows": 100}, "lease_seconds": 3, "spark": {"merge_parallelism": 3}}
+    config = case.write_config(include, **extra)
+    p = case.pipeline(include, **extra)
+
+    # `cdc run` with the real job: a_big chunk 1 (100 rows) lands alone; the next snapshot window holds
+    # a_big's last 50 rows and b1..b5 (10 each): its job is killed once its first table committed.
+    proc = case.cli(config, "run", case.name, "--windows", "6", env={"CDC_FAULT": "mid_merge"})
+    assert proc.returncode == 8, proc.stdout[-2000:] + proc.stderr[-3000:]
+    pending = p.coordinator.pending_window()
+    assert pending is not None and pending.plan.kind == "snapshot"
+    specs = snap.chunks_of(pending.plan)
+    assert [(s.table, s.chunk, s.last) for s in specs] == [(f"{source_db}.a_big", 2, True)] + [
+        (f"{source_db}.{t}", 1, True) for t in small
+    ]
+    versions = p.landed(p.manifest(pending.seq))
+    landed = [t for t in ("a_big", *small) if (versions.get(f"{source_db}.{t}") or 0) >= pending.seq]
+    assert 1 <= len(landed) < 6, landed  # killed mid-window: some tables committed, not all
+    progress = p.coordinator.read_snapshot()
+    assert progress.table(f"{source_db}.a_big").chunks == 1  # type: ignore[union-attr]
+    assert progress.table(f"{source_db}.b1").chunks == 0  # type: ignore[union-attr]
+    execute(root_db, "UPDATE a_big SET v = 'changed' WHERE id IN (1, 140)", "DELETE FROM b2 WHERE id = 3")
+    execute(root_db, "INSERT INTO b5 VALUES (99, 'late')")
+
+    # The next run replays the window exactly (the tables that committed are skipped), then the rest.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            p.release(p.acquire("probe"))
+            break
+        except LeaseHeld:
+            assert time.monotonic() < deadline, "the dead run's lease never expired"
+            time.sleep(0.5)
+    run_until_caught_up(p, in_process_merge(spark, p), case.services, holder="second")
+    record = p.coordinator.get_window(pending.seq)
+    assert record is not None and record.state == "acked" and record.plan == pending.plan
+    state = p.coordinator.read_snapshot()
+    rows = {t: state.table(f"{source_db}.{t}") for t in tables}
+    assert all(r is not None and r.status == "done" for r in rows.values()), rows
+    assert rows["a_big"].chunks == 2 and rows["a_big"].rows == 150  # type: ignore[union-attr]
+    assert [rows[t].rows for t in small] == [10] * 5  # type: ignore[union-attr]
+    for t in tables:
+        assert_lake_equals_source(root_db, p, source_db, t, ("id",))
+
+
 # ------------------------------------------- types with NULLs, an empty table, a table added later
 
 
@@ -486,7 +545,7 @@ def test_types_an_empty_table_and_a_table_added_later(spark, case: Case, root_db
     p = case.pipeline(first)
     merge = in_process_merge(spark, p)
     windows = run_until_caught_up(p, merge, case.services)
-    assert [w["kind"] for w in windows].count("snapshot") == 2, windows  # one chunk per table
+    assert [w["kind"] for w in windows].count("snapshot") == 1, windows  # both small tables in one window
     assert_lake_equals_source(root_db, p, source_db, "all_types", ("id",))
     assert_lake_equals_source(root_db, p, source_db, "nothing", ("id",))  # an empty Delta table exists
 

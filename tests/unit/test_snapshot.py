@@ -204,6 +204,44 @@ def test_progress_moves_chunk_by_chunk_and_tables_one_after_another() -> None:
     assert view["tables"][1]["chunks_total"] == 3  # ceil(25 / 10) estimated
 
 
+def test_a_window_of_several_tables_finishes_them_in_order_with_rows_per_table() -> None:
+    state = requested("s.a", "s.b", "s.c", "s.d")
+    a = spec("s.a", 1, None, ([4],), last=True)
+    b = spec("s.b", 1, None, ([3],), last=True)
+    c = spec("s.c", 1, None, None, last=True)  # empty table: no bound
+    plan = snap.chunk_plan("p", 1, pos(500), a, now=1.0, more=[b, c])
+    assert plan.tables == ("s.a", "s.b", "s.c")
+    again = WindowPlan.from_json(plan.to_json())
+    assert snap.chunks_of(again) == (a, b, c) and snap.chunk_of(again) == a
+    assert snap.chunk_label(again)["tables"] == 3
+    snap.check_chunk("p", state, plan)
+    state = snap.after_ack(state, plan, rows=7, now=2.0, table_rows={"s.a": 4, "s.b": 3})
+    done = {t.table: (t.status, t.chunks, t.rows, t.last_seq) for t in state.tables}
+    assert done == {
+        "s.a": ("done", 1, 4, 1), "s.b": ("done", 1, 3, 1), "s.c": ("done", 1, 0, 1), "s.d": ("pending", 0, 0, None)
+    }
+    assert state.current().table == "s.d" and state.last_chunk_seq == 1  # type: ignore[union-attr]
+
+
+def test_a_window_of_several_tables_must_follow_the_snapshot_order_and_finish_all_but_the_last() -> None:
+    state = requested("s.a", "s.b", "s.c")
+    a = spec("s.a", 1, None, ([4],), last=True)
+    with pytest.raises(StateConflict, match=r"s\.b"):  # skips s.b
+        snap.check_chunk("p", state, snap.chunk_plan("p", 1, pos(500), a, now=1.0, more=[spec("s.c", last=True)]))
+    with pytest.raises(ValueError):  # a table left unfinished before the next one
+        snap.chunk_plan("p", 1, pos(500), spec("s.a", 1, None, ([4],)), now=1.0, more=[spec("s.b", last=True)])
+    with pytest.raises(StateConflict, match="only 3 tables"):
+        snap.check_chunk(
+            "p", state,
+            snap.chunk_plan("p", 1, pos(500), a, now=1.0, more=[spec(t, last=True) for t in ("s.b", "s.c", "s.x")]),
+        )
+    # The last table of the window may stop mid-table (then it is the next window's current table).
+    ok = snap.chunk_plan("p", 1, pos(500), a, now=1.0, more=[spec("s.b", 1, None, ([3],), last=True)])
+    snap.check_chunk("p", state, ok)
+    with pytest.raises(ValueError):  # every chunk of a window is read at the window's watermark
+        snap.chunk_plan("p", 1, pos(500), a, now=1.0, more=[spec("s.b", last=True, w=pos(600))])
+
+
 def test_a_stale_chunk_is_acked_without_moving_progress() -> None:
     state = requested("s.a")
     p1 = chunk(1, spec("s.a", 1, None, ([10],)))

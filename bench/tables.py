@@ -1,0 +1,324 @@
+"""Cost per table: windows touching many tables, and initial loads of many small tables, through `cdc run`.
+
+- `windows`: a schema of `--tables-max` tables of 5 columns. After a warm-up (every table created in
+  Delta), a window with one changed row in each of k tables (k in `--tables-touched`) is run with
+  `cdc --config X run <pipeline>`, timed from process start to exit, `--repeats` times per k in rounds
+  (each round runs every k once, so load from other users hits them alike). The CLI's key=value log
+  lines and the merge job's report split each run into phases: CLI start (interpreter, imports,
+  config), lease + plan, stage, merge (spark-submit: JVM and Spark/Delta session start, then the job's
+  own per-table work), ack + release.
+- `snapshot`: a new pipeline whose tables (`--snapshot-tables` of them, 100 rows each) are loaded by
+  the initial snapshot: `cdc run <pipeline> --windows N` until the snapshot is done, timed end to end,
+  against the same for a schema of one such table.
+
+Ratios are measured in one run (the same machine load for both sides).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, VENV_BIN, SourceInfo, Stat, load_avg, log, ratio, short_error
+
+COLUMNS = "id INT PRIMARY KEY, a INT, b VARCHAR(40), c DOUBLE, d DATETIME"
+_LOG_TS = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) \S+ \S+ (.*)$")
+
+
+def _ts(text: str) -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def phases(stderr: str, started: float, finished: float) -> dict[str, float]:
+    """Split one `cdc run` into phases from its log lines' timestamps (seconds)."""
+    events: dict[str, float] = {}
+    for line in stderr.splitlines():
+        m = _LOG_TS.match(line)
+        if not m:
+            continue
+        ev = m.group(2).split(" ", 1)[0]
+        if ev not in events:
+            events[ev] = _ts(m.group(1))
+    first = min(events.values()) if events else started
+    out: dict[str, float] = {"cli_start": first - started}
+    acquired = events.get("lease.acquired", first)
+    staged = events.get("window.staged") or events.get("snapshot.chunk_staged")
+    merging = events.get("window.merging")
+    merged = events.get("window.merged")
+    if staged:
+        out["lease_plan_stage"] = staged - acquired
+    if merging and merged:
+        out["merge_submit"] = merged - merging
+    if merged:
+        out["ack_release_exit"] = finished - merged
+    return out
+
+
+class _Schema:
+    def __init__(self, si: SourceInfo, tables: int, rows: int = 0) -> None:
+        self.si = si
+        self.db = f"bench_tables_{uuid.uuid4().hex[:6]}"
+        self.names = [f"t{i:04d}" for i in range(tables)]
+        self.next_id = {n: rows + 1 for n in self.names}
+        conn = si.root_connect()
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{self.db}`")
+            for n in self.names:
+                cur.execute(f"CREATE TABLE `{self.db}`.`{n}` ({COLUMNS})")
+                if rows:
+                    cur.executemany(
+                        f"INSERT INTO `{self.db}`.`{n}` VALUES (%s, %s, %s, %s, NOW())",
+                        [(i, i, f"row {i}", i / 3) for i in range(1, rows + 1)],
+                    )
+        conn.commit()
+        self.conn = conn
+
+    def touch(self, k: int) -> None:
+        """One new row in each of the first k tables, one transaction per table."""
+        with self.conn.cursor() as cur:
+            for n in self.names[:k]:
+                i = self.next_id[n]
+                cur.execute(f"INSERT INTO `{self.db}`.`{n}` VALUES (%s, %s, 'x', 0.5, NOW())", (i, i))
+                self.conn.commit()
+                self.next_id[n] = i + 1
+
+    def drop(self) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{self.db}`")
+        self.conn.close()
+
+
+def _case(si: SourceInfo, workdir: Path, name: str, db: str) -> Any:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from e2e_support import AirflowHome, CdcCase, airflow_env  # type: ignore[import-not-found]
+
+    from bench.fixed import _Services
+
+    home = workdir / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    case = CdcCase(
+        name=name,
+        database=db,
+        zk_root=f"/bench-tables-{uuid.uuid4().hex[:8]}",
+        lake=workdir / "lake",
+        staging=workdir / "staging",
+        config_path=workdir / "pipelines.json",
+        airflow=AirflowHome(home=home, env=airflow_env(home)),
+        services=_Services(si),
+    )
+    case.lake.mkdir(parents=True, exist_ok=True)
+    case.staging.mkdir(parents=True, exist_ok=True)
+    return case
+
+
+def _cli(case: Any, *args: str, timeout: float = 3600) -> tuple[float, float, float, subprocess.CompletedProcess[str]]:
+    env = {**case.env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [str(VENV_BIN / "cdc"), "--config", str(case.config_path), *args]
+    t0 = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    t1 = time.time()
+    return t1 - t0, t0, t1, proc
+
+
+def _last_report(case: Any) -> dict[str, Any] | None:
+    reports = sorted((case.staging / case.name / "reports").glob("w*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(reports[-1].read_text()) if reports else None
+
+
+def windows(
+    si: SourceInfo, workdir: Path, touched: list[int], repeats: int, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    from bench.fixed import _zk_cleanup
+
+    out: dict[str, Any] = {"errors": [], "tables_touched": touched}
+    schema = _Schema(si, max(touched))
+    case = _case(si, workdir, "bt_" + uuid.uuid4().hex[:6], schema.db)
+    try:
+        case.write_config(si_binlog_end(si), **(overrides or {}))
+        log("tables: warm-up (cursor, then every Delta table created)")
+        _cli(case, "run", case.name)
+        schema.touch(max(touched))
+        secs, _, _, proc = _cli(case, "run", case.name)
+        if proc.returncode != 0:
+            raise RuntimeError(f"warm-up failed: {proc.stderr[-800:]}")
+        out["warmup_create_seconds"] = round(secs, 2)
+        stats = {k: Stat(unit="s") for k in touched}
+        detail: dict[int, list[dict[str, Any]]] = {k: [] for k in touched}
+        for r in range(repeats):
+            for k in touched:
+                schema.touch(k)
+                log(f"tables: round {r + 1}/{repeats}: window touching {k} tables")
+                secs, t0, t1, proc = _cli(case, "run", case.name)
+                if proc.returncode != 0:
+                    out["errors"].append(f"{k} tables: exit {proc.returncode}: {proc.stderr[-400:]}")
+                    continue
+                stats[k].values.append(secs)
+                rep = _last_report(case) or {}
+                per_table = [t.get("seconds", 0.0) for t in (rep.get("tables") or {}).values()]
+                steps: dict[str, float] = {}
+                for t in (rep.get("tables") or {}).values():
+                    for name, v in (t.get("steps") or {}).items():
+                        steps[name] = round(steps.get(name, 0.0) + v, 2)
+                ph = phases(proc.stderr, t0, t1)
+                if "merge_submit" in ph and rep.get("seconds") is not None:
+                    ph["merge_job_jvm_session_exit"] = ph["merge_submit"] - float(rep["seconds"])
+                    ph["merge_job_tables"] = float(rep["seconds"])
+                if rep.get("session_seconds") is not None:
+                    ph["merge_job_session_start"] = float(rep["session_seconds"])
+                detail[k].append(
+                    {
+                        "seconds": round(secs, 2),
+                        "load": load_avg(),
+                        "phases": {p: round(v, 2) for p, v in ph.items()},
+                        "tables_in_report": len(per_table),
+                        "table_seconds_sum": round(sum(per_table), 2),
+                        "table_seconds_max": round(max(per_table), 2) if per_table else None,
+                        "table_steps_sum": steps,
+                    }
+                )
+        out["window_seconds"] = {str(k): s.to_dict() for k, s in stats.items()}
+        out["runs"] = {str(k): v for k, v in detail.items()}
+        lo, hi = min(touched), max(touched)
+        out[f"ratio_{hi}_to_{lo}"] = ratio(stats[hi].median, stats[lo].median)
+    except Exception as e:
+        out["errors"].append(short_error(e))
+        log(f"  tables failed: {short_error(e)}")
+    finally:
+        schema.drop()
+        _zk_cleanup(si.zk_hosts, case.zk_root)
+    return out
+
+
+def si_binlog_end(si: SourceInfo) -> dict[str, Any]:
+    from bench.fixed import _Services
+
+    return _Services(si).binlog_end()
+
+
+def snapshot_load(
+    si: SourceInfo, workdir: Path, tables: int, rows: int, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Initial load of `tables` tables of `rows` rows through `cdc run --windows N`, until done."""
+    from bench.fixed import _zk_cleanup
+
+    out: dict[str, Any] = {"tables": tables, "rows": rows, "errors": []}
+    schema = _Schema(si, tables, rows)
+    case = _case(si, workdir, "bs_" + uuid.uuid4().hex[:6], schema.db)
+    try:
+        case.write_config({"kind": "current"}, snapshot={"on_start": True}, **(overrides or {}))
+        t_start = time.time()
+        runs = windows_total = 0
+        while True:
+            runs += 1
+            _, _, _, proc = _cli(case, "run", case.name, "--windows", "1000")
+            if proc.returncode != 0:
+                raise RuntimeError(f"cdc run failed (exit {proc.returncode}): {proc.stderr[-800:]}")
+            done = json.loads(proc.stdout)["windows"]
+            windows_total += len(done)
+            _, _, _, st = _cli(case, "status", case.name)
+            status = json.loads(st.stdout) if st.returncode == 0 else {}
+            snap = status.get("snapshot") or {}
+            if not snap.get("active") or runs > 50:
+                break
+        out["seconds"] = round(time.time() - t_start, 2)
+        out["cli_runs"] = runs
+        out["windows"] = windows_total
+        out["load"] = load_avg()
+        lake_db = case.lake / schema.db
+        out["lake_tables"] = sum(1 for _ in lake_db.iterdir()) if lake_db.exists() else 0
+    except Exception as e:
+        out["errors"].append(short_error(e))
+        log(f"  snapshot load failed: {short_error(e)}")
+    finally:
+        schema.drop()
+        _zk_cleanup(si.zk_hosts, case.zk_root)
+    return out
+
+
+def run(
+    si: SourceInfo,
+    workdir: Path,
+    touched: list[int],
+    repeats: int,
+    snapshot_tables: list[int],
+    snapshot_rows: int = 100,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"load_start": load_avg()}
+    if touched:
+        out["windows"] = windows(si, workdir / "windows", touched, repeats, overrides)
+    loads = {}
+    for n in snapshot_tables:
+        log(f"tables: initial load of {n} tables x {snapshot_rows} rows")
+        loads[str(n)] = snapshot_load(si, workdir / f"snap{n}", n, snapshot_rows, overrides)
+    if loads:
+        out["snapshot"] = loads
+        if len(snapshot_tables) >= 2:
+            lo, hi = str(min(snapshot_tables)), str(max(snapshot_tables))
+            out["snapshot"][f"ratio_{hi}_to_{lo}"] = ratio(loads[hi].get("seconds"), loads[lo].get("seconds"))
+    out["load_end"] = load_avg()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.tables`: runs on private services, merges its section into bench/results.json."""
+    import argparse
+    import shutil
+    import tempfile
+
+    from bench.common import PrivateServices, now_iso
+
+    p = argparse.ArgumentParser(prog="python -m bench.tables", description=__doc__)
+    p.add_argument("--tables-touched", default="1,30,100", help="windows: tables touched per window")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--snapshot-tables", default="1,300", help="initial loads: tables of --snapshot-rows rows")
+    p.add_argument("--snapshot-rows", type=int, default=100)
+    p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
+    p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
+    p.add_argument("--mariadb-port", type=int, default=33316)
+    p.add_argument("--zk-port", type=int, default=22191)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results.json"), help="merged into this results file")
+    p.add_argument("--key", default="tables", help="the section's name in the results file")
+    args = p.parse_args(argv)
+    touched = [int(x) for x in args.tables_touched.split(",") if x.strip()]
+    snaps = [int(x) for x in args.snapshot_tables.split(",") if x.strip()]
+    workdir = Path(tempfile.mkdtemp(prefix="cdc-bench-tables-"))
+    from bench.common import source_info
+
+    private = (
+        None if args.shared else PrivateServices(ROOT / ".local" / "bench-services", args.mariadb_port, args.zk_port)
+    )
+    si = private.start() if private is not None else source_info()
+    try:
+        t0 = time.perf_counter()
+        section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config))
+        section.update(
+            command="python -m bench.tables " + " ".join(argv if argv is not None else os.sys.argv[1:]),
+            started=now_iso(),
+            section_seconds=round(time.perf_counter() - t0, 1),
+        )
+    finally:
+        if private is not None:
+            private.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    out_path = Path(args.out)
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results[args.key] = section
+    from bench.__main__ import _write
+
+    _write(results, out_path)
+    print(json.dumps(section, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
