@@ -42,6 +42,9 @@ class ConnectionInfo:
     conn_type: str | None = None
     schema: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False, compare=False)
+    # False when the connection named no port and `port` is the type's default (a Spark master URL
+    # then gets no port, as Airflow's Spark provider does).
+    port_given: bool = field(default=True, repr=False, compare=False)
 
     def __repr__(self) -> str:
         return (
@@ -80,6 +83,7 @@ class ConnectionInfo:
     ) -> ConnectionInfo:
         """Build from Airflow connection fields (also used by the DAG glue with an Airflow Connection)."""
         where = where or f"connection {conn_id!r}"
+        port_given = port not in (None, "")
         if not host:
             raise ConfigError(f"{where} has no host; set 'host' in the connection")
         if port in (None, ""):
@@ -106,6 +110,7 @@ class ConnectionInfo:
             conn_type=conn_type or None,
             schema=schema or None,
             extra=dict(extra or {}),
+            port_given=port_given,
         )
 
 
@@ -141,7 +146,14 @@ def parse_connection(conn_id: str, value: str, where: str | None = None) -> Conn
             f"{where}: expected Airflow's JSON form ({{\"conn_type\": \"mysql\", \"host\": ...}}) "
             "or a URI such as mysql://login:password@host:3306"
         )
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        hostname = parts.hostname
+    except ValueError:  # e.g. spark://local[2]: brackets are an IPv6 literal in a URI
+        raise ConfigError(
+            f"{where}: the URI's host is not valid; percent-encode '[' and ']' (spark://local%5B2%5D) "
+            'or use the JSON form ({"conn_type": "spark", "host": "local[2]"})'
+        ) from None
     try:
         port = parts.port
     except ValueError:
@@ -151,7 +163,7 @@ def parse_connection(conn_id: str, value: str, where: str | None = None) -> Conn
     return ConnectionInfo.from_fields(
         conn_id,
         conn_type=parts.scheme.replace("-", "_") or None,
-        host=unquote(parts.hostname) if parts.hostname else None,
+        host=unquote(hostname) if hostname else None,
         port=port,
         login=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
@@ -161,12 +173,22 @@ def parse_connection(conn_id: str, value: str, where: str | None = None) -> Conn
     )
 
 
-def resolve_connection(conn_id: str, env: Mapping[str, str] | None = None) -> ConnectionInfo:
-    """The connection `conn_id` from `AIRFLOW_CONN_<ID>`; a ConfigError saying how to define it when absent."""
+def lookup_connection(conn_id: str, env: Mapping[str, str] | None = None) -> ConnectionInfo | None:
+    """The connection `conn_id` from `AIRFLOW_CONN_<ID>`, None when that variable is unset or empty
+    (a malformed value is a ConfigError, never None)."""
     environ = os.environ if env is None else env
     name = env_var_name(conn_id)
     value = environ.get(name)
     if value is None or not value.strip():
+        return None
+    return parse_connection(conn_id, value, where=f"connection {conn_id!r} (env {name})")
+
+
+def resolve_connection(conn_id: str, env: Mapping[str, str] | None = None) -> ConnectionInfo:
+    """The connection `conn_id` from `AIRFLOW_CONN_<ID>`; a ConfigError saying how to define it when absent."""
+    info = lookup_connection(conn_id, env)
+    if info is None:
+        name = env_var_name(conn_id)
         raise ConfigError(
             f"connection {conn_id!r} is not defined: set {name} to Airflow's JSON form, e.g. "
             f"{name}='{_JSON_EXAMPLE}' "
@@ -174,4 +196,4 @@ def resolve_connection(conn_id: str, env: Mapping[str, str] | None = None) -> Co
             "`source scripts/airflow_env.sh`). The cdc CLI reads connections from the environment only; "
             "one stored in Airflow's database is not visible to it"
         )
-    return parse_connection(conn_id, value, where=f"connection {conn_id!r} (env {name})")
+    return info

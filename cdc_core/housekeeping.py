@@ -32,7 +32,6 @@ import bisect
 import contextlib
 import json
 import logging
-import os
 import subprocess
 import threading
 import time
@@ -48,7 +47,7 @@ from cdc_core import delta_state, retention, staging
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
 from cdc_core.naming import path_component
-from cdc_core.spark_conf import PROJECT_ROOT, spark_env
+from cdc_core.spark_conf import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from cdc_core.config import MaintenanceConfig
@@ -535,9 +534,11 @@ def maintenance_application_args(
     return args
 
 
-def maintenance_submit_command(p: Pipeline, args: list[str], master: str = "local[2]") -> list[str]:
-    """The same command the maintenance operator builds, for the CLI (pure: a test can assert it)."""
-    cmd = ["spark-submit", "--master", master, "--name", f"cdc-maintain-{p.name}", "--jars", p.spark_jars()]
+def maintenance_submit_command(p: Pipeline, args: list[str], master: str | None = None) -> list[str]:
+    """The same command the maintenance operator builds, for the CLI (a test can assert it); the master is
+    the pipeline's Spark connection (`spark.conn_id`) unless given."""
+    cmd = ["spark-submit", "--master", master or p.spark_master(), "--deploy-mode", "client",
+           "--name", f"cdc-maintain-{p.name}", "--jars", p.spark_jars()]
     for k, v in sorted(p.spark_conf().items()):
         cmd += ["--conf", f"{k}={v}"]
     return [*cmd, str(MAINTENANCE_JOB), *args]
@@ -625,7 +626,7 @@ class MaintenanceRun:
         uri = report_uri(p, grant, started)
         args = maintenance_application_args(p, grant, tables, uri, optimize=self.optimize, vacuum=self.vacuum)
         cmd = maintenance_submit_command(p, args)
-        env = {**os.environ, **spark_env()}
+        env = p.spark_job_env()  # with the ZooKeeper credential the job's fence check needs
         _log("maintenance.submitting", p.name, grant, tables=len(tables))
         t0 = time.time()
         with keep_lease(p, grant) as keeper:

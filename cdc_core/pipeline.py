@@ -51,7 +51,7 @@ from cdc_core.source import (
     describe_tables,
     inspect_source,
 )
-from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
+from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, resolve_spark_master, spark_confs, spark_env
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
@@ -473,12 +473,25 @@ class Pipeline:
         args += ["--parallelism", str(self.config.spark.merge_parallelism)]
         return args
 
-    def merge_secret_env(self) -> dict[str, str]:
-        """Credentials the merge job needs, for its environment (never its command line): the ZooKeeper
-        digest identity as CDC_ZK_AUTH, which the job's fence check reads (the lease node is ACL'd)."""
+    def zk_auth(self) -> str | None:
+        """The ZooKeeper digest credential (user:password) from the variable `zookeeper.auth_env` names."""
         name = self.config.zookeeper.auth_env
-        value = os.environ.get(name) if name else None
+        return (os.environ.get(name) or None) if name else None
+
+    def merge_secret_env(self) -> dict[str, str]:
+        """Credentials the Spark jobs need, for their environment (never their command line): the ZooKeeper
+        digest identity as CDC_ZK_AUTH, which the job's fence check reads (the lease node is ACL'd)."""
+        value = self.zk_auth()
         return {"CDC_ZK_AUTH": f"digest:{value}"} if value else {}
+
+    def spark_job_env(self) -> dict[str, str]:
+        """The environment of this pipeline's Spark jobs (merge and maintenance): one function, credential
+        included when configured (cdc_core.spark_conf.spark_env)."""
+        return {**os.environ, **spark_env(self.zk_auth())}
+
+    def spark_master(self) -> str:
+        """The --master of this pipeline's Spark connection (`spark.conn_id`), as the DAG's operator uses."""
+        return resolve_spark_master(self.config.spark.conn_id, pipeline=self.name)
 
     def spark_conf(self) -> dict[str, str]:
         extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
@@ -489,10 +502,11 @@ class Pipeline:
     def spark_jars(self) -> str:
         return ",".join(delta_jars())
 
-    def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str = "local[2]") -> list[str]:
-        """The same command SparkSubmitOperator builds, for the CLI (pure: a test can assert it)."""
-        cmd = ["spark-submit", "--master", master, "--name", f"cdc-merge-{self.name}-{seq}",
-               "--jars", self.spark_jars()]
+    def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str | None = None) -> list[str]:
+        """The same command SparkSubmitOperator builds, for the CLI (a test can assert it); the master is the
+        pipeline's Spark connection unless given."""
+        cmd = ["spark-submit", "--master", master or self.spark_master(), "--deploy-mode", "client",
+               "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars()]
         for k, v in sorted(self.spark_conf().items()):
             cmd += ["--conf", f"{k}={v}"]
         return [*cmd, str(MERGE_JOB), *self.merge_application_args(grant, seq)]
@@ -505,7 +519,7 @@ class Pipeline:
             return {"seq": seq, "skipped": "empty"}
         self.renew(grant)
         cmd = self.spark_submit_command(grant, seq)
-        env = {**os.environ, **spark_env(), **self.merge_secret_env()}
+        env = self.spark_job_env()
         self._log("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
         t0 = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

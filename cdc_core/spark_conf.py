@@ -6,10 +6,16 @@ into the project's Ivy cache) and one set of confs, so every way of starting Spa
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+from cdc_core.connections import ConnectionInfo, env_var_name, lookup_connection
 from cdc_core.errors import ConfigError
+
+log = logging.getLogger("cdc.spark")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,10 +60,70 @@ def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None
     return confs
 
 
-def spark_env() -> dict[str, str]:
-    """Environment every Spark process needs here: loopback driver, venv's python on PATH."""
-    venv_bin = str(Path(os.sys.executable).parent)  # type: ignore[attr-defined]
-    path = os.environ.get("PATH", "")
-    if venv_bin not in path.split(os.pathsep):
-        path = venv_bin + os.pathsep + path
-    return {"SPARK_LOCAL_IP": "127.0.0.1", "PATH": path, "PYSPARK_PYTHON": os.sys.executable}  # type: ignore[attr-defined]
+LOCAL_MASTER = "local[2]"  # only when the pipeline's Spark connection is not defined
+ZK_AUTH_ENV = "CDC_ZK_AUTH"  # what the Spark jobs' fence checks read: scheme:credential
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+
+
+def spark_master(conn: ConnectionInfo) -> str:
+    """Pure: the --master URL Airflow's Spark provider (SparkSubmitHook._resolve_connection) builds from a
+    connection, so the CLI and the DAG submit to the same place. A `spark` connection whose host holds a
+    whole master (`local[2]`, `yarn`, `spark://m1`, `k8s://https://...`) and no port is used as is;
+    otherwise the type is the scheme (`spark://m1:7077` from the URI form). The port, when given, is
+    appended."""
+    host = conn.host
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port_given):
+        master = host
+    else:
+        master = f"{conn.conn_type}://{host}"
+    return f"{master}:{conn.port}" if conn.port_given else master
+
+
+def resolve_spark_master(conn_id: str, env: Mapping[str, str] | None = None, *, pipeline: str = "-") -> str:
+    """The pipeline's Spark master from its connection (`spark.conn_id`, env AIRFLOW_CONN_<ID>, the same
+    lookup as the source's connection). The CLI runs the driver itself (deploy mode client: it reads the
+    job's exit code, e.g. the fence's), so a connection asking for cluster mode is refused. Falls back to
+    local[2], with a log line saying so, only when the connection is not defined."""
+    conn = lookup_connection(conn_id, env)
+    if conn is None:
+        log.warning(
+            "spark.master_default pipeline=%s conn_id=%s master=%s reason=%s", pipeline, conn_id, LOCAL_MASTER,
+            f"{env_var_name(conn_id)}_is_not_set(define_it_to_submit_where_the_DAG_does)",
+        )
+        return LOCAL_MASTER
+    mode = str(conn.extra.get("deploy-mode") or "client")
+    if mode != "client":
+        raise ConfigError(
+            f"connection {conn_id!r} (env {env_var_name(conn_id)}) asks for deploy-mode {mode!r}; the cdc CLI "
+            "runs the Spark driver itself (deploy-mode client) to read the job's outcome: remove 'deploy-mode' "
+            "from the connection's extra or set it to 'client'"
+        )
+    master = spark_master(conn)
+    log.info("spark.master pipeline=%s conn_id=%s master=%s deploy_mode=client", pipeline, conn_id, master)
+    return master
+
+
+def spark_env(
+    zk_auth: str | None = None,
+    *,
+    python: str | None = None,
+    path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of every Spark job (merge and maintenance; CLI and Airflow operators alike):
+    the venv's interpreter for PySpark and its bin/ first on PATH; the ZooKeeper credential the job's fence
+    check needs as CDC_ZK_AUTH=digest:<user:password> when `zk_auth` is given (the environment, never the
+    command line; callers never log it); SPARK_LOCAL_IP only when the caller's environment sets it (the
+    local setup does; a production driver must advertise its real address to executors on other hosts)."""
+    environ = os.environ if environ is None else environ
+    python = python or sys.executable
+    venv_bin = str(Path(python).parent)
+    parts = [p for p in (environ.get("PATH", "") if path is None else path).split(os.pathsep) if p]
+    if venv_bin not in parts:
+        parts.insert(0, venv_bin)
+    env = {"PATH": os.pathsep.join(parts), "PYSPARK_PYTHON": python}
+    if environ.get(LOCAL_IP_ENV):
+        env[LOCAL_IP_ENV] = environ[LOCAL_IP_ENV]
+    if zk_auth:
+        env[ZK_AUTH_ENV] = f"digest:{zk_auth}"
+    return env

@@ -93,8 +93,7 @@ class CdcMaintenanceOperator(SparkSubmitOperator):
                 raise AirflowFailException(
                     f"pipeline {self.pipeline!r}: the maintenance job's arguments or Spark confs contain a credential"
                 )
-            auth_env = p.config.zookeeper.auth_env
-            zk_auth = os.environ.get(auth_env) if auth_env else None
+            zk_auth = p.zk_auth()  # the same lookup as the CLI's (Pipeline.spark_job_env)
             if zk_auth:
                 mask_secret(zk_auth)
             jars = p.spark_jars()

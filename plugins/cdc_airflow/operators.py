@@ -24,6 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cdc_core.errors import ConfigError
+from cdc_core.spark_conf import ZK_AUTH_ENV, spark_env  # noqa: F401 - ZK_AUTH_ENV re-exported
 
 LEASE_TASK = "acquire_lease"
 PLAN_TASK = "plan_window"
@@ -51,23 +52,17 @@ class MergeSubmit:
     name: str
 
 
-ZK_AUTH_ENV = "CDC_ZK_AUTH"  # what spark_apps/merge_window.py reads: scheme:credential
-
-
-def spark_submit_env(python: str, path: str, zk_auth: str | None = None) -> dict[str, str]:
-    """Pure: loopback driver, the venv's interpreter for PySpark, and its bin/ first on PATH.
+def spark_submit_env(
+    python: str, path: str, zk_auth: str | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Pure given `environ`: the Spark job's environment, the same function as the CLI's
+    (cdc_core.spark_conf.spark_env): the venv's interpreter for PySpark and its bin/ first on PATH,
+    CDC_ZK_AUTH when configured, SPARK_LOCAL_IP only when the worker's environment sets it.
 
     SparkSubmitOperator runs plain `spark-submit` from PATH (the hook merges these into a copy of the
     worker's environment), so the venv that has pyspark must come first.
     """
-    venv_bin = os.path.dirname(python)
-    parts = [p for p in path.split(os.pathsep) if p]
-    if venv_bin not in parts:
-        parts.insert(0, venv_bin)
-    env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python, "PATH": os.pathsep.join(parts)}
-    if zk_auth:
-        env[ZK_AUTH_ENV] = f"digest:{zk_auth}"
-    return env
+    return spark_env(zk_auth, python=python, path=path, environ=environ)
 
 
 def build_merge_submit(
@@ -80,6 +75,7 @@ def build_merge_submit(
     path: str,
     secrets: Sequence[str] = (),
     zk_auth: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> MergeSubmit:
     """Pure: the spark-submit pieces for window `seq`, refusing to put a secret on the command line."""
     args = [str(a) for a in p.merge_application_args(grant, seq)]
@@ -95,7 +91,7 @@ def build_merge_submit(
         application_args=args,
         jars=p.spark_jars(),
         conf=conf,
-        env_vars=spark_submit_env(python, path, zk_auth),
+        env_vars=spark_submit_env(python, path, zk_auth, environ),
         name=f"cdc-merge-{p.name}-{seq}",
     )
 
@@ -158,8 +154,7 @@ class CdcMergeOperator(SparkSubmitOperator):
                     "nothing to merge (the ack step records the empty window)"
                 )
             p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
-            auth_env = p.config.zookeeper.auth_env
-            zk_auth = os.environ.get(auth_env) if auth_env else None
+            zk_auth = p.zk_auth()  # the same lookup as the CLI's (Pipeline.spark_job_env)
             if zk_auth:
                 mask_secret(zk_auth)
             submit = build_merge_submit(

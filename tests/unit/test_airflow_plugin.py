@@ -52,14 +52,14 @@ def test_merge_submit_carries_the_pipelines_args_confs_and_jars() -> None:
         python="/venv/bin/python",
         path="/usr/bin:/bin",
         secrets=["s3cret"],
+        environ={},
     )
     assert submit.application == "/repo/spark_apps/merge_window.py"
     assert submit.application_args == ["--window-dir", "/stage/orders/w0000000007", "--seq", "7", "--token", "26"]
     assert submit.conf == {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}
     assert submit.jars == "/jars/delta-spark.jar,/jars/delta-storage.jar"
     assert submit.name == "cdc-merge-orders-7"
-    assert submit.env_vars == {
-        "SPARK_LOCAL_IP": "127.0.0.1",
+    assert submit.env_vars == {  # no SPARK_LOCAL_IP: only the caller's environment may set it
         "PYSPARK_PYTHON": "/venv/bin/python",
         "PATH": "/venv/bin:/usr/bin:/bin",
     }

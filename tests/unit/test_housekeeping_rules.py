@@ -233,9 +233,10 @@ def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
     assert got["--min-retention-hours"] == "73"
     assert got["--zk-root"] == "/binlog-delta-cdc"
     assert args[-1] == "--skip-vacuum"
-    cmd = housekeeping.maintenance_submit_command(p, args)  # type: ignore[arg-type]
-    assert cmd[:7] == [
-        "spark-submit", "--master", "local[2]", "--name", "cdc-maintain-orders", "--jars", "/jars/delta.jar"
+    cmd = housekeeping.maintenance_submit_command(p, args, master="spark://m1:7077")  # type: ignore[arg-type]
+    assert cmd[:9] == [
+        "spark-submit", "--master", "spark://m1:7077", "--deploy-mode", "client", "--name", "cdc-maintain-orders",
+        "--jars", "/jars/delta.jar",
     ]
     assert cmd[cmd.index(str(housekeeping.MAINTENANCE_JOB)) + 1:] == args
 
