@@ -134,7 +134,8 @@ def test_a_killed_run_does_not_block_the_next_one(
     assert "lease.dead_holder" in caplog.text and f"/{proc.pid}/" in caplog.text
     assert ran["windows"][0]["recovered"] == "replay" and ran["windows"][0]["changes"] == 50
     code, status, err = cdc(env, capsys, "status", name)
-    assert status["lease"] is None and status["lag"]["bytes"] == 0
+    # Lag is not asserted: the shared MariaDB's binlog also holds other tests' transactions written meanwhile.
+    assert status["lease"] is None and status["cursor"]["seq"] == ran["windows"][-1]["seq"]
 
     from cdc_core.cli import source_params_for
     from cdc_core.config import load_config
