@@ -82,6 +82,7 @@ from cdc_core.source import (
     column_attrs,
     connect,
     mariadb_gtid_state,
+    open_connection,
     quote_labels,
     source_error_from,
 )
@@ -578,7 +579,7 @@ class _NoSilentResume:
             self.stream_connects += 1
             if self.stream_connects > 1:
                 raise _StreamLost(2013, "lost the binlog connection in the middle of the stream")
-        return pymysql.connect(**kwargs)
+        return open_connection(**kwargs)
 
 
 def _stream_error(e: BaseException, params: SourceParams, file: str, offset: int) -> SourceError:
