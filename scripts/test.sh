@@ -45,8 +45,13 @@ if [ "$workers" != "0" ]; then
   # Most of the suite waits on JVM start-ups and DAG runs: two workers overlap that waiting.
   parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
-python -m pytest -m "unit or integration or e2e" --durations=15 "${parallel[@]}" "$@"  # the slowest tests, to keep CI short
+mkdir -p "$ROOT/.local"
+junit="$ROOT/.local/test-results.xml"
+rm -f "$junit"
+python -m pytest -m "unit or integration or e2e" --durations=15 --junitxml="$junit" "${parallel[@]}" "$@"  # the slowest tests, to keep CI short
 rc=$?
+# Time per tier (tests/unit, integration, e2e, faults): what the README's figures come from. Informational only.
+python "$ROOT/scripts/tier_times.py" "$junit" || true
 set -e
 
 if [ $rc -eq 5 ]; then
