@@ -12,12 +12,13 @@ from contextlib import closing
 from typing import Any
 
 import pytest
+from source_facts import facts_now
 
 from cdc_core.binlog import BinlogScanner, SchemaChangeEvent, TxnBoundary, read_changes
 from cdc_core.changes import RowChange
 from cdc_core.errors import MissingKey, SourceError, UnknownTable
 from cdc_core.positions import BinlogPosition, binlog_file_index, change_version
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.window_plan import WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
@@ -38,13 +39,6 @@ def root(services: Any, source_db: str) -> Iterator[Any]:
     yield conn
     conn.close()
 
-
-def facts_now(params: SourceParams) -> SourceFacts:
-    conn = connect(params)
-    try:
-        return inspect_source(conn)
-    finally:
-        conn.close()
 
 
 def start_of(facts: SourceFacts) -> BinlogPosition:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from source_facts import facts_now
 
 from cdc_core.binlog import BinlogScanner, TxnBoundary, read_changes
 from cdc_core.errors import ConfigError, PositionPurged, SourceError
@@ -48,13 +49,6 @@ def root(services: Any, source_db: str) -> Iterator[Any]:
     yield conn
     conn.close()
 
-
-def facts_now(params: SourceParams) -> SourceFacts:
-    conn = connect(params)
-    try:
-        return inspect_source(conn)
-    finally:
-        conn.close()
 
 
 def run(conn: Any, *statements: str, txn: bool = False) -> str:

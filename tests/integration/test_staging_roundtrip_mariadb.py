@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from source_facts import facts_now
 
 from cdc_core import staging
 from cdc_core.binlog import BinlogScanner, read_changes
 from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.window_plan import WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
@@ -202,13 +203,6 @@ def db(services: Any, source_db: str) -> Iterator[Any]:
     yield conn
     conn.close()
 
-
-def facts_now(params: SourceParams) -> SourceFacts:
-    conn = connect(params)
-    try:
-        return inspect_source(conn)
-    finally:
-        conn.close()
 
 
 def start_of(facts: SourceFacts) -> BinlogPosition:

@@ -31,12 +31,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from source_facts import facts_now
 
 from cdc_core import snapshot as snap
 from cdc_core import staging
 from cdc_core.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.window_plan import WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
@@ -232,13 +233,6 @@ def db(services: Any, source_db: str) -> Iterator[Any]:
     yield conn
     conn.close()
 
-
-def facts_now(params: SourceParams) -> SourceFacts:
-    conn = connect(params)
-    try:
-        return inspect_source(conn)
-    finally:
-        conn.close()
 
 
 def window(params: SourceParams, before: SourceFacts, after: SourceFacts, seq: int) -> WindowPlan:
