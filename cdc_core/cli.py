@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cdc_core.errors import CdcError, LeaseHeld
+from cdc_core.errors import CdcError, ConfigError, LeaseHeld
 
 
 def _load(config_path: str | None) -> Any:
@@ -85,10 +85,22 @@ def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
 @cli.command()
 @click.pass_context
 def validate(ctx: click.Context) -> None:
-    """Validate the configuration file and print the resolved pipelines."""
+    """Validate the configuration file and print the resolved pipelines.
+
+    Also refuses two pipelines that can land the same table under the same lake root (one writer per
+    Delta table: cdc_core.lake_writers), naming both."""
+    from cdc_core.lake_writers import overlaps
+
     cfg = _load(ctx.obj["config"])
     for p in cfg.pipelines:
         click.echo(f"ok: pipeline {p.name!r} schedule={p.schedule!r} tables={list(p.tables.include)}")
+    found = overlaps(cfg.pipelines)
+    if found:
+        for o in found:
+            click.echo(f"error: {o.message()}", err=True)
+        raise ConfigError(
+            f"{cfg.path}: {len(found)} pair(s) of pipelines can land the same Delta table (listed above)"
+        )
 
 
 DEFAULT_MAX_WINDOWS = 100

@@ -135,6 +135,24 @@ def version_and_txn(
         raise LakeError(f"cannot read the version of Delta table {table_uri} ({type(e).__name__}: {e})") from None
 
 
+def writer_and_txn(
+    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[str | None, int | None] | None:
+    """(the table's recorded writer property `cdc.writer`, `app_id`'s last txn version) from one snapshot;
+    None when there is no table (cdc_core.lake_writers: one writer per table)."""
+    from cdc_core.lake_writers import WRITER_PROPERTY
+
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        writer = table.metadata().configuration.get(WRITER_PROPERTY)
+        txn = table.transaction_version(app_id)
+    except Exception as e:
+        raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    return (None if writer is None else str(writer)), (None if txn is None else int(txn))
+
+
 def window_commit_version(
     table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
 ) -> int | None:

@@ -532,9 +532,14 @@ class Pipeline:
                     "committed before is this same immutable window, idempotently). Stop this run: the lease holder "
                     f"lands the window. Last output:\n{tail}"
                 )
+            # The job's own error line (`merge_window: <Error>: <what to do>`; spark-submit may put it on stdout)
+            # comes before Spark's shutdown logs.
+            lines = f"{proc.stdout}\n{proc.stderr}".splitlines()
+            said = next((ln for ln in reversed(lines) if ln.startswith("merge_window: ")), None)
             raise LakeError(
-                f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode}); "
-                f"the step is safe to retry. Last output:\n{tail}"
+                f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode})"
+                + (f": {said.removeprefix('merge_window: ')}" if said else "")
+                + f"; the step is safe to retry once that is fixed. Last output:\n{tail}"
             )
         self._log("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
         faults.point("after_merge")

@@ -127,6 +127,7 @@ from pyspark.sql.types import (
 
 from cdc_core import faults
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LakeError, SchemaConflict, StagingError
+from cdc_core.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
 from cdc_core.manifest import (
     COL_COMMIT_TS,
     COL_DELETED,
@@ -316,6 +317,25 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
     return _jvm_last_txn_version(spark, uri, app_id)
 
 
+def table_writer_and_txn(spark: SparkSession, uri: str, app_id: str) -> tuple[str | None, int | None] | None:
+    """(recorded writer `cdc.writer`, `app_id`'s last txn version) of the table; None when there is no table."""
+    from cdc_core import delta_state
+
+    try:
+        return delta_state.writer_and_txn(uri, app_id)
+    except CdcError:
+        raise
+    except Exception as e:  # e.g. a table feature the standalone reader does not know yet
+        log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=_one_line(e)))
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)._2()  # type: ignore[attr-defined]
+    if snapshot.version() < 0:
+        return None
+    writer = snapshot.metadata().configuration().get(WRITER_PROPERTY)
+    found = snapshot.transactions().get(app_id)
+    return (str(writer.get()) if writer.isDefined() else None), (int(found.get()) if found.isDefined() else None)
+
+
 def _is_table_not_found(e: BaseException) -> bool:
     """Spark could not resolve a Delta table path (e.g. [DELTA_TABLE_NOT_FOUND] "... doesn't exist")."""
     text = str(e)
@@ -459,15 +479,20 @@ def create_table_sql(
     columns: Sequence[tuple[str, DataType]],
     options: TableOptions,
     default_properties: dict[str, str] | None = None,
+    *,
+    writer: str | None = None,
 ) -> str:
     """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
     its tables with it too). Properties: the product's defaults, then the pipeline's (`--table-properties`,
-    e.g. retention), then the table's own options."""
+    e.g. retention), then the table's own options; last the writer record (`cdc.writer`, the pipeline that
+    creates it: cdc_core.lake_writers), which no option can override."""
     names = {n for n, _ in columns}
     bad = [p for p in options.partition_by if p not in names]
     if bad:
         raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
     props = {**DEFAULT_TABLE_PROPERTIES, **(default_properties or {}), **options.table_properties()}
+    if writer is not None:
+        props[WRITER_PROPERTY] = writer_value(writer)
     if any(needs_column_mapping(n) for n in names):
         props.setdefault("delta.columnMapping.mode", "name")
     ddl = (
@@ -506,6 +531,9 @@ class _Run:
     # Properties every table this job creates starts with (the pipeline's managed retention
     # properties, cdc_core.retention); a table's own `properties` option is applied on top.
     default_properties: dict[str, str] = field(default_factory=dict)
+    # Existing tables without a writer record (created before the one-writer rule): this run records
+    # itself as their writer in the same ALTER that evolves a schema (cdc_core.lake_writers).
+    unclaimed: frozenset[str] = frozenset()
 
     def label(self) -> str:
         return f"pipeline {self.pipeline!r} window {self.seq}"
@@ -538,7 +566,8 @@ class _Run:
                 f"({uri}) but {want.simpleString()} in the source, which is not a widening Delta can apply. "
                 "Rebuild the Delta table (drop it, then backfill or re-snapshot) or map the column to a compatible type"
             )
-        if not new_cols and not widen:
+        claim = uri in self.unclaimed
+        if not new_cols and not widen and not claim:
             return target
 
         detail = DeltaTable.forPath(spark, uri).detail().collect()[0].asDict()
@@ -557,6 +586,8 @@ class _Run:
             set_props["delta.feature.timestampNtz"] = "supported"
         if widen and props.get("delta.enableTypeWidening") != "true":
             set_props["delta.enableTypeWidening"] = "true"
+        if claim and writer_pipeline(props.get(WRITER_PROPERTY)) is None:
+            set_props[WRITER_PROPERTY] = writer_value(self.pipeline)
         self.fence()
         if set_props:
             spark.sql(
@@ -565,6 +596,8 @@ class _Run:
                 + ")"
             )
             self.log("merge.table_properties", table=label, properties=",".join(sorted(set_props)))
+            if WRITER_PROPERTY in set_props:
+                self.log("merge.writer_claimed", table=label, uri=uri)
         for col, have, want in widen:
             try:
                 spark.sql(
@@ -581,7 +614,7 @@ class _Run:
     def create_table(
         self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
     ) -> None:
-        ddl = create_table_sql(uri, label, columns, options, self.default_properties)
+        ddl = create_table_sql(uri, label, columns, options, self.default_properties, writer=self.pipeline)
         self.fence()
         try:
             self.spark.sql(ddl)
@@ -593,6 +626,11 @@ class _Run:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        # CREATE TABLE IF NOT EXISTS keeps a table another pipeline created meanwhile: its writer decides.
+        state = table_writer_and_txn(self.spark, uri, self.pipeline)
+        owner = writer_pipeline(state[0]) if state else None
+        if owner is not None and owner != self.pipeline:
+            raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
         self.log("merge.table_created", table=label, uri=uri)
 
     def wait_for_table(self, uri: str, cause: BaseException) -> None:
@@ -1004,8 +1042,24 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
     """
     tables: dict[str, Any] = {}
     todo: list[StagedTable] = []
+    foreign: list[tuple[str, str, str]] = []
+    unclaimed: set[str] = set()
+    landed_by_table: dict[str, int | None] = {}
+    for st in manifest.tables:  # one log read per table: its writer record and this pipeline's txn version
+        uri = table_uri(run.lake_root, st.schema, st.table)
+        state = table_writer_and_txn(run.spark, uri, run.pipeline)
+        owner = writer_pipeline(state[0]) if state else None
+        if owner is not None and owner != run.pipeline:
+            foreign.append((st.name, uri, owner))
+        elif state is not None and owner is None:
+            unclaimed.add(uri)
+        landed_by_table[st.name] = state[1] if state else None
+    if foreign:  # before anything is written: one writer per table (cdc_core.lake_writers)
+        raise LakeError(foreign_writer_message(run.pipeline, run.seq, foreign))
+    if unclaimed:
+        run = replace(run, unclaimed=frozenset(unclaimed))
     for st in manifest.tables:
-        landed = last_txn_version(run.spark, table_uri(run.lake_root, st.schema, st.table), run.pipeline)
+        landed = landed_by_table[st.name]
         if landed is not None and landed >= run.seq:
             tables[st.name] = {
                 "status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,

@@ -815,3 +815,47 @@ def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark
                 if r["userMetadata"]
             ]
             assert seqs == [1], (table, seqs)
+
+
+def test_a_table_of_another_pipeline_is_refused_before_anything_is_written(spark, staging_dir, lake_dir):
+    """One writer per Delta table (cdc_core.lake_writers): the creator is recorded; another pipeline's window
+    that includes the table fails before writing any of its tables; a table without a record is claimed."""
+    from cdc_core.errors import LakeError
+    from cdc_core.lake_writers import WRITER_PROPERTY, writer_pipeline
+    from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
+
+    w = WindowBuilder(staging_dir, PIPE, 1)
+    w.file("own", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "mine"})])
+    run(spark, w.build(), lake_dir)
+    a = uri(lake_dir, "own", "a")
+    props = DeltaTable.forPath(spark, a).detail().collect()[0]["properties"]
+    assert writer_pipeline(props[WRITER_PROPERTY]) == PIPE
+    a_version = version(spark, a)
+
+    other = WindowBuilder(staging_dir, "intruder", 1)
+    other.file("own", "b", ("id",), [ID, NOTE], [("I", {"id": 7, "note": "new table first"})])
+    other.file("own", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "theirs"}), ("I", {"id": 2, "note": "x"})])
+    with pytest.raises(LakeError) as err:
+        run(spark, other.build(), lake_dir)
+    msg = str(err.value)
+    assert "own.a" in msg and repr(PIPE) in msg and "'intruder'" in msg and "lake_root" in msg
+    assert version(spark, a) == a_version and contents(spark, lake_dir, "own", "a") == {(1,): {"id": 1, "note": "mine"}}
+    assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "own", "b"))  # nothing of the window was written
+
+    # A table created without a writer record (before the rule existed) is claimed by its first merge.
+    legacy = uri(lake_dir, "own", "legacy")
+    from pyspark.sql.types import IntegerType, StringType
+
+    columns = [("id", IntegerType()), ("note", StringType()), *metadata_columns("hard")]
+    spark.sql(create_table_sql(legacy, "own.legacy", columns, TableOptions()))
+    w2 = WindowBuilder(staging_dir, PIPE, 2)
+    w2.file("own", "legacy", ("id",), [ID, NOTE], [("I", {"id": 5, "note": "claimed"})])
+    run(spark, w2.build(), lake_dir)
+    props = DeltaTable.forPath(spark, legacy).detail().collect()[0]["properties"]
+    assert writer_pipeline(props[WRITER_PROPERTY]) == PIPE
+    assert contents(spark, lake_dir, "own", "legacy") == {(5,): {"id": 5, "note": "claimed"}}
+    third = WindowBuilder(staging_dir, "intruder", 2)
+    third.file("own", "legacy", ("id",), [ID, NOTE], [("D", {"id": 5, "note": "claimed"})])
+    with pytest.raises(LakeError):
+        run(spark, third.build(), lake_dir)
+    assert contents(spark, lake_dir, "own", "legacy") == {(5,): {"id": 5, "note": "claimed"}}
