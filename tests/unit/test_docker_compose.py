@@ -189,3 +189,30 @@ def test_volumes_are_declared_and_ports_are_local(compose: dict[str, Any]) -> No
                 assert (ROOT / src).exists(), f"{name}: {src} does not exist"
         for port in svc.get("ports") or []:
             assert str(port).startswith("127.0.0.1:"), f"{name}: publish {port} on loopback only"
+
+
+def _script_default(name: str) -> str:
+    text = (ROOT / "scripts" / "spark_cluster.sh").read_text()
+    m = re.search(r'"\$\{' + name + r':-([^}]*)\}"', text)
+    assert m, f"scripts/spark_cluster.sh has no default for {name}"
+    return m.group(1)
+
+
+def test_spark_cluster_of_the_test_tier_matches_compose(services: dict[str, dict[str, Any]]) -> None:
+    """scripts/spark_cluster.sh (the cluster tier, tests/cluster/) and docker-compose.yaml run the same cluster:
+    a standalone master and as many workers of as many cores and as much memory, reached through a `spark`
+    connection whose host is the master's spark:// URL."""
+    master, worker = services["spark-master"], services["spark-worker"]
+    assert "org.apache.spark.deploy.master.Master" in master["command"]
+    cmd = worker["command"]
+    assert "org.apache.spark.deploy.worker.Worker" in cmd and "spark://spark-master:7077" in cmd
+    assert cmd[cmd.index("--cores") + 1] == _script_default("CDC_SPARK_WORKER_CORES")
+    assert cmd[cmd.index("--memory") + 1] == _script_default("CDC_SPARK_WORKER_MEMORY")
+    assert str(worker["deploy"]["replicas"]) == _script_default("CDC_SPARK_WORKERS")
+    # The compose Airflow reaches it with the connection form the tier's tests use.
+    m = re.search(r"AIRFLOW_CONN_SPARK_CLUSTER: '([^']*)'", COMPOSE.read_text())
+    assert m, "docker-compose.yaml defines no AIRFLOW_CONN_SPARK_CLUSTER"
+    conn = json.loads(m.group(1))
+    assert conn["conn_type"] == "spark" and conn["host"].startswith("spark://") and conn["port"] == 7077
+    tier = (ROOT / "tests" / "cluster" / "test_spark_cluster.py").read_text()
+    assert '"conn_type": "spark", "host": "spark://127.0.0.1"' in tier
