@@ -29,6 +29,7 @@ ints, `Decimal`, `float`, `str` (text, ENUM label, MariaDB JSON text, BIT as a '
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import itertools
 import logging
@@ -49,6 +50,9 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
 from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
 from pymysqlreplication.constants.NONE_SOURCE import EMPTY_SET as _NONE_EMPTY_SET
+from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATE_RANGE as _NONE_ZERO_DATE
+from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME2_RANGE as _NONE_ZERO_DATETIME2
+from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME_RANGE as _NONE_ZERO_DATETIME
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     GtidEvent,
@@ -65,7 +69,14 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.changes import RowBatch, RowChange, SourceColumn, TableSchema
-from cdc_core.errors import MissingKey, PositionPurged, SourceError, StagingError, UnknownTable
+from cdc_core.errors import (
+    MissingKey,
+    PositionPurged,
+    SourceError,
+    StagingError,
+    UnknownTable,
+    UnsupportedType,
+)
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.naming import table_id
 from cdc_core.positions import (
@@ -1129,8 +1140,12 @@ def read_changes(
     schemas: Callable[[str, str], TableSchema | None] | None = None,
     *,
     server_id_for_replica: int | None = None,
+    zero_dates: str = "null",
 ) -> Iterator[RowChange | SchemaChangeEvent]:
     """The window's changes, exactly `[plan.start, plan.end)`, in binlog order.
+
+    `zero_dates` is the pipeline setting: "refuse" raises UnsupportedType on a zero or partial
+    DATE/DATETIME/TIMESTAMP value, "null" lands it as NULL.
 
     Rows of one transaction are buffered until its commit event (that is where the commit time is),
     so memory grows with the largest transaction in the window, not with the window. Raises
@@ -1188,6 +1203,8 @@ def read_changes(
                 if schema is not None:
                     version = change_version(epoch, ev.file, ev.start)
                     _row_changes(rows_ev, schema, version, pending)
+                    if zero_dates == "refuse":
+                        _refuse_zero_dates(plan.pipeline, schema, rows_ev.rows)
             elif ev.kind == "query":
                 # DDL is a statement of its own, or opens a group (CREATE ... SELECT); DML statements
                 # (statement-based logging inside a transaction) name no DDL target and are skipped.
@@ -1273,6 +1290,7 @@ def read_change_batches(
     batch_rows: int = BATCH_ROWS,
     slice_bytes: int = SLICE_BYTES,
     vectorize: bool = True,
+    zero_dates: str = "null",
 ) -> Iterator[RowBatch | SchemaChangeEvent]:
     """The window's changes like `read_changes`, decoded column-wise straight into the staged form.
 
@@ -1310,7 +1328,7 @@ def read_change_batches(
     ids = itertools.count(1)  # slice table ids: a new shape of a table gets a later id (staged after)
 
     def table_spec(tm: Any) -> tuple[int, rowdecode.TableSpec]:
-        spec = rowdecode.TableSpec(builder.build(tm), rowdecode.table_layout(tm))
+        spec = rowdecode.TableSpec(builder.build(tm), rowdecode.table_layout(tm), zero_dates)
         name = (spec.shape.schema, spec.shape.table)
         known = specs.get(name)
         if known is None or known[1] != spec:
@@ -1319,7 +1337,10 @@ def read_change_batches(
 
     def finish(result: Callable[[], rowdecode.SliceResult], ddl: list[tuple[str, str, int]]) -> Iterator[Any]:
         nonlocal base
-        done = result()
+        try:
+            done = result()
+        except UnsupportedType as e:  # a refused zero date (zero_dates: refuse): name the pipeline
+            raise _with_pipeline(plan.pipeline, e) from None
         yield from rowdecode.finish_slice(done, base)
         for (schema, query, version), ordinal in zip(ddl, done.ddl_ordinals, strict=True):
             yield SchemaChangeEvent(base + ordinal, schema, query, version)
@@ -1427,6 +1448,36 @@ def _values(row: dict[str, Any], values: str, sources: str) -> dict[str, Any]:
         if vals.get(name) is None:
             vals[name] = set()
     return vals
+
+
+_ZERO_SOURCES = {_NONE_ZERO_DATE, _NONE_ZERO_DATETIME, _NONE_ZERO_DATETIME2}
+_ZERO_TIMESTAMPS = (dt.datetime(1970, 1, 1), dt.datetime(1970, 1, 1, tzinfo=dt.UTC))
+
+
+def _refuse_zero_dates(pipeline: str, schema: TableSchema, rows: list[dict[str, Any]]) -> None:
+    """`zero_dates: refuse` on the library path: the library turns a zero or partial DATE/DATETIME into
+    None (its none-source says why) and TIMESTAMP's zero value into the epoch."""
+    from cdc_core.rowdecode import zero_date_error
+
+    types = {c.name: c.mysql_type for c in schema.columns}
+    stamps = [c.name for c in schema.columns if c.mysql_type.startswith("timestamp")]
+    for row in rows:
+        for values, sources in (("values", "none_sources"), ("before_values", "before_none_sources"),
+                                ("after_values", "after_none_sources")):
+            for name, why in (row.get(sources) or {}).items():
+                if why in _ZERO_SOURCES:
+                    typ = types.get(name, "date")
+                    raise _with_pipeline(pipeline, zero_date_error(schema.name, name, typ, "zero or partial"))
+            vals = row.get(values)
+            if vals:
+                for name in stamps:
+                    if vals.get(name) in _ZERO_TIMESTAMPS:
+                        err = zero_date_error(schema.name, name, "timestamp", "0000-00-00 00:00:00")
+                        raise _with_pipeline(pipeline, err)
+
+
+def _with_pipeline(pipeline: str, e: Exception) -> UnsupportedType:
+    return UnsupportedType(f"pipeline {pipeline!r}: {e}")
 
 
 def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]]) -> None:

@@ -360,6 +360,9 @@ class PipelineSettings(_Model):
     caps: CapsConfig = Field(default_factory=CapsConfig)
     schedule: str | None = "*/10 * * * *"  # cron, an Airflow preset (@hourly), or null for manual runs only
     delete_mode: Literal["hard", "soft"] = "hard"
+    # Zero and partial dates (0000-00-00, 2024-00-10, TIMESTAMP's zero) have no exact value: "refuse" fails
+    # the window naming table, column and value; "null" lands them as NULL knowingly (docs/type-map.md).
+    zero_dates: Literal["refuse", "null"] = "refuse"
     timestamp_fallback_seconds: int = Field(default=60, ge=0)
     retries: int = Field(default=3, ge=0)
     # After a successful ack with more work waiting (a capped window, a backfill or a snapshot in progress),

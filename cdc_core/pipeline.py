@@ -362,7 +362,9 @@ class Pipeline:
             t0 = time.time()
             table_filter, full_row_key = self._plan_capture(plan)
             schemas = self._schema_lookup(full_row_key)
-            changes = read_change_batches(self.source, plan.start.server, plan, table_filter, schemas)
+            changes = read_change_batches(
+                self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates
+            )
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")

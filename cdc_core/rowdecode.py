@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_core.changes import RowBatch, TableSchema
-from cdc_core.errors import SourceError, StagingError
+from cdc_core.errors import SourceError, StagingError, UnsupportedType
 from cdc_core.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.types import (
     CHARSET_CODECS,
@@ -580,7 +580,34 @@ def _k_decimal(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.nd
     return pa.Array.from_buffers(typ, len(g), [vbuf, pa.py_buffer(pairs)], null_count=nulls)
 
 
-def _k_date(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray, name: str) -> pa.Array:
+def zero_date_error(table: str, column: str, mysql_type: str, value: str, where: str = "") -> UnsupportedType:
+    """The refusal of a zero or partial date (pipeline setting `zero_dates: refuse`, the default)."""
+    return UnsupportedType(
+        f"{where}table {table!r} column {column!r} ({mysql_type}) holds the zero or partial date {value!r}, which has "
+        "no exact value in Arrow/Delta (zero_dates: refuse). Ways out: set `zero_dates: null` in the pipeline "
+        "config to land zero and partial dates as NULL knowingly; or fix the rows at the source and keep them out "
+        "with sql_mode NO_ZERO_DATE,NO_ZERO_IN_DATE; or exclude the table (tables.exclude)"
+    )
+
+
+class ZeroDate(UnsupportedType):
+    """A kernel's zero-date refusal; `TableDecoder` re-raises it naming the table."""
+
+    def __init__(self, column: str, mysql_type: str, value: str) -> None:
+        super().__init__(str(zero_date_error("?", column, mysql_type, value)))
+        self.column, self.mysql_type, self.value = column, mysql_type, value
+
+
+def _refuse_zero(name: str, mysql_type: str, bad: np.ndarray, text: Callable[[int], str]) -> None:
+    """Raise the zero-date refusal for the first row of the mask `bad` (one vectorised check)."""
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ZeroDate(name, mysql_type, text(i))
+
+
+def _k_date(
+    lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray, name: str, *, refuse_zero: bool = False
+) -> pa.Array:
     g, valid = _gather(buf, offs, 3)
     t = _le(g, 0, 3)
     y, m, d = t >> 9, (t >> 5) & 15, t & 31
@@ -593,11 +620,21 @@ def _k_date(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarr
             "(sql_mode ALLOW_INVALID_DATES?), which python-mysql-replication cannot decode either; fix the row "
             "at the source or exclude the table"
         )
+    if refuse_zero:
+        _refuse_zero(name, "DATE", valid & zero, lambda i: f"{int(y[i]):04d}-{int(m[i]):02d}-{int(d[i]):02d}")
     valid = valid & ~zero
     return _primitive(typ, _days_from_civil(y, m, d).astype(np.int32), valid)
 
 
-def _k_datetime2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+def _k_datetime2(
+    lay: ColumnLayout,
+    typ: pa.DataType,
+    buf: np.ndarray,
+    offs: np.ndarray,
+    *,
+    name: str = "?",
+    refuse_zero: bool = False,
+) -> pa.Array:
     g, valid = _gather(buf, offs, lay.width)
     data = _be(g, 0, 5)
     ym = (data >> 22) & 0x1FFFF
@@ -605,6 +642,12 @@ def _k_datetime2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.
     d, hh, mi, ss = (data >> 17) & 31, (data >> 12) & 31, (data >> 6) & 63, data & 63
     ok = (y >= 1) & (y <= 9999) & (m >= 1) & (d >= 1) & (d <= _days_in_month(y, m)) & (hh <= 23) & (mi <= 59)
     ok &= ss <= 59
+    if refuse_zero:
+        _refuse_zero(
+            name, "DATETIME", valid & ~ok,
+            lambda i: f"{int(y[i]):04d}-{int(m[i]):02d}-{int(d[i]):02d} "
+            f"{int(hh[i]):02d}:{int(mi[i]):02d}:{int(ss[i]):02d}",
+        )
     valid = valid & ok  # the library turns a DATETIME it cannot build (zero dates) into None
     mm = np.where(ok, m, 1)
     days = _days_from_civil(np.where(ok, y, 1970), mm, np.where(ok, d, 1))
@@ -612,11 +655,21 @@ def _k_datetime2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.
     return _primitive(typ, us, valid)
 
 
-def _k_timestamp2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
+def _k_timestamp2(
+    lay: ColumnLayout,
+    typ: pa.DataType,
+    buf: np.ndarray,
+    offs: np.ndarray,
+    *,
+    name: str = "?",
+    refuse_zero: bool = False,
+) -> pa.Array:
     g, valid = _gather(buf, offs, lay.width)
     secs = _be(g, 0, 4)
     secs = np.where(secs >= 1 << 31, secs - (1 << 32), secs)
     us = secs * 1_000_000 + _fsp_micros(g, 4, lay.fsp)
+    if refuse_zero:
+        _refuse_zero(name, "TIMESTAMP", valid & (us == 0), lambda i: "0000-00-00 00:00:00")
     valid = valid & (us != 0)  # _conv_timestamp: the zero value lands as NULL
     return _primitive(typ, us, valid)
 
@@ -970,9 +1023,12 @@ def _k_decimal_wide(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: 
 _Kernel = Callable[[np.ndarray, np.ndarray, Any], pa.Array]
 
 
-def vector_kernel(lay: ColumnLayout, codec: ColumnCodec) -> _Kernel | None:
-    """A vectorized decoder for the column when its output equals the per-value path's, else None."""
+def vector_kernel(lay: ColumnLayout, codec: ColumnCodec, zero_dates: str = "null") -> _Kernel | None:
+    """A vectorized decoder for the column when its output equals the per-value path's, else None.
+
+    `zero_dates="refuse"`: a zero or partial DATE/DATETIME/TIMESTAMP raises UnsupportedType (a mask check)."""
     typ, conv, k = codec.arrow_type, codec.convert, lay.kind
+    rz = zero_dates == "refuse"
     if codec.none_as is not None:
         return None
     name = lay.name
@@ -990,11 +1046,11 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec) -> _Kernel | None:
     if k == "decimal" and conv is None and lay.precision <= 18 and typ == pa.decimal128(lay.precision, lay.scale):
         return lambda buf, offs, raw: _k_decimal(lay, typ, buf, offs)
     if k == "date" and conv is None and typ == pa.date32():
-        return lambda buf, offs, raw: _k_date(lay, typ, buf, offs, name)
+        return lambda buf, offs, raw: _k_date(lay, typ, buf, offs, name, refuse_zero=rz)
     if k == "datetime2" and conv is None and typ == pa.timestamp("us"):
-        return lambda buf, offs, raw: _k_datetime2(lay, typ, buf, offs)
+        return lambda buf, offs, raw: _k_datetime2(lay, typ, buf, offs, name=name, refuse_zero=rz)
     if k == "timestamp2" and conv is _conv_timestamp and typ == pa.timestamp("us", tz="UTC"):
-        return lambda buf, offs, raw: _k_timestamp2(lay, typ, buf, offs)
+        return lambda buf, offs, raw: _k_timestamp2(lay, typ, buf, offs, name=name, refuse_zero=rz)
     if k == "year" and conv is _conv_year and typ == pa.int16():
         return lambda buf, offs, raw: _k_year(lay, typ, buf, offs)
     if k == "enum" and conv is None and typ == pa.string() and lay.labels:
@@ -1199,7 +1255,14 @@ def row_offsets(layouts: Sequence[ColumnLayout], buf: np.ndarray, starts: np.nda
 class TableDecoder:
     """Everything decided once per (table shape, binlog layout): scanners, kernels, key comparison."""
 
-    def __init__(self, shape: TableSchema, layouts: tuple[ColumnLayout, ...], *, vectorize: bool = True) -> None:
+    def __init__(
+        self,
+        shape: TableSchema,
+        layouts: tuple[ColumnLayout, ...],
+        *,
+        vectorize: bool = True,
+        zero_dates: str = "null",
+    ) -> None:
         if [lay.name for lay in layouts] != list(shape.column_names):
             raise SourceError(
                 f"table {shape.name}: the table map's columns {[lay.name for lay in layouts]} differ from the "
@@ -1212,8 +1275,10 @@ class TableDecoder:
         self.key_columns = [index[k] for k in shape.key]
         self.scan, self.image = compile_scanners(layouts, self.key_columns)
         self.kernels: list[_Kernel | None] = [
-            vector_kernel(lay, c) if vectorize else None for lay, c in zip(layouts, self.codec.columns, strict=True)
+            vector_kernel(lay, c, zero_dates) if vectorize else None
+            for lay, c in zip(layouts, self.codec.columns, strict=True)
         ]
+        self.refuse_zero = zero_dates == "refuse"
         self.values = [value_function(lay) for lay in layouts]
         # Raw bytes compare exactly where the library's values do; elsewhere compare decoded values
         # (-0.0 == 0.0, two invalid DATETIMEs are both None, ...).
@@ -1237,10 +1302,15 @@ class TableDecoder:
     def decode_column(self, i: int, buf: np.ndarray, raw: Any, offs: np.ndarray) -> pa.Array:
         kernel = self.kernels[i]
         if kernel is not None:
-            return kernel(buf, offs, raw)
+            try:
+                return kernel(buf, offs, raw)
+            except ZeroDate as z:
+                raise zero_date_error(self.shape.name, z.column, z.mysql_type, z.value) from None
         codec = self.codec.columns[i]
         fn = self.values[i]
         vals = [None if o < 0 else fn(raw, o) for o in offs.tolist()]
+        if self.refuse_zero and self.layouts[i].kind in _ZERO_DATE_KINDS:
+            self._refuse_zero_values(i, raw, offs, vals)
         try:
             return pa.array(codec.convert_values(vals), codec.arrow_type)
         except Exception as e:
@@ -1250,6 +1320,20 @@ class TableDecoder:
                 f"cannot stage the value {bad!r}: {e}. This is a type-map or reader bug: report it with the "
                 "value; exclude the table to proceed"
             ) from e
+
+
+    def _refuse_zero_values(self, i: int, raw: Any, offs: np.ndarray, vals: list[Any]) -> None:
+        """The per-value path's zero-date check: a present value that decodes to None (or TIMESTAMP's 0)."""
+        lay = self.layouts[i]
+        zero_ts = lay.kind.startswith("timestamp")
+        for o, v in zip(offs.tolist(), vals, strict=True):
+            if o >= 0 and (v is None or (zero_ts and self.codec.columns[i].convert_values([v]) == [None])):
+                typ = "DATE" if lay.kind == "date" else "TIMESTAMP" if zero_ts else "DATETIME"
+                value = "0000-00-00 00:00:00" if zero_ts else "zero or partial"
+                raise zero_date_error(self.shape.name, lay.name, typ, value)
+
+
+_ZERO_DATE_KINDS = ("date", "datetime", "datetime2", "timestamp", "timestamp2", "newdate")
 
 
 def _first_bad(codec: ColumnCodec, vals: list[Any]) -> Any:
@@ -1278,6 +1362,7 @@ class TableSpec:
 
     shape: TableSchema
     layouts: tuple[ColumnLayout, ...]
+    zero_dates: str = "null"  # the pipeline's `zero_dates` setting: "refuse" or "null"
 
 
 class _SliceTable:
@@ -1375,7 +1460,9 @@ def _decoder(spec: TableSpec, vectorize: bool) -> TableDecoder:
     if dec is None:
         if len(_DECODERS) > 256:
             _DECODERS.clear()
-        dec = _DECODERS[(spec, vectorize)] = TableDecoder(spec.shape, spec.layouts, vectorize=vectorize)
+        dec = _DECODERS[(spec, vectorize)] = TableDecoder(
+            spec.shape, spec.layouts, vectorize=vectorize, zero_dates=spec.zero_dates
+        )
     return dec
 
 

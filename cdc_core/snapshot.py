@@ -973,12 +973,26 @@ def _time_as_reader(v: dt.timedelta) -> dt.timedelta:
     return dt.timedelta(microseconds=us)
 
 
-def select_normaliser(col: SourceColumn) -> Callable[[Any], Any] | None:
+def select_normaliser(
+    col: SourceColumn, zero_dates: str = "null", table: str = "?", where: str = ""
+) -> Callable[[Any], Any] | None:
     """How a SELECT value (pymysql, session in UTC) becomes the binlog reader's value for `col`, or
-    None when they already agree. The type map (`cdc_core.types`) then lands both the same way."""
+    None when they already agree. The type map (`cdc_core.types`) then lands both the same way.
+
+    Zero and partial dates come back as text: `zero_dates="null"` lands them as NULL, "refuse" raises
+    UnsupportedType (`table` and `where` name the table and pipeline in the message)."""
     base = col.mysql_type.split("(", 1)[0].split(" ", 1)[0]
     if base in _ZERO_DATE_TYPES:
-        # Zero and partial dates come back as text; they land as NULL (the type map's rule).
+        if zero_dates == "refuse":
+
+            def refuse(v: Any) -> Any:
+                if v.__class__ is str:
+                    from cdc_core.rowdecode import zero_date_error
+
+                    raise zero_date_error(table, col.name, col.mysql_type, v, where)
+                return v
+
+            return refuse
         return lambda v: None if v.__class__ is str else v
     if base == "time":
         return lambda v: _time_as_reader(v) if v.__class__ is dt.timedelta else v
@@ -1003,6 +1017,7 @@ def read_chunk(
     on_rows: Callable[[int], None] | None = None,
     spec: ChunkSpec | None = None,
     first_ordinal: int = 1,
+    zero_dates: str = "null",
 ) -> Iterator[RowChange]:
     """The chunk's rows as RowChanges (op 'I', version = the watermark's), streamed in key order.
 
@@ -1024,7 +1039,12 @@ def read_chunk(
     where, args = render(chunk_predicate(cols, decode_key(spec.lower), decode_key(spec.upper)))
     sql = f"SELECT {select_list(table)} FROM {_qualified(table)} WHERE {where} ORDER BY {order_by(cols)}"
     names = table.column_names
-    norms = [(i, f) for i, c in enumerate(table.columns) if (f := select_normaliser(c)) is not None]
+    context = f"pipeline {plan.pipeline!r}: snapshot chunk {spec.chunk}: "
+    norms = [
+        (i, f)
+        for i, c in enumerate(table.columns)
+        if (f := select_normaliser(c, zero_dates, table.name, context)) is not None
+    ]
     version = spec.version
     commit_ts = spec.read_at
     conn = connect(params)
@@ -1267,7 +1287,8 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
             current[0] = spec.table
             n = 0
             for change in read_chunk(
-                p.source, plan, table, on_rows=on_rows, spec=spec, first_ordinal=done_rows[0] + 1
+                p.source, plan, table, on_rows=on_rows, spec=spec, first_ordinal=done_rows[0] + 1,
+                zero_dates=p.config.zero_dates,
             ):
                 n += 1
                 yield change

@@ -134,7 +134,7 @@ _UTC_EPOCH_AWARE = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 def _conv_timestamp(v: dt.datetime) -> dt.datetime | None:
     # A TIMESTAMP's binlog value is seconds since the epoch, and 0 is MySQL's zero value
     # '0000-00-00 00:00:00' (the type's range starts at 1970-01-01 00:00:01 UTC); the reader turns
-    # it into 1970-01-01 00:00:00. Zero dates land as NULL.
+    # it into 1970-01-01 00:00:00. Zero dates land as NULL (`zero_dates: null`; `refuse` stops before this).
     if v in (_UTC_EPOCH, _UTC_EPOCH_AWARE):
         return None
     return v
@@ -332,15 +332,18 @@ R_DECIMAL_WIDE = TypeRule(
 R_FLOAT = TypeRule("FLOAT", "float", "FLOAT", "4-byte IEEE, exact", ("float",))
 R_DOUBLE = TypeRule("DOUBLE", "double", "DOUBLE", "8-byte IEEE, exact", ("double",))
 R_DATE = TypeRule(
-    "DATE", "date32[day]", "DATE", "zero/partial dates (`0000-00-00`, `2024-00-10`) land as NULL", ("date",)
+    "DATE", "date32[day]", "DATE",
+    "zero/partial dates (`0000-00-00`, `2024-00-10`): refused, or NULL with `zero_dates: null`", ("date",),
 )
 R_DATETIME = TypeRule(
     "DATETIME(fsp)", "timestamp[us]", "TIMESTAMP_NTZ",
-    "wall-clock value as stored, no time zone; zero dates land as NULL", ("datetime", "datetime(6)"),
+    "wall-clock value as stored, no time zone; zero dates: refused, or NULL with `zero_dates: null`",
+    ("datetime", "datetime(6)"),
 )
 R_TIMESTAMP = TypeRule(
     "TIMESTAMP(fsp)", "timestamp[us, tz=UTC]", "TIMESTAMP",
-    "an instant (the binlog stores UTC seconds); zero value `0000-00-00 00:00:00` lands as NULL",
+    "an instant (the binlog stores UTC seconds); zero value `0000-00-00 00:00:00`: refused, or NULL with "
+    "`zero_dates: null`",
     ("timestamp", "timestamp(3)"),
 )
 R_TIME = TypeRule(

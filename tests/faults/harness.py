@@ -228,6 +228,9 @@ class Rig:
             "schedule": None,
             "retries": 1,
             "caps": self.caps,
+            # The workload writes zero and partial dates (workload.py): land them as NULL knowingly
+            # (the default, refuse, would fail the window; docs/type-map.md).
+            "zero_dates": "null",
             **overrides,
         }
         self.config_path.write_text(json.dumps({"pipelines": [pipeline]}, indent=2))

@@ -387,3 +387,11 @@ def test_models_are_immutable(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "pipelines:" + MINIMAL_PIPELINE.format(name="orders")))
     with pytest.raises(Exception, match="frozen"):
         cfg.pipeline("orders").lease_seconds = 1  # type: ignore[misc]
+
+
+def test_zero_dates_default_to_refuse_null_is_a_choice_and_anything_else_is_refused(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, one_pipeline(tmp_path))).pipeline("orders").zero_dates == "refuse"
+    chosen = load_config(write(tmp_path, one_pipeline(tmp_path, defaults="zero_dates: 'null'")))
+    assert chosen.pipeline("orders").zero_dates == "null"
+    err = load_error(tmp_path, one_pipeline(tmp_path, extra="zero_dates: keep"))
+    assert "zero_dates" in err and "refuse" in err and "null" in err

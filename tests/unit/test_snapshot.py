@@ -345,3 +345,15 @@ def test_a_request_puts_a_chunk_first() -> None:
     assert not snap.chunk_turn(state, cursor_seq=5)
     again = snap.with_requests(state, [snap.TableRequest("s.b")], now=3.0, by="cli")
     assert snap.chunk_turn(again, cursor_seq=5)
+
+
+def test_zero_dates_from_select_are_refused_when_the_pipeline_refuses_them() -> None:
+    from cdc_core.errors import UnsupportedType
+
+    norm = snap.select_normaliser(SourceColumn("d", "date"), "refuse", "shop.t", "pipeline 'p': ")
+    assert norm is not None and norm(dt.date(2024, 1, 1)) == dt.date(2024, 1, 1) and norm(None) is None
+    with pytest.raises(UnsupportedType) as err:
+        norm("2024-00-10")
+    msg = str(err.value)
+    assert "pipeline 'p'" in msg and "shop.t" in msg and "'d'" in msg and "2024-00-10" in msg
+    assert "zero_dates: null" in msg
