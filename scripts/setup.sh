@@ -16,7 +16,7 @@ VENV="$ROOT/.venv"
 LOGS="$ROOT/.local/setup"
 mkdir -p "$LOGS"
 
-APT_PACKAGES=(mariadb-server mariadb-client zookeeper libslf4j-java chromium chromium-driver)
+APT_PACKAGES=(mariadb-server mariadb-client zookeeper libslf4j-java chromium chromium-driver postgresql)
 
 log() { echo "setup: $*"; }
 now() { date +%s.%N; }

@@ -15,17 +15,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_cluster_support import Cluster, running_cluster
 
 from cdc_core import delta_state
 from cdc_core.naming import path_component
@@ -33,47 +32,12 @@ from cdc_core.naming import path_component
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "spark_cluster.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Cluster:
-    def __init__(self) -> None:
-        self.dir = ROOT / ".local" / f"spark-cluster-test-{uuid.uuid4().hex[:8]}"
-        self.port, self.ui = _free_port(), _free_port()
-        self.env = {**os.environ, "CDC_SPARK_CLUSTER_DIR": str(self.dir), "CDC_SPARK_MASTER_PORT": str(self.port),
-                    "CDC_SPARK_MASTER_UI_PORT": str(self.ui), "CDC_SPARK_WORKER_UI_PORT": str(_free_port()),
-                    "CDC_SPARK_WORKERS": "2", "CDC_SPARK_WORKER_CORES": "1", "CDC_SPARK_WORKER_MEMORY": "1g"}
-
-    def script(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=300,
-                              check=False)
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=10) as resp:
-            return dict(json.loads(resp.read()))
-
-    def worker_pid(self, i: int) -> int:
-        return int((self.dir / f"worker-{i}" / "pid").read_text())
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster()
-    started = c.script("start")
-    try:
-        assert started.returncode == 0, started.stderr[-3000:]
-        assert [w["state"] for w in c.state()["workers"]] == ["ALIVE", "ALIVE"]
+    with running_cluster() as c:
         yield c
-    finally:
-        stopped = c.script("stop")
-        assert stopped.returncode == 0, stopped.stderr[-3000:]
-        assert "running" not in c.script("status").stdout
 
 
 @pytest.fixture
@@ -96,8 +60,7 @@ def pipeline(services: Any, source_db: str, zk_root: str, tmp_path: Path, cluste
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [cfg]}))
     env = {**os.environ, "AIRFLOW_CONN_CDC_SOURCE_CLUSTER": json.dumps(conn),
-           "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
-                                                     "port": cluster.port})}
+           "AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection}
     return {"name": name, "config": str(config), "env": env, "db": source_db,
             "table": str(tmp_path / "lake" / path_component(source_db) / "t")}
 
@@ -133,11 +96,6 @@ def write(services: Any, db: str, *statements: str) -> None:
     conn.close()
 
 
-def apps(cluster: Cluster) -> list[str]:
-    s = cluster.state()
-    return [a["name"] for a in s.get("completedapps", []) + s.get("activeapps", [])]
-
-
 def test_run_and_maintain_submit_to_the_cluster_and_land_exactly(
     services: Any, cluster: Cluster, pipeline: dict[str, Any]
 ) -> None:
@@ -147,13 +105,13 @@ def test_run_and_maintain_submit_to_the_cluster_and_land_exactly(
     ran = cdc(p, "run", p["name"])
     assert ran.returncode == 0, ran.stderr[-4000:]
     assert f"master=spark://127.0.0.1:{cluster.port}" in ran.stderr
-    assert any(a.startswith(f"cdc-merge-{p['name']}-") for a in apps(cluster)), apps(cluster)
+    assert any(a.startswith(f"cdc-merge-{p['name']}-") for a in cluster.apps()), cluster.apps()
     assert lake_rows(p) == source_rows(services, db)
 
-    before = len(apps(cluster))
+    before = len(cluster.apps())
     maintained = cdc(p, "maintain", p["name"])
     assert maintained.returncode == 0, maintained.stderr[-4000:]
-    assert len(apps(cluster)) == before + 1, apps(cluster)  # the maintenance job ran on the cluster too
+    assert len(cluster.apps()) == before + 1, cluster.apps()  # the maintenance job ran on the cluster too
     assert lake_rows(p) == source_rows(services, db)
 
 

@@ -99,8 +99,10 @@ class RealAirflow:
 
 
 @contextmanager
-def real_airflow(extra_env: dict[str, str]) -> Iterator[RealAirflow]:
-    """API server + scheduler + DAG processor on a fresh AIRFLOW_HOME under .local/; stopped by PID."""
+def real_airflow(extra_env: dict[str, str], *, triggerer: bool = False) -> Iterator[RealAirflow]:
+    """API server + scheduler + DAG processor (+ triggerer) on a fresh AIRFLOW_HOME under .local/; stopped by
+    PID. `extra_env` goes last: it may replace the metadata DB (AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) and the
+    executor."""
     home = ROOT / ".local" / f"airflow-real-test-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = airflow_env(home, {"CDC_AIRFLOW_PORT": str(port)})
@@ -116,6 +118,7 @@ def real_airflow(extra_env: dict[str, str]) -> Iterator[RealAirflow]:
             ("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]),
             ("scheduler", ["scheduler"]),
             ("dag-processor", ["dag-processor"]),
+            *([("triggerer", ["triggerer"])] if triggerer else []),
         ):
             with (logs / f"{name}.log").open("wb") as out:
                 procs[name] = subprocess.Popen(
