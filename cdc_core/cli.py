@@ -357,10 +357,11 @@ def versions(  # noqa: PLR0917 - one parameter per click option
 
     Reads only the lake (<lake_root>/_cdc.meta/<pipeline>/checkpoints): no ZooKeeper, no source.
     """
-    from cdc_core import lake_versions
+    from cdc_core import lake_versions, object_store
     from cdc_core.config import parse_utc_timestamp
 
     cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    object_store.activate(object_store.for_pipeline(cfg))  # the lake may be on s3://
     at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
     cut = lake_versions.load_cut(str(cfg.lake_root), pipeline, window=window, as_of=at)
     picked = cut.pick(tables)

@@ -282,6 +282,19 @@ class SparkConfig(_Model):
         return v
 
 
+class ObjectStoreConfig(_Model):
+    # An Airflow connection of type aws (login = access key id, password = secret, extra = endpoint_url,
+    # region_name) for s3:// staging and lake roots; None: the libraries' default chains (env, instance role).
+    conn_id: str | None = None
+
+    @field_validator("conn_id")
+    @classmethod
+    def _conn_id(cls, v: str | None) -> str | None:
+        if v is not None and not _CONN_ID_RE.match(v):
+            raise ValueError("must be an Airflow connection id (letters, digits, _ . -)")
+        return v
+
+
 class CapsConfig(_Model):
     """Upper bounds for one window (same fields as `window_plan.WindowCaps`)."""
 
@@ -356,6 +369,7 @@ class PipelineSettings(_Model):
     lease_seconds: int = Field(default=600, gt=0)
     staging_root: str = ".local/staging"
     lake_root: str = ".local/lake"
+    object_store: ObjectStoreConfig = Field(default_factory=ObjectStoreConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     caps: CapsConfig = Field(default_factory=CapsConfig)
     schedule: str | None = "*/10 * * * *"  # cron, an Airflow preset (@hourly), or null for manual runs only

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from cdc_core.errors import ConfigError
 
 DEFAULT_PORTS = {"mysql": 3306, "mariadb": 3306}
+HOSTLESS_TYPES = ("aws",)  # an object store's connection: the endpoint (if any) lives in its extra
 _JSON_KEYS = ("conn_type", "host", "port", "login", "password", "schema", "extra", "description")
 _JSON_EXAMPLE = '{"conn_type":"mysql","host":"db1","port":3306,"login":"cdc","password":"..."}'
 _JSON_WRONG_NAMES = {"user": "login", "username": "login", "database": "schema", "type": "conn_type"}
@@ -84,7 +85,7 @@ class ConnectionInfo:
         """Build from Airflow connection fields (also used by the DAG glue with an Airflow Connection)."""
         where = where or f"connection {conn_id!r}"
         port_given = port not in (None, "")
-        if not host:
+        if not host and (conn_type or "").lower() not in HOSTLESS_TYPES:
             raise ConfigError(f"{where} has no host; set 'host' in the connection")
         if port in (None, ""):
             port = DEFAULT_PORTS.get((conn_type or "").lower(), 3306)
@@ -103,7 +104,7 @@ class ConnectionInfo:
             raise ConfigError(f"{where}: 'extra' must be a JSON object")
         return cls(
             conn_id=conn_id,
-            host=str(host),
+            host=str(host or ""),
             port=port_num,
             user=login or None,
             password=password if password not in ("", None) else None,

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from cdc_core import object_store
 from cdc_core.errors import LakeError
 
 # Commit files, checkpoints (classic, multi-part, v2) and compacted commit ranges: any one of them
@@ -61,8 +62,14 @@ def _local_log_present(table_uri: str, path: Path) -> bool:
     return any(_LOG_ENTRY_RE.match(name) for name in entries)
 
 
+def storage_options_for(table_uri: str, given: dict[str, str] | None) -> dict[str, str] | None:
+    """The caller's options, else the process's object-store credentials for s3 URLs (cdc_core.object_store)."""
+    return given if given is not None else object_store.delta_rs_options(table_uri)
+
+
 def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The latest snapshot of the table, None when there is no table at `table_uri`."""
+    storage_options = storage_options_for(table_uri, storage_options)
     local = _local_path(table_uri)
     if local is not None and not _local_log_present(table_uri, local):
         return None

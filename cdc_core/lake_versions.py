@@ -177,6 +177,7 @@ def write_window(
     from cdc_core import delta_state
 
     uri = checkpoints_uri(lake_root, pipeline)
+    storage_options = delta_state.storage_options_for(uri, storage_options)
     app = app_id(pipeline)
     target: Any = uri
     if delta_state.table_exists(uri, storage_options=storage_options):
@@ -222,6 +223,7 @@ def maintain(
     from cdc_core import delta_state
 
     uri = checkpoints_uri(lake_root, pipeline)
+    storage_options = delta_state.storage_options_for(uri, storage_options)
     if not delta_state.table_exists(uri, storage_options=storage_options):
         return {"uri": uri, "exists": False}
     try:
@@ -420,13 +422,15 @@ def check_version(cut: Cut, name: str, *, storage_options: dict[str, str] | None
     naming the retention to raise. Data files removed by VACUUM show only when the rows are read."""
     from deltalake import DeltaTable
 
+    from cdc_core import delta_state
+
     (t,) = cut.pick([name])
     if t.version is None:
         raise LakeError(
             f"pipeline {cut.pipeline!r}: {name} had no Delta table at {t.uri} when window {cut.seq} was acked"
         )
     try:
-        DeltaTable(t.uri, version=t.version, storage_options=storage_options)
+        DeltaTable(t.uri, version=t.version, storage_options=delta_state.storage_options_for(t.uri, storage_options))
     except Exception as e:
         raise LakeError(retention_hint(cut, t, _classify(e) or "log") + f" [{type(e).__name__}: {e}]") from None
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, holders, lake_registry, retention, snapshot, staging, windows
+from cdc_core import delta_state, faults, holders, lake_registry, object_store, retention, snapshot, staging, windows
 from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
@@ -51,7 +51,7 @@ from cdc_core.source import (
     describe_tables,
     inspect_source,
 )
-from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, resolve_spark_master, spark_confs, spark_env
+from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, resolve_spark_master, s3a_jars, spark_confs, spark_env
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
@@ -80,11 +80,25 @@ class Pipeline:
     _client: Any = None
     _facts: SourceFacts | None = field(default=None, repr=False)
     _privileges_checked: bool = field(default=False, repr=False)
+    # The object store's credentials (`object_store.conn_id`), None for local roots or ambient credentials.
+    store: object_store.S3Credentials | None = field(default=None, repr=False)
 
     # ---------------------------------------------------------------------------------- lifecycle
 
     @classmethod
-    def from_config(cls, config: PipelineConfig, source: SourceParams, zk_client: Any = None) -> Pipeline:
+    def from_config(
+        cls,
+        config: PipelineConfig,
+        source: SourceParams,
+        zk_client: Any = None,
+        *,
+        store: object_store.S3Credentials | None = None,
+    ) -> Pipeline:
+        """`store`: the object store's credentials as the caller resolved them (the Airflow glue through
+        Airflow); by default `object_store.conn_id` is looked up in the environment, as the source's is."""
+        if store is None:
+            store = object_store.for_pipeline(config)
+        object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
         owns = zk_client is None
         if owns:
             auth = None
@@ -99,7 +113,9 @@ class Pipeline:
                 auth = (user, password)
             zk_client = make_zk_client(config.zookeeper.hosts, auth=auth)
         coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
-        return cls(config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client)
+        return cls(
+            config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store
+        )
 
     def close(self) -> None:
         self.coordinator.close()  # stop listening first: closing our own session is not a lost session
@@ -487,9 +503,19 @@ class Pipeline:
         return {"CDC_ZK_AUTH": f"digest:{value}"} if value else {}
 
     def spark_job_env(self) -> dict[str, str]:
-        """The environment of this pipeline's Spark jobs (merge and maintenance): one function, credential
+        """The environment of this pipeline's Spark jobs (merge and maintenance): one function, credentials
         included when configured (cdc_core.spark_conf.spark_env)."""
-        return {**os.environ, **spark_env(self.zk_auth())}
+        return {**os.environ, **spark_env(self.zk_auth(), store=self.store)}
+
+    def uses_object_store(self) -> bool:
+        return object_store.is_s3(self.staging_root) or object_store.is_s3(self.lake_root)
+
+    def secrets(self) -> list[str]:
+        """Values that must never reach a command line, a log line or a page (source, ZooKeeper, object store)."""
+        found = [self.source.password, (self.zk_auth() or "").partition(":")[2]]
+        if self.store is not None:
+            found += self.store.secrets
+        return [s for s in found if s]
 
     def spark_master(self) -> str:
         """The --master of this pipeline's Spark connection (`spark.conn_id`), as the DAG's operator uses."""
@@ -497,12 +523,14 @@ class Pipeline:
 
     def spark_conf(self) -> dict[str, str]:
         extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
+        if self.uses_object_store():
+            extra = {**object_store.spark_confs(self.store), **extra}  # the user's spark.conf wins
         confs = spark_confs(self.config.spark.shuffle_partitions, extra)
         confs.pop("spark.jars", None)  # passed separately as --jars
         return confs
 
     def spark_jars(self) -> str:
-        return ",".join(delta_jars())
+        return ",".join(delta_jars() + (s3a_jars() if self.uses_object_store() else []))
 
     def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str | None = None) -> list[str]:
         """The same command SparkSubmitOperator builds, for the CLI (a test can assert it); the master is the

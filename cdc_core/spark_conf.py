@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cdc_core.connections import ConnectionInfo, env_var_name, lookup_connection
 from cdc_core.errors import ConfigError
+from cdc_core.object_store import S3Credentials
 
 log = logging.getLogger("cdc.spark")
 
@@ -31,6 +32,22 @@ def delta_jars() -> list[str]:
         raise ConfigError(
             f"Delta jars not found in {ivy_dir() / 'jars'}: run scripts/fetch_jars.sh once "
             "(it resolves io.delta:delta-spark from Maven Central into that cache)"
+        )
+    return jars
+
+
+def s3a_ivy_dir() -> Path:
+    return Path(os.environ.get("CDC_S3A_IVY_DIR", PROJECT_ROOT / ".cache" / "ivy-s3a"))
+
+
+def s3a_jars() -> list[str]:
+    """Hadoop's S3A connector (hadoop-aws matching pyspark's bundled Hadoop, and the AWS SDK bundle), kept
+    apart from the Delta jars so only pipelines on an object store put its 700 MB on their classpath."""
+    jars = sorted(str(p) for p in (s3a_ivy_dir() / "jars").glob("*.jar"))
+    if not any("hadoop-aws" in Path(j).name for j in jars):
+        raise ConfigError(
+            f"the S3A jars are not in {s3a_ivy_dir() / 'jars'} (a staging or lake root is s3://): run "
+            "scripts/fetch_jars.sh once (it resolves org.apache.hadoop:hadoop-aws from Maven Central into that cache)"
         )
     return jars
 
@@ -109,12 +126,14 @@ def spark_env(
     python: str | None = None,
     path: str | None = None,
     environ: Mapping[str, str] | None = None,
+    store: S3Credentials | None = None,
 ) -> dict[str, str]:
     """The environment of every Spark job (merge and maintenance; CLI and Airflow operators alike):
     the venv's interpreter for PySpark and its bin/ first on PATH; the ZooKeeper credential the job's fence
     check needs as CDC_ZK_AUTH=digest:<user:password> when `zk_auth` is given (the environment, never the
     command line; callers never log it); SPARK_LOCAL_IP only when the caller's environment sets it (the
-    local setup does; a production driver must advertise its real address to executors on other hosts)."""
+    local setup does; a production driver must advertise its real address to executors on other hosts); the
+    object store's credentials in the AWS SDK's variables when `store` is given (cdc_core.object_store)."""
     environ = os.environ if environ is None else environ
     python = python or sys.executable
     venv_bin = str(Path(python).parent)
@@ -126,4 +145,6 @@ def spark_env(
         env[LOCAL_IP_ENV] = environ[LOCAL_IP_ENV]
     if zk_auth:
         env[ZK_AUTH_ENV] = f"digest:{zk_auth}"
+    if store is not None:
+        env.update(store.job_env())
     return env

@@ -4,7 +4,9 @@
 #      ChromeDriver (browser tests). Skipped when all are installed, or with CDC_SKIP_APT=1.
 #   2. .venv (Python 3.11) with `pip install -e '.[dev]'`. Skipped while a stamp matching the hash of
 #      pyproject.toml exists and the venv's package points at this checkout.
-#   3. The Delta Lake jars into .cache/ivy (scripts/fetch_jars.sh; cached after the first run).
+#   3. The Delta Lake jars into .cache/ivy and Hadoop's S3A connector into .cache/ivy-s3a
+#      (scripts/fetch_jars.sh), and S3Proxy into .cache/jars (scripts/object_store.sh fetch); all from Maven
+#      Central, cached after the first run.
 # Works from a fresh `git clone`. Each step prints how long it took.
 #
 #   scripts/setup.sh            PYTHON=/path/to/python3.11 scripts/setup.sh
@@ -108,5 +110,6 @@ fi
 # ------------------------------------------------------------------------------- 3. Delta jars
 t=$(now)
 PYTHON="$VENV/bin/python" "$ROOT/scripts/fetch_jars.sh"
+"$ROOT/scripts/object_store.sh" fetch
 log "jars: ready ($(took "$t"))"
 log "done. Use: export PATH=$VENV/bin:\$PATH SPARK_LOCAL_IP=127.0.0.1"

@@ -1295,6 +1295,7 @@ def build_session(app_name: str) -> SparkSession:
     """The spark-submit session, with the project's defaults for any conf the submitter did not set."""
     from pyspark import SparkConf
 
+    from cdc_core import object_store
     from cdc_core.spark_conf import spark_confs
 
     submitted = SparkConf()
@@ -1302,6 +1303,10 @@ def build_session(app_name: str) -> SparkSession:
         defaults = spark_confs()
     except ConfigError:  # jars supplied another way (e.g. --packages on a cluster)
         defaults = {}
+    # The object store's credentials arrive in the environment (never the command line): this process's
+    # fsspec and delta-rs use them, and the session's s3a confs carry them to executors on other hosts.
+    object_store.activate(object_store.from_env(os.environ))
+    defaults.update(object_store.session_confs_from_env(os.environ))
     builder = SparkSession.builder.appName(app_name)
     for k, v in defaults.items():
         if k != "spark.jars" and not submitted.contains(k):

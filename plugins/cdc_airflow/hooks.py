@@ -21,11 +21,12 @@ from cdc_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from cdc_core.config import PipelineConfig
+    from cdc_core.object_store import S3Credentials
     from cdc_core.pipeline import Pipeline
     from cdc_core.source import SourceParams
 
 
-def connection_info(conn_id: str) -> ConnectionInfo:
+def connection_info(conn_id: str, role: str = "source.conn_id", conn_type: str = "mysql") -> ConnectionInfo:
     """The Airflow connection `conn_id` as a `ConnectionInfo` (its repr hides the password)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
@@ -34,8 +35,8 @@ def connection_info(conn_id: str) -> ConnectionInfo:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         raise ConfigError(
-            f"Airflow connection {conn_id!r} (source.conn_id) is not defined; create it in the Airflow UI "
-            f"(Admin > Connections, type mysql) or set AIRFLOW_CONN_{conn_id.upper()} to its JSON or URI form"
+            f"Airflow connection {conn_id!r} ({role}) is not defined; create it in the Airflow UI "
+            f"(Admin > Connections, type {conn_type}) or set AIRFLOW_CONN_{conn_id.upper()} to its JSON or URI form"
         ) from None
     return ConnectionInfo.from_fields(
         conn_id,
@@ -62,6 +63,21 @@ def source_params_from_connection(conn_id: str) -> SourceParams:
     return source_params_from_info(connection_info(conn_id))
 
 
+def object_store_from_connection(pc: PipelineConfig) -> S3Credentials | None:
+    """The object store's credentials from the Airflow connection `object_store.conn_id` names (None when
+    unset), registered with Airflow's log masker."""
+    from airflow.sdk.log import mask_secret
+
+    from cdc_core import object_store
+
+    if not pc.object_store.conn_id:
+        return None
+    creds = object_store.from_connection(connection_info(pc.object_store.conn_id, "object_store.conn_id", "aws"))
+    for secret in creds.secrets:
+        mask_secret(secret)
+    return creds
+
+
 def check_zookeeper_auth(pc: PipelineConfig, environ: dict[str, str] | None = None) -> None:
     """Fail early, naming the variable, when `zookeeper.auth_env` is configured but not set."""
     name = pc.zookeeper.auth_env
@@ -81,11 +97,13 @@ def pipeline_config(name: str) -> PipelineConfig:
     return load_config().pipeline(name)
 
 
-def secrets_of(pc: PipelineConfig, source: Any) -> list[str]:
+def secrets_of(pc: PipelineConfig, source: Any, store: S3Credentials | None = None) -> list[str]:
     """Values that must never appear in a command line, a log line or the monitor page."""
     found = [getattr(source, "password", None)]
     if pc.zookeeper.auth_env:
         found.append(os.environ.get(pc.zookeeper.auth_env, "").partition(":")[2])
+    if store is not None:
+        found += store.secrets
     return [s for s in found if s]
 
 
@@ -96,7 +114,9 @@ def open_pipeline(name: str) -> Iterator[Pipeline]:
 
     pc = pipeline_config(name)
     check_zookeeper_auth(pc)
-    p = Pipeline.from_config(pc, source_params_from_connection(pc.source.conn_id))
+    p = Pipeline.from_config(
+        pc, source_params_from_connection(pc.source.conn_id), store=object_store_from_connection(pc)
+    )
     try:
         yield p
     finally:

@@ -88,7 +88,7 @@ class CdcMaintenanceOperator(SparkSubmitOperator):
             report_uri = housekeeping.report_uri(p, grant, started)
             args = housekeeping.maintenance_application_args(p, grant, tables, report_uri)
             conf = {str(k): str(v) for k, v in p.spark_conf().items()}
-            secrets = secrets_of(p.config, p.source)
+            secrets = secrets_of(p.config, p.source, p.store)
             if any(s and any(s in a for a in (*args, *conf.values())) for s in secrets):
                 raise AirflowFailException(
                     f"pipeline {self.pipeline!r}: the maintenance job's arguments or Spark confs contain a credential"
@@ -105,7 +105,7 @@ class CdcMaintenanceOperator(SparkSubmitOperator):
                 self.application_args = args
                 self.jars = jars
                 self.conf = conf
-                self.env_vars = spark_submit_env(sys.executable, os.environ.get("PATH", ""), zk_auth)
+                self.env_vars = spark_submit_env(sys.executable, os.environ.get("PATH", ""), zk_auth, store=p.store)
                 self.name = f"cdc-maintain-{self.pipeline}"
                 self._hook = None
                 self.log.info("maintenance.submit pipeline=%s tables=%s", self.pipeline, len(tables))

@@ -52,7 +52,12 @@ def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
 
 def pipeline_status(pc: Any) -> dict[str, Any]:
     """`Pipeline.status()` for one configured pipeline, plus its configuration summary; never raises."""
-    from cdc_airflow.hooks import check_zookeeper_auth, secrets_of, source_params_from_connection
+    from cdc_airflow.hooks import (
+        check_zookeeper_auth,
+        object_store_from_connection,
+        secrets_of,
+        source_params_from_connection,
+    )
 
     summary = {
         "schedule": pc.schedule,
@@ -67,10 +72,12 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
     try:
         source = source_params_from_connection(pc.source.conn_id)
         secrets = secrets_of(pc, source)
+        store = object_store_from_connection(pc)
+        secrets = secrets_of(pc, source, store)
         check_zookeeper_auth(pc)
         from cdc_core.pipeline import Pipeline
 
-        with Pipeline.from_config(pc, source) as p:
+        with Pipeline.from_config(pc, source, store=store) as p:
             status = dict(p.status())
     except Exception as e:  # one broken pipeline must not take the page down
         status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}

@@ -53,16 +53,21 @@ class MergeSubmit:
 
 
 def spark_submit_env(
-    python: str, path: str, zk_auth: str | None = None, environ: Mapping[str, str] | None = None
+    python: str,
+    path: str,
+    zk_auth: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    store: Any = None,
 ) -> dict[str, str]:
     """Pure given `environ`: the Spark job's environment, the same function as the CLI's
     (cdc_core.spark_conf.spark_env): the venv's interpreter for PySpark and its bin/ first on PATH,
-    CDC_ZK_AUTH when configured, SPARK_LOCAL_IP only when the worker's environment sets it.
+    CDC_ZK_AUTH when configured, SPARK_LOCAL_IP only when the worker's environment sets it, the object
+    store's credentials (AWS_* variables) when the pipeline has them.
 
     SparkSubmitOperator runs plain `spark-submit` from PATH (the hook merges these into a copy of the
     worker's environment), so the venv that has pyspark must come first.
     """
-    return spark_env(zk_auth, python=python, path=path, environ=environ)
+    return spark_env(zk_auth, python=python, path=path, environ=environ, store=store)
 
 
 def build_merge_submit(
@@ -91,7 +96,7 @@ def build_merge_submit(
         application_args=args,
         jars=p.spark_jars(),
         conf=conf,
-        env_vars=spark_submit_env(python, path, zk_auth, environ),
+        env_vars=spark_submit_env(python, path, zk_auth, environ, store=getattr(p, "store", None)),
         name=f"cdc-merge-{p.name}-{seq}",
     )
 
@@ -164,7 +169,7 @@ class CdcMergeOperator(SparkSubmitOperator):
                 application=str(MERGE_JOB),
                 python=sys.executable,
                 path=os.environ.get("PATH", ""),
-                secrets=secrets_of(p.config, p.source),
+                secrets=secrets_of(p.config, p.source, p.store),
                 zk_auth=zk_auth,
             )
         self.log.info(
