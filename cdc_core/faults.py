@@ -52,6 +52,8 @@ def point(name: str) -> None:
             return
         marker.write_text(" ".join(sorted(fired | {name})))
     if os.environ.get("CDC_FAULT_ACTION") == "stop":
+        if once:  # who to resume or kill (a process title may hide its environment, e.g. Airflow's workers)
+            Path(f"{once}.{name}.pid").write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGSTOP)  # returns once someone sends SIGCONT
         return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -73,6 +74,7 @@ def running_object_store() -> Iterator[ObjectStore]:
         yield store
     finally:
         store.stop()
+        shutil.rmtree(store.dir, ignore_errors=True)
 
 
 def fs_for(store: ObjectStore) -> Any:

@@ -1,5 +1,6 @@
 """A Spark standalone cluster for tests (scripts/spark_cluster.sh on free loopback ports, its own directory
-under .local/, stopped by PID): used by tests/cluster (the CLI) and tests/e2e/test_cluster_dag.py (the DAG)."""
+under .local/, stopped by PID): used by tests/cluster (the CLI) and tests/e2e/test_production_airflow.py (the DAG
+under a real scheduler)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,23 @@
-"""The production Airflow shape (issue 20 §3): PostgreSQL (Debian's package, scripts/postgres.sh) as the metadata
-database, LocalExecutor, and the API server, scheduler, DAG processor and triggerer as separate processes
-(tests/e2e/real_airflow.py). The pipeline DAG is unpaused and its scheduled run is created and run by the
-scheduler itself. Its merge is made to fail (the fault point `mid_merge` SIGKILLs the Spark driver after the
-first of two tables committed, once): the run fails, the cursor does not move. The operator's retry is a
-"Clear": once of the failed task through the REST API, once of the failed run in the real UI (Playwright
-driving Debian's Chromium clicks Clear and confirms). Each time the run then succeeds, the window is acked
-once, and every Delta table equals its source.
+"""The production shape, one full cycle (issue 20 §3 and §4): a real Airflow deployment runs the pipeline on a
+Spark standalone cluster with staging and lake on an S3-compatible object store, through the faults that cross
+process boundaries, and the lake ends equal to the source with every window acked once.
+
+- Airflow: PostgreSQL (Debian's package, scripts/postgres.sh) as the metadata database, LocalExecutor, and the
+  API server, scheduler, DAG processor and triggerer as separate processes (tests/e2e/real_airflow.py). The
+  pipeline DAG is unpaused; its scheduled run is created and run by the scheduler itself.
+- Spark: a master and two workers (scripts/spark_cluster.sh); the DAG's SparkSubmitOperator submits there.
+- Object store: S3Proxy (scripts/object_store.sh); credentials only in the aws-type Airflow connection.
+
+Faults (fault points armed with CDC_FAULT_ACTION=stop: the process freezes itself, the test acts, then
+resumes or kills it):
+1. The stage task is frozen after its window is staged; the object store is restarted; the task resumes.
+2. The merge's driver (the Python driver and its spark-submit JVM) is SIGKILLed after its first table
+   committed: the merge task fails, the run fails, the cursor does not move.
+3. The operator clears the failed task through the REST API; while the retried merge runs on the cluster, a
+   worker (and its executor) is SIGKILLed. Whatever Spark does (re-runs the lost tasks, or fails the job and
+   the operator clears again), the window lands once.
+4. New changes, the driver killed again mid-merge, and the failed run cleared in the real UI (Playwright
+   driving Debian's Chromium clicks Clear and confirms).
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,9 +34,12 @@ from typing import Any
 
 import pytest
 from e2e_support import ROOT, binlog_position, sql
+from object_store_support import ObjectStore, running_object_store
 from real_airflow import RealAirflow, free_port, real_airflow
+from spark_cluster_support import Cluster, running_cluster
 
-from cdc_core import delta_state
+from cdc_core import delta_state, object_store
+from cdc_core.connections import parse_connection
 from cdc_core.naming import path_component
 
 pytestmark = pytest.mark.e2e
@@ -64,13 +80,13 @@ def _task_states(airflow: RealAirflow, dag_id: str, run_id: str) -> dict[str, st
     return {t["task_id"]: t["state"] for t in body["task_instances"]}
 
 
-def _lake_equals_source(services: Any, db: str, lake: Path) -> None:
+def _lake_equals_source(services: Any, db: str, lake: str) -> None:
     conn = services.root_connect(db)
     for table in TABLES:
         with conn.cursor() as cur:
             cur.execute(f"SELECT id, v FROM {table} ORDER BY id")
             want = [tuple(r) for r in cur.fetchall()]
-        uri = str(lake / path_component(db) / path_component(table))
+        uri = f"{lake}/{path_component(db)}/{path_component(table)}"
         got = sorted((r["id"], r["v"]) for r in delta_state.read_rows(uri, columns=["id", "v"]).to_pylist())
         assert got == want, table
     conn.close()
@@ -116,13 +132,64 @@ def _clear_in_the_ui(airflow: RealAirflow, dag_id: str, run_id: str, shots: Path
             browser.close()
 
 
-def test_a_failed_merge_is_cleared_by_the_operator_and_lands_once(
-    services: Any, source_db: str, zk_root: str, tmp_path: Path, postgres: str
+def _wait_frozen(airflow: RealAirflow, marker: Path, point: str) -> int:
+    """The PID of the process the fault point froze (SIGSTOP); it wrote it next to the marker."""
+    pidfile = Path(f"{marker}.{point}.pid")
+
+    def frozen() -> int | None:
+        if not pidfile.exists():
+            return None
+        pid = int(pidfile.read_text())
+        return pid if "\nState:\tT" in Path(f"/proc/{pid}/status").read_text() else None
+
+    pid = int(airflow.wait(f"a process frozen at {point}", frozen, 600))
+    pidfile.unlink()
+    return pid
+
+
+def _kill_driver(pid: int) -> None:
+    """SIGKILL the merge's driver: the Python driver the fault froze and the spark-submit JVM that runs it."""
+    parent = int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if line.startswith("PPid:")))
+    jvm = "SparkSubmit" in Path(f"/proc/{parent}/cmdline").read_bytes().decode(errors="replace")
+    os.kill(pid, signal.SIGKILL)
+    if jvm:
+        os.kill(parent, signal.SIGKILL)
+
+
+def _kill_worker_when_merging(airflow: RealAirflow, cluster: Cluster, dag_id: str, run_id: str) -> None:
+    """SIGKILL worker 1 (and the executor it launched) once the retried merge job has planned its tables, i.e.
+    while it merges: the task log of the merge's newest attempt shows the job's `merge.plan` line."""
+    task_dir = airflow.logs.parent / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=merge_window"
+
+    def merging() -> bool:
+        attempts = sorted(task_dir.glob("attempt=*.log"), key=lambda f: int(f.stem.split("=")[1]))
+        return len(attempts) >= 2 and "event=merge.plan" in attempts[-1].read_text(errors="replace")
+
+    airflow.wait("the retried merge plans its tables on the cluster", merging, 600)
+    os.killpg(cluster.worker_pid(1), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with running_cluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[ObjectStore]:
+    with running_object_store() as s:
+        yield s
+
+
+def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, postgres: str, cluster: Cluster,
+    store: ObjectStore,
 ) -> None:
     name = "prod_" + uuid.uuid4().hex[:6]
     db = source_db
-    lake = tmp_path / "lake"
-    fired = tmp_path / "fault-fired"
+    lake = store.url(name, "lake")
+    marker = tmp_path / "fault-fired"
     conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
             "login": services.mysql_user, "password": services.mysql_password}
     config = tmp_path / "pipelines.yaml"
@@ -130,15 +197,18 @@ def test_a_failed_merge_is_cleared_by_the_operator_and_lands_once(
         "name": name, "source": {"conn_id": "cdc_source_prod"}, "tables": {"include": [f"{db}.*"]},
         "start": binlog_position(services), "snapshot": {"on_start": False},
         "zookeeper": {"hosts": services.zk_hosts, "root": zk_root}, "lease_seconds": 300,
-        "staging_root": str(tmp_path / "staging"), "lake_root": str(lake),
-        "schedule": "@daily", "retries": 0, "spark": {"merge_parallelism": 1},
+        "staging_root": store.url(name, "staging"), "lake_root": lake, "object_store": {"conn_id": "cdc_s3"},
+        "schedule": "@daily", "retries": 0,
+        "spark": {"conn_id": "spark_cluster", "merge_parallelism": 1,
+                  "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
     }]}))
     sql(services, db, *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))" for t in TABLES),
-        *(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c')" for t in TABLES))
+        *(f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_20000" for t in TABLES))
     env = {"CDC_CONFIG": str(config), "AIRFLOW_CONN_CDC_SOURCE_PROD": json.dumps(conn),
+           "AIRFLOW_CONN_CDC_S3": store.connection, "AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection,
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-           # The merge's driver SIGKILLs itself after its first table, once per arming of the marker file.
-           "CDC_FAULT": "mid_merge", "CDC_FAULT_ONCE": str(fired)}
+           "CDC_FAULT": "after_stage,mid_merge", "CDC_FAULT_ACTION": "stop", "CDC_FAULT_ONCE": str(marker)}
+    object_store.activate(object_store.from_connection(parse_connection("cdc_s3", store.connection)))
     dag_id = f"cdc_{name}"
 
     with real_airflow(env, triggerer=True) as airflow:
@@ -147,34 +217,55 @@ def test_a_failed_merge_is_cleared_by_the_operator_and_lands_once(
         status, body = airflow.api(f"dags/{dag_id}", {"is_paused": False}, method="PATCH")
         assert status == 200, body
 
-        # 1. The scheduler creates and runs the scheduled run; its merge dies half-way.
+        # 1. The scheduler creates and runs the scheduled run; the store restarts between stage and merge.
         runs = airflow.wait("the scheduler creates the scheduled run",
                             lambda: [r for r in airflow.runs(dag_id) if r["run_type"] == "scheduled"], 300)
         run_id = runs[0]["dag_run_id"]
+        stage = _wait_frozen(airflow, marker, "after_stage")
+        store.stop()
+        store.start()
+        os.kill(stage, signal.SIGCONT)
+
+        # 2. The merge's driver is killed half-way: the run fails, nothing is acked.
+        _kill_driver(_wait_frozen(airflow, marker, "mid_merge"))
         assert _finished(airflow, dag_id, run_id) == "failed"
         assert _task_states(airflow, dag_id, run_id)["merge_window"] == "failed"
-        assert fired.read_text().split() == ["mid_merge"]
-        assert _cursor_seq(config, name, env) in (None, 0)  # nothing acked
+        assert _cursor_seq(config, name, env) in (None, 0)
 
-        # Clear through the REST API, as an operator's script would.
+        # 3. Cleared through the REST API; a worker dies while the retried merge runs.
         status, body = airflow.api(f"dags/{dag_id}/clearTaskInstances", {
             "dry_run": False, "dag_run_id": run_id, "task_ids": ["merge_window"], "only_failed": False,
             "reset_dag_runs": True, "include_downstream": True})
         assert status == 200, body
+        _kill_worker_when_merging(airflow, cluster, dag_id, run_id)
+        if _finished(airflow, dag_id, run_id) == "failed":  # Spark gave up with the executor: clear again
+            status, body = airflow.api(f"dags/{dag_id}/clearTaskInstances", {
+                "dry_run": False, "dag_run_id": run_id, "task_ids": ["merge_window"], "only_failed": True,
+                "reset_dag_runs": True, "include_downstream": True})
+            assert status == 200, body
         assert _finished(airflow, dag_id, run_id) == "success", _task_states(airflow, dag_id, run_id)
         assert _cursor_seq(config, name, env) == 1
         _lake_equals_source(services, db, lake)
+        restarted = cluster.script("start")  # the killed worker back
+        assert restarted.returncode == 0, restarted.stderr[-3000:]
 
-        # 2. Again, cleared in the UI: new changes, the fault armed again, a run triggered like the UI's button.
-        sql(services, db, *(f"UPDATE {t} SET v = 'z' WHERE id = 2" for t in TABLES),
-            *(f"INSERT INTO {t} VALUES (4, 'd')" for t in TABLES))
-        fired.unlink()
+        # 4. Again, cleared in the UI: new changes, the driver killed again, a run triggered like the UI's button.
+        sql(services, db, *(f"UPDATE {t} SET v = 'z' WHERE id % 3 = 0" for t in TABLES),
+            *(f"INSERT INTO {t} VALUES (30001, 'd')" for t in TABLES), "DELETE FROM orders WHERE id % 5 = 0")
+        marker.write_text("after_stage")  # only mid_merge fires this time
         status, run = airflow.api(f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {}})
         assert status == 200, run
         second = run["dag_run_id"]
+        _kill_driver(_wait_frozen(airflow, marker, "mid_merge"))
         assert _finished(airflow, dag_id, second) == "failed"
         assert _task_states(airflow, dag_id, second)["merge_window"] == "failed"
         _clear_in_the_ui(airflow, dag_id, second, tmp_path)
         assert _finished(airflow, dag_id, second) == "success", _task_states(airflow, dag_id, second)
         assert _cursor_seq(config, name, env) == 2
         _lake_equals_source(services, db, lake)
+
+        secret = store.secret.encode()
+        task_logs = [f for f in (airflow.logs.parent / "logs").rglob("*") if f.is_file()]
+        assert task_logs, "no task logs to check"
+        leaked = [str(f) for f in [*task_logs, *store.files()] if secret in f.read_bytes()]
+        assert not leaked, f"the object store's secret is in task logs or objects: {leaked}"

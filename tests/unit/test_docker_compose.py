@@ -158,7 +158,9 @@ def test_airflow_services_have_the_env_the_product_needs(services: dict[str, dic
             assert spark["host"] == "spark://spark-master" and spark["port"] == 7077
             for host in p.zookeeper.hosts.split(","):
                 assert host.split(":")[0] in services
-            assert p.staging_root.startswith("/data/") and p.lake_root.startswith("/data/")
+            assert p.staging_root.startswith("s3://cdc/") and p.lake_root.startswith("s3://cdc/")
+            store = resolve_connection(str(p.object_store.conn_id), env)
+            assert store.conn_type == "aws" and store.extra["endpoint_url"].split("//")[1].split(":")[0] in services
 
 
 def test_referenced_dockerfile_exists_and_installs_the_project(services: dict[str, dict[str, Any]]) -> None:
@@ -216,3 +218,49 @@ def test_spark_cluster_of_the_test_tier_matches_compose(services: dict[str, dict
     assert conn["conn_type"] == "spark" and conn["host"].startswith("spark://") and conn["port"] == 7077
     tier = (ROOT / "tests" / "spark_cluster_support.py").read_text()
     assert '{"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.port}' in tier
+
+
+def _default_in(script: str, name: str) -> str:
+    text = (ROOT / "scripts" / script).read_text()
+    m = re.search(r'"\$\{' + name + r':-([^}]*)\}"', text)
+    assert m, f"scripts/{script} has no default for {name}"
+    return m.group(1)
+
+
+def test_object_store_of_the_test_tier_matches_compose(services: dict[str, dict[str, Any]]) -> None:
+    """scripts/object_store.sh (tests/integration/test_object_store.py, the production-shape test) and
+    docker-compose.yaml run the same store: S3Proxy of one version over its filesystem backend with AWS
+    signatures, bucket "cdc", reached through an aws-type connection with an endpoint_url, which the docker
+    pipelines name for s3:// staging and lake."""
+    svc = services["object-store"]
+    env = svc["environment"]
+    assert svc["image"].endswith(":s3proxy-" + _default_in("object_store.sh", "CDC_S3PROXY_VERSION") + "}")
+    script = (ROOT / "scripts" / "object_store.sh").read_text()
+    assert env["JCLOUDS_PROVIDER"] == "filesystem" and "jclouds.provider=filesystem" in script
+    assert env["S3PROXY_AUTHORIZATION"] == "aws-v2-or-v4" and "s3proxy.authorization=aws-v2-or-v4" in script
+    bucket = _default_in("object_store.sh", "CDC_OBJECT_STORE_BUCKETS")
+    assert f"/object-store/{bucket}" in services["data-init"]["command"][0]
+    m = re.search(r"AIRFLOW_CONN_CDC_S3: '([^']*)'", COMPOSE.read_text())
+    assert m, "docker-compose.yaml defines no AIRFLOW_CONN_CDC_S3"
+    conn = json.loads(m.group(1).replace("${CDC_S3_ACCESS_KEY:-cdc-local-only}", "k")
+                      .replace("${CDC_S3_SECRET_KEY:-cdc-local-only-secret}", "s"))
+    assert conn["conn_type"] == "aws" and conn["extra"]["endpoint_url"] == "http://object-store:80"
+    assert '"conn_type": "aws"' in script and '"endpoint_url": "http://%s:%s"' in script  # the tier's form
+    assert env["S3PROXY_IDENTITY"] == "${CDC_S3_ACCESS_KEY:-cdc-local-only}"
+    docker = yaml.safe_load((ROOT / "config" / "pipelines.docker.yaml").read_text())["defaults"]
+    assert docker["staging_root"].startswith(f"s3://{bucket}/") and docker["lake_root"].startswith(f"s3://{bucket}/")
+    assert docker["object_store"]["conn_id"] == "cdc_s3"
+
+
+def test_metadata_database_of_the_test_tier_matches_compose(services: dict[str, dict[str, Any]]) -> None:
+    """The production-shape test's Airflow (scripts/postgres.sh: Debian 12's PostgreSQL 15, LocalExecutor,
+    psycopg2 URL) is the compose file's: same major version, executor and URL scheme."""
+    assert services["postgres"]["image"] == "postgres:15"
+    assert "postgresql" in (ROOT / "scripts" / "setup.sh").read_text()  # Debian 12's package: PostgreSQL 15
+    url = (ROOT / "scripts" / "postgres.sh").read_text()
+    assert "postgresql+psycopg2://" in url
+    env = services["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    tier = (ROOT / "tests" / "e2e" / "test_production_airflow.py").read_text()
+    assert '"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"' in tier and "scripts\" / \"postgres.sh" in tier
