@@ -57,6 +57,7 @@ def _workload(si: Any, db: str, rows: int) -> int:
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")  # the seq_1_to_N tables of the SEQUENCE engine live in every database
         cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT, d DECIMAL(12,2), "
                     "ts DATETIME(6))")
         cur.execute(f"INSERT INTO {db}.t SELECT seq, CONCAT('value-', seq), seq * 7, seq / 3, "

@@ -510,13 +510,6 @@ class Pipeline:
     def uses_object_store(self) -> bool:
         return object_store.is_s3(self.staging_root) or object_store.is_s3(self.lake_root)
 
-    def secrets(self) -> list[str]:
-        """Values that must never reach a command line, a log line or a page (source, ZooKeeper, object store)."""
-        found = [self.source.password, (self.zk_auth() or "").partition(":")[2]]
-        if self.store is not None:
-            found += self.store.secrets
-        return [s for s in found if s]
-
     def spark_master(self) -> str:
         """The --master of this pipeline's Spark connection (`spark.conn_id`), as the DAG's operator uses."""
         return resolve_spark_master(self.config.spark.conn_id, pipeline=self.name)

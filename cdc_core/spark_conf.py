@@ -25,15 +25,21 @@ def ivy_dir() -> Path:
     return Path(os.environ.get("CDC_IVY_DIR", PROJECT_ROOT / ".cache" / "ivy"))
 
 
-def delta_jars() -> list[str]:
-    """Absolute paths of the locally cached Delta jars; a clear error when they were never fetched."""
-    jars = sorted(str(p) for p in (ivy_dir() / "jars").glob("*.jar"))
-    if not any("delta-spark" in Path(j).name for j in jars):
+def _cached_jars(cache: Path, artifact: str, what: str) -> list[str]:
+    """Absolute paths of the jars scripts/fetch_jars.sh resolved into `cache`; a clear error when `artifact`
+    (a jar name part) is not among them."""
+    jars = sorted(str(p) for p in (cache / "jars").glob("*.jar"))
+    if not any(artifact in Path(j).name for j in jars):
         raise ConfigError(
-            f"Delta jars not found in {ivy_dir() / 'jars'}: run scripts/fetch_jars.sh once "
-            "(it resolves io.delta:delta-spark from Maven Central into that cache)"
+            f"{what} not found in {cache / 'jars'}: run scripts/fetch_jars.sh once (it resolves {artifact} "
+            "from Maven Central into that cache)"
         )
     return jars
+
+
+def delta_jars() -> list[str]:
+    """The locally cached Delta jars."""
+    return _cached_jars(ivy_dir(), "delta-spark", "Delta jars")
 
 
 def s3a_ivy_dir() -> Path:
@@ -43,13 +49,7 @@ def s3a_ivy_dir() -> Path:
 def s3a_jars() -> list[str]:
     """Hadoop's S3A connector (hadoop-aws matching pyspark's bundled Hadoop, and the AWS SDK bundle), kept
     apart from the Delta jars so only pipelines on an object store put its 700 MB on their classpath."""
-    jars = sorted(str(p) for p in (s3a_ivy_dir() / "jars").glob("*.jar"))
-    if not any("hadoop-aws" in Path(j).name for j in jars):
-        raise ConfigError(
-            f"the S3A jars are not in {s3a_ivy_dir() / 'jars'} (a staging or lake root is s3://): run "
-            "scripts/fetch_jars.sh once (it resolves org.apache.hadoop:hadoop-aws from Maven Central into that cache)"
-        )
-    return jars
+    return _cached_jars(s3a_ivy_dir(), "hadoop-aws", "the S3A jars (a staging or lake root is s3://)")
 
 
 def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None) -> dict[str, str]:
