@@ -73,7 +73,10 @@ class S3Credentials:
         client: dict[str, Any] = {"region_name": self.region}
         if self.endpoint_url:
             client["endpoint_url"] = self.endpoint_url
-        opts: dict[str, Any] = {"key": self.access_key, "secret": self.secret_key, "client_kwargs": client}
+        # No listings cache: other processes (the Spark jobs, other tasks) add objects while this one runs, and
+        # a cached listing of a prefix would hide them (a report written by the job, a window staged meanwhile).
+        opts: dict[str, Any] = {"key": self.access_key, "secret": self.secret_key, "client_kwargs": client,
+                                "use_listings_cache": False}
         if self.session_token:
             opts["token"] = self.session_token
         return opts

@@ -220,3 +220,17 @@ def spark():  # type: ignore[no-untyped-def]
     session = make_spark_session()
     yield session
     session.stop()
+
+
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test carries a tier marker: scripts/test.sh selects by tier, so an unmarked test would be
+    deselected silently, never run."""
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if unmarked:
+        raise pytest.UsageError(
+            f"tests without a tier marker ({', '.join(TIERS)}): {', '.join(unmarked[:10])}; add "
+            "`pytestmark = pytest.mark.<tier>` to the module"
+        )

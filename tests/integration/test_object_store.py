@@ -5,7 +5,8 @@ scripts/object_store.sh on a free loopback port; credentials from an Airflow con
 writes Delta through s3a, the ack's checkpoint goes through delta-rs, and the lake equals the source. The
 secret never shows in the YAML, a command line of any process started meanwhile, the CLI's output or logs,
 or any object the pipeline wrote. Then the store is restarted between stage and merge: the staged window
-is replayed from the store, acked once, and nothing is lost or duplicated.
+is replayed from the store, acked once, and nothing is lost or duplicated; `cdc maintain` (staging cleanup,
+OPTIMIZE, VACUUM, the checkpoints table) then works on the store and the lake still equals the source.
 
 Real MariaDB, ZooKeeper, Spark (local[2]) and S3Proxy.
 """
@@ -167,3 +168,13 @@ def test_the_store_restarted_between_stage_and_merge_loses_and_duplicates_nothin
     status = cdc(p, "status", p["name"])
     assert status.returncode == 0, status.stderr[-3000:]
     assert json.loads(status.stdout)["cursor"]["seq"] == 2  # two windows, each acked once
+
+    # Maintenance on the store: cleanup lists staging through fsspec, the Spark job OPTIMIZEs and VACUUMs the
+    # table through s3a, the checkpoints table is compacted through delta-rs.
+    maintained = cdc(p, "maintain", p["name"])
+    assert maintained.returncode == 0, maintained.stderr[-4000:]
+    record = json.loads(maintained.stdout)
+    assert record["status"] == "ok" and not record["errors"], record
+    assert [t["status"] for t in record["tables"]] and all(t["status"] == "ok" for t in record["tables"]), record
+    verified = cdc(p, "verify", p["name"])
+    assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]

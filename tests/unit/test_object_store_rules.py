@@ -51,8 +51,8 @@ def test_wrong_connections_are_refused_saying_what_to_set(conn: dict[str, object
 
 def test_each_client_gets_the_same_credentials_in_its_own_form() -> None:
     c = creds()
-    assert c.fsspec_options() == {"key": "AKIDEXAMPLE", "secret": SECRET, "client_kwargs": {
-        "region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:19300"}}
+    assert c.fsspec_options() == {"key": "AKIDEXAMPLE", "secret": SECRET, "use_listings_cache": False,
+                                  "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:19300"}}
     rs = c.delta_rs_options()
     assert rs["AWS_SECRET_ACCESS_KEY"] == SECRET and rs["AWS_ALLOW_HTTP"] == "true"
     assert rs["AWS_ENDPOINT_URL"] == "http://127.0.0.1:19300"
