@@ -42,7 +42,7 @@ from typing_extensions import TypedDict, is_typeddict
 from cdc_core import retention
 from cdc_core.errors import ConfigError
 from cdc_core.naming import parse_table_pattern, table_id
-from cdc_core.positions import binlog_file_index, parse_gtid_set
+from cdc_core.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
 from cdc_core.window_plan import WindowCaps
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -50,15 +50,6 @@ DEFAULT_CONFIG = PROJECT_ROOT / "config" / "pipelines.yaml"
 LOCAL_CONFIG = PROJECT_ROOT / "config" / "pipelines.local.yaml"
 CONFIG_ENV = "CDC_CONFIG"
 
-START_KINDS = ("current", "gtid", "file", "file_timestamp", "timestamp")
-# Which keys each start kind takes (besides `kind`), and which of them are required.
-_START_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "current": ((), ()),
-    "gtid": (("gtid",), ("gtid",)),
-    "file": (("file", "offset"), ("file",)),
-    "file_timestamp": (("file", "at"), ("file", "at")),
-    "timestamp": (("at",), ("at",)),
-}
 
 # `\Z`, not `$`: `$` also matches before a trailing newline ("orders\n" would pass as a name).
 _NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}\Z")
@@ -234,6 +225,22 @@ class ZooKeeperConfig(_Model):
             # ZooKeeper's own path rules (PathUtils.validatePath): refused here, not by the server mid-run.
             raise ValueError("contains a character ZooKeeper does not allow in paths (control or private-use)")
         return v
+
+    def digest(self, environ: Mapping[str, str] | None = None, *, pipeline: str = "-") -> tuple[str, str] | None:
+        """The digest identity (user, password) from the variable `auth_env` names; None when no auth is
+        configured; a ConfigError naming the variable when it is configured but unset or malformed. The one
+        place the credential is read (the CLI, the Airflow tasks, the monitor page)."""
+        if not self.auth_env:
+            return None
+        raw = (os.environ if environ is None else environ).get(self.auth_env, "")
+        user, sep, password = raw.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError(
+                f"pipeline {pipeline!r}: zookeeper.auth_env names {self.auth_env!r}, which must hold 'user:password'; "
+                "set that environment variable for every process that runs the pipeline (in Airflow: the "
+                "scheduler, the workers and the API server)"
+            )
+        return user, password
 
     @field_validator("auth_env")
     @classmethod
@@ -480,7 +487,7 @@ class TablesConfig(_Model):
 class StartConfig(_Model):
     """Where a pipeline with no saved cursor starts (a saved cursor always wins)."""
 
-    kind: Literal["current", "gtid", "file", "file_timestamp", "timestamp"] = "current"
+    kind: StartKind = "current"
     gtid: str | None = None
     file: str | None = None
     offset: int | None = Field(default=None, ge=4)
@@ -514,8 +521,8 @@ class StartConfig(_Model):
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> StartConfig:
-        allowed, required = _START_FIELDS[self.kind]
-        given = [f for f in ("gtid", "file", "offset", "at") if getattr(self, f) is not None]
+        allowed, required = START_FIELDS[self.kind]
+        given = [f for f in START_KEYS if getattr(self, f) is not None]
         extra = [f for f in given if f not in allowed]
         if extra:
             takes = ", ".join(allowed) if allowed else "nothing else"

@@ -55,6 +55,7 @@ from kazoo.security import ACL, make_digest_acl, make_digest_acl_credential
 
 from cdc_core import faults, snapshot
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
+from cdc_core.logfmt import kv
 from cdc_core.positions import BinlogPosition
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
 
@@ -463,7 +464,7 @@ def _acl_for(user: str, password: str) -> list[ACL]:
     return [make_digest_acl(user, password, all=True)]
 
 
-class _RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """kazoo logs every request at DEBUG, the digest Auth packet (`user:password`) and the ACLs (the
     credential's hash) included. This adapter renders each message and blanks those strings before the
     record exists, so no handler at any level ever sees them."""
@@ -501,7 +502,7 @@ def make_zk_client(hosts: str, *, auth: tuple[str, str] | None = None, timeout: 
         kwargs["auth_data"] = [("digest", f"{user}:{password}")]
         kwargs["default_acl"] = _acl_for(user, password)
         hashed = make_digest_acl_credential(user, password)  # "user:base64(sha1)" as it appears in ACLs
-        kwargs["logger"] = _RedactingLogger(
+        kwargs["logger"] = RedactingLogger(
             logging.getLogger("kazoo.client"), (f"{user}:{password}", password, hashed, hashed.partition(":")[2])
         )
     client = KazooClient(
@@ -538,10 +539,6 @@ def _maintenance_record(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _kv(**fields: Any) -> str:
-    return " ".join(f"{k}={v}" for k, v in fields.items())
-
-
 @dataclass
 class _Write:
     """A multi-op to commit (after the lease check), and what to return once it is committed."""
@@ -576,7 +573,17 @@ class PipelineCoordinator:
     anyway; the lease is a record, so it survives the session).
     """
 
-    def __init__(self, client: KazooClient, root: str, pipeline: str, *, clock: Callable[[], float] = _wall_clock):
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        pipeline: str,
+        *,
+        clock: Callable[[], float] = _wall_clock,
+        before_commit: Callable[[str], None] | None = None,
+    ):
+        """`clock`: the time leases are granted and checked against. `before_commit`: called with the
+        operation's name just before each fenced multi-op is committed (races in tests, diagnostics)."""
         if not _PIPELINE_RE.match(pipeline):
             raise ConfigError(f"pipeline name {pipeline!r} must be 1-64 characters of a-z, 0-9, _ and -")
         if not root.startswith("/") or (root != "/" and root.endswith("/")) or "//" in root:
@@ -595,8 +602,7 @@ class PipelineCoordinator:
         self._acl = _client_acl(client)
         self._state: str = client.state
         self._reverify = False
-        # Test seam: called with the operation's name just before a multi-op is committed.
-        self._before_commit: Callable[[str], None] | None = None
+        self.before_commit = before_commit
         client.add_listener(self._on_state)
 
     def __repr__(self) -> str:
@@ -613,7 +619,7 @@ class PipelineCoordinator:
         self._state = state
         if state == KazooState.LOST:
             self._reverify = True
-        log.warning("zk.state %s", _kv(pipeline=self.pipeline, state=state))
+        log.warning("zk.state %s", kv(pipeline=self.pipeline, state=state))
 
     @property
     def state(self) -> str:
@@ -799,7 +805,7 @@ class PipelineCoordinator:
                 else:
                     self.client.set(self.last_error_path, data)
         except Exception as e:  # never mask the error being recorded
-            log.warning("error.not_recorded %s", _kv(pipeline=self.pipeline, step=step, reason=type(e).__name__))
+            log.warning("error.not_recorded %s", kv(pipeline=self.pipeline, step=step, reason=type(e).__name__))
 
     def read_last_error(self) -> dict[str, Any] | None:
         """The last failure noted by `record_error`, or None."""
@@ -854,8 +860,8 @@ class PipelineCoordinator:
                     tx.check(op[1], op[2])
                 else:
                     raise ValueError(f"unknown multi-op kind {kind!r}")
-            if self._before_commit is not None:
-                self._before_commit(what)
+            if self.before_commit is not None:
+                self.before_commit(what)
             results: list[Any] = tx.commit()
         return results
 
@@ -906,7 +912,7 @@ class PipelineCoordinator:
                     grant = self._renew_once(current[0], current[1], ttl_seconds, now)
                 except _LeaseRace:
                     continue
-                log.info("lease.reentered %s", _kv(pipeline=self.pipeline, holder=holder, token=f"{grant.token:#x}"))
+                log.info("lease.reentered %s", kv(pipeline=self.pipeline, holder=holder, token=f"{grant.token:#x}"))
                 return grant
             got = self._get(self.base, "reading the pipeline node")
             if got is None:
@@ -933,14 +939,14 @@ class PipelineCoordinator:
             if current is None:
                 log.info(
                     "lease.acquired %s",
-                    _kv(pipeline=self.pipeline, holder=repr(holder), token=f"{grant.token:#x}", epoch=rec.epoch,
+                    kv(pipeline=self.pipeline, holder=repr(holder), token=f"{grant.token:#x}", epoch=rec.epoch,
                         expires_at=_iso(rec.expires_at)),
                 )
             else:
                 old, old_stat = current
                 log.warning(
                     "lease.taken_over %s",
-                    _kv(pipeline=self.pipeline, holder=repr(holder), token=f"{grant.token:#x}", epoch=rec.epoch,
+                    kv(pipeline=self.pipeline, holder=repr(holder), token=f"{grant.token:#x}", epoch=rec.epoch,
                         previous_holder=repr(old.holder), previous_token=f"{old_stat.czxid:#x}",
                         previous_expired_at=_iso(old.expires_at)),
                 )
@@ -964,7 +970,7 @@ class PipelineCoordinator:
     def _fenced_error(self, grant: LeaseGrant, reason: str, what: str) -> Fenced:
         log.warning(
             "lease.fenced %s",
-            _kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}", action=repr(what)),
+            kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}", action=repr(what)),
         )
         return Fenced(
             f"pipeline {self.pipeline!r}: run {grant.holder!r} (token {grant.token:#x}) no longer holds the lease: "
@@ -982,7 +988,7 @@ class PipelineCoordinator:
             self._reverify = False
             log.warning(
                 "lease.reverified %s",
-                _kv(pipeline=self.pipeline, token=f"{grant.token:#x}", after="session_lost", action=repr(what)),
+                kv(pipeline=self.pipeline, token=f"{grant.token:#x}", after="session_lost", action=repr(what)),
             )
         return current
 
@@ -1012,7 +1018,7 @@ class PipelineCoordinator:
             rec, stat = self._ours(grant, "renew")
             now = self._clock()
             if now >= rec.expires_at:
-                log.warning("lease.renew_after_expiry %s", _kv(pipeline=self.pipeline, token=f"{grant.token:#x}"))
+                log.warning("lease.renew_after_expiry %s", kv(pipeline=self.pipeline, token=f"{grant.token:#x}"))
             try:
                 return self._renew_once(rec, stat, ttl_seconds, now)
             except _LeaseRace:
@@ -1028,7 +1034,7 @@ class PipelineCoordinator:
             if reason is not None:
                 log.info(
                     "lease.release_noop %s",
-                    _kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}",
+                    kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}",
                         reason=repr(reason)),
                 )
                 return
@@ -1038,7 +1044,7 @@ class PipelineCoordinator:
             if self._first_failure(self._multi(ops, "releasing the lease")) is not None:
                 continue
             log.info(
-                "lease.released %s", _kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}")
+                "lease.released %s", kv(pipeline=self.pipeline, holder=repr(grant.holder), token=f"{grant.token:#x}")
             )
             return
         raise CoordinationError(f"pipeline {self.pipeline!r}: the lease kept changing while releasing it; retry")
@@ -1072,7 +1078,7 @@ class PipelineCoordinator:
                              stat.version, rec.epoch)
             log.warning(
                 "lease.broken %s",
-                _kv(pipeline=self.pipeline, holder=repr(holder), token=f"{stat.czxid:#x}",
+                kv(pipeline=self.pipeline, holder=repr(holder), token=f"{stat.czxid:#x}",
                     expires_at=_iso(rec.expires_at)),
             )
             return info
@@ -1094,7 +1100,7 @@ class PipelineCoordinator:
                 self._commit(grant, rec, stat, step.ops, what)
             except (_LeaseRace, _DataRace):
                 continue
-            log.info("%s %s", step.event, _kv(pipeline=self.pipeline, token=f"{grant.token:#x}", **step.fields))
+            log.info("%s %s", step.event, kv(pipeline=self.pipeline, token=f"{grant.token:#x}", **step.fields))
             return step.value
         raise StateConflict(
             f"pipeline {self.pipeline!r}: {what} kept racing with concurrent changes of the same run "
@@ -1123,7 +1129,7 @@ class PipelineCoordinator:
         op = ops[index - len(guard)]
         log.info(
             "zk.multi_op_conflict %s",
-            _kv(pipeline=self.pipeline, action=repr(what), op=op[0], path=op[1], error=type(error).__name__),
+            kv(pipeline=self.pipeline, action=repr(what), op=op[0], path=op[1], error=type(error).__name__),
         )
         raise _DataRace()
 

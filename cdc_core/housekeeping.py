@@ -43,9 +43,11 @@ from urllib.parse import unquote
 
 import fsspec
 
-from cdc_core import delta_state, retention, staging
+from cdc_core import delta_state, layout, retention, staging
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
+from cdc_core.layout import REPORTS_DIR, TOMBSTONE_DIR
+from cdc_core.logfmt import kv
 from cdc_core.naming import path_component
 from cdc_core.spark_conf import PROJECT_ROOT
 
@@ -58,23 +60,13 @@ log = logging.getLogger("cdc.housekeeping")
 
 MAINTENANCE_JOB = PROJECT_ROOT / "spark_apps" / "maintain_tables.py"
 # The merge job's layout (spark_apps/merge_window.py): hard-delete tombstones live beside the schemas.
-TOMBSTONE_DIR = "_cdc_tombstones"
-REPORTS_DIR = "reports"
 # At most this many staged windows per after-ack pass (a backlog goes over the next runs).
 AFTER_ACK_MAX_WINDOWS = 100
 
 
-def _kv(**fields: Any) -> str:
-    parts = []
-    for k, v in fields.items():
-        s = str(v)
-        parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
-    return " ".join(parts)
-
-
 def _log(event: str, pipeline: str, grant: LeaseGrant | None, **fields: Any) -> None:
     token = f"{grant.token:#x}" if grant else "-"
-    log.info("%s %s", event, _kv(pipeline=pipeline, token=token, **fields))
+    log.info("%s %s", event, kv(pipeline=pipeline, token=token, **fields))
 
 
 # ------------------------------------------------------------------------------------ staged windows
@@ -320,7 +312,7 @@ def cleanup_after_ack(p: Pipeline, grant: LeaseGrant) -> dict[str, Any] | None:
     try:
         return cleanup(p, grant, batched=True)
     except (CdcError, OSError) as e:
-        log.warning("%s", _kv(event="housekeeping.skipped", pipeline=p.name, token=f"{grant.token:#x}",
+        log.warning("%s", kv(event="housekeeping.skipped", pipeline=p.name, token=f"{grant.token:#x}",
                               reason=f"{type(e).__name__}: {e}"))
         return None
 
@@ -449,7 +441,7 @@ def acquire_waiting(
             left = deadline - clock()
             if left <= 0:
                 raise
-            log.info("%s", _kv(event="maintenance.waiting_for_lease", pipeline=p.name, left=f"{left:.0f}s",
+            log.info("%s", kv(event="maintenance.waiting_for_lease", pipeline=p.name, left=f"{left:.0f}s",
                                reason=str(e)[:200]))
             sleep(min(poll_seconds, left))
 
@@ -477,10 +469,10 @@ class LeaseKeeper:
                 self.renewals += 1
             except Fenced as e:
                 self.lost = e
-                log.warning("%s", _kv(event="lease.keeper_lost", pipeline=self.pipeline, reason=str(e)[:300]))
+                log.warning("%s", kv(event="lease.keeper_lost", pipeline=self.pipeline, reason=str(e)[:300]))
                 return
             except CdcError as e:
-                log.warning("%s", _kv(event="lease.keeper_retry", pipeline=self.pipeline, reason=str(e)[:300]))
+                log.warning("%s", kv(event="lease.keeper_retry", pipeline=self.pipeline, reason=str(e)[:300]))
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
@@ -502,10 +494,7 @@ def keep_lease(p: Pipeline, grant: LeaseGrant) -> Iterator[LeaseKeeper]:
 
 
 def report_uri(p: Pipeline, grant: LeaseGrant, started_at: float) -> str:
-    return (
-        f"{p.staging_root.rstrip('/')}/{path_component(p.name)}/{REPORTS_DIR}/"
-        f"{retention.maintenance_report_name(grant.token, started_at)}"
-    )
+    return f"{layout.reports_dir(p.staging_root, p.name)}/{retention.maintenance_report_name(grant.token, started_at)}"
 
 
 def maintenance_application_args(
@@ -537,11 +526,7 @@ def maintenance_application_args(
 def maintenance_submit_command(p: Pipeline, args: list[str], master: str | None = None) -> list[str]:
     """The same command the maintenance operator builds, for the CLI (a test can assert it); the master is
     the pipeline's Spark connection (`spark.conn_id`) unless given."""
-    cmd = ["spark-submit", "--master", master or p.spark_master(), "--deploy-mode", "client",
-           "--name", f"cdc-maintain-{p.name}", "--jars", p.spark_jars()]
-    for k, v in sorted(p.spark_conf().items()):
-        cmd += ["--conf", f"{k}={v}"]
-    return [*cmd, str(MAINTENANCE_JOB), *args]
+    return p.spark_job(MAINTENANCE_JOB, args, f"cdc-maintain-{p.name}").command(master or p.spark_master())
 
 
 def read_report(uri: str) -> dict[str, Any] | None:

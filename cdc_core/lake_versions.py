@@ -50,9 +50,9 @@ from typing import Any
 import pyarrow as pa
 
 from cdc_core.errors import ConfigError, LakeError, StateConflict
+from cdc_core.layout import checkpoints_uri
 
 CHECKPOINTS_FORMAT = 1
-META_DIR = "_cdc.meta"  # a dot: no path_component-encoded table name has one
 
 SCHEMA = pa.schema([
     pa.field("format", pa.int32(), False),
@@ -72,11 +72,6 @@ SCHEMA = pa.schema([
     pa.field("acked_at", pa.float64(), False),
     pa.field("tables", pa.int32(), False),
 ])
-
-
-def checkpoints_uri(lake_root: str, pipeline: str) -> str:
-    """`<lake_root>/_cdc.meta/<pipeline>/checkpoints` (pipeline names are `[a-z0-9_-]`)."""
-    return f"{lake_root.rstrip('/')}/{META_DIR}/{pipeline}/checkpoints"
 
 
 def app_id(pipeline: str) -> str:

@@ -32,13 +32,25 @@ from typing import Any
 
 import fsspec
 
-from cdc_core import delta_state, faults, holders, lake_registry, object_store, retention, snapshot, staging, windows
+from cdc_core import (
+    delta_state,
+    faults,
+    holders,
+    lake_registry,
+    layout,
+    object_store,
+    retention,
+    snapshot,
+    staging,
+    windows,
+)
 from cdc_core.binlog import BinlogScanner, read_change_batches
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
+from cdc_core.logfmt import kv
 from cdc_core.manifest import Manifest
-from cdc_core.naming import path_component, table_id
+from cdc_core.naming import table_id
 from cdc_core.positions import BinlogPosition
 from cdc_core.resolver import Resolution, StartSpec, resolve_start
 from cdc_core.source import (
@@ -51,22 +63,21 @@ from cdc_core.source import (
     describe_tables,
     inspect_source,
 )
-from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, resolve_spark_master, s3a_jars, spark_confs, spark_env
+from cdc_core.spark_conf import (
+    PROJECT_ROOT,
+    SparkJob,
+    delta_jars,
+    resolve_spark_master,
+    s3a_jars,
+    spark_confs,
+    spark_env,
+)
 from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.windows import plan_window
 
 log = logging.getLogger("cdc.pipeline")
 
 MERGE_JOB = PROJECT_ROOT / "spark_apps" / "merge_window.py"
-
-
-def kv(**fields: Any) -> str:
-    """key=value log formatting (values with spaces quoted)."""
-    parts = []
-    for k, v in fields.items():
-        s = str(v)
-        parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
-    return " ".join(parts)
 
 
 @dataclass
@@ -101,17 +112,7 @@ class Pipeline:
         object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
         owns = zk_client is None
         if owns:
-            auth = None
-            if config.zookeeper.auth_env:
-                raw = os.environ.get(config.zookeeper.auth_env)
-                if not raw or ":" not in raw:
-                    raise ConfigError(
-                        f"pipeline {config.name!r}: zookeeper.auth_env names {config.zookeeper.auth_env!r}, "
-                        "which must hold 'user:password'; set that environment variable"
-                    )
-                user, _, password = raw.partition(":")
-                auth = (user, password)
-            zk_client = make_zk_client(config.zookeeper.hosts, auth=auth)
+            zk_client = make_zk_client(config.zookeeper.hosts, auth=config.zookeeper.digest(pipeline=config.name))
         coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
         return cls(
             config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store
@@ -159,7 +160,7 @@ class Pipeline:
         f = self.table_filter(tables)
         return {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
 
-    def _plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
+    def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
         """The table filter and full-row-key patterns a stored plan was planned with."""
         c = plan.capture or self.capture_settings(plan.tables)
         return TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"])), tuple(c.get("full_row_key", ()))
@@ -376,8 +377,8 @@ class Pipeline:
             manifest = snapshot.stage_chunk(self, grant, plan)
         elif manifest is None:
             t0 = time.time()
-            table_filter, full_row_key = self._plan_capture(plan)
-            schemas = self._schema_lookup(full_row_key)
+            table_filter, full_row_key = self.plan_capture(plan)
+            schemas = self.schema_lookup(full_row_key)
             changes = read_change_batches(
                 self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates
             )
@@ -398,7 +399,7 @@ class Pipeline:
             "seq": seq,
             "tables": [t.name for t in manifest.tables],
             "changes": manifest.changes,
-            "window_dir": staging.window_dir(self.staging_root, self.name, seq),
+            "window_dir": layout.window_dir(self.staging_root, self.name, seq),
             "empty": not manifest.tables,
         }
 
@@ -414,7 +415,7 @@ class Pipeline:
 
         return progress
 
-    def _schema_lookup(self, full_row_key: tuple[str, ...]) -> Callable[[str, str], Any]:
+    def schema_lookup(self, full_row_key: tuple[str, ...]) -> Callable[[str, str], Any]:
         cache: dict[str, Any] = {}
 
         def lookup(schema: str, table: str) -> Any:
@@ -438,7 +439,7 @@ class Pipeline:
         if manifest.plan.to_dict() != plan.to_dict():
             raise StagingError(
                 f"pipeline {self.name!r}: staged window {plan.seq} does not match its stored plan; "
-                f"delete {staging.window_dir(self.staging_root, self.name, plan.seq)} and re-run the stage step"
+                f"delete {layout.window_dir(self.staging_root, self.name, plan.seq)} and re-run the stage step"
             )
         try:
             staging.verify_window(self.staging_root, manifest)
@@ -458,19 +459,19 @@ class Pipeline:
     # ---------------------------------------------------------------------------------------- merge
 
     def table_uri(self, schema: str, table: str) -> str:
-        return f"{self.lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
+        return layout.table_uri(self.lake_root, schema, table)
 
     def reports_dir(self) -> str:
         """Where merge jobs write their reports: one per window and fencing token."""
-        return f"{self.staging_root.rstrip('/')}/{path_component(self.name)}/reports"
+        return layout.reports_dir(self.staging_root, self.name)
 
     def report_uri(self, seq: int, token: int) -> str:
-        return f"{self.reports_dir()}/w{seq:010d}-{token:x}.json"
+        return layout.merge_report_uri(self.staging_root, self.name, seq, token)
 
     def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
         """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
         args = [
-            "--window-dir", staging.window_dir(self.staging_root, self.name, seq),
+            "--window-dir", layout.window_dir(self.staging_root, self.name, seq),
             "--lake-root", self.lake_root,
             "--pipeline", self.name,
             "--seq", str(seq),
@@ -493,8 +494,8 @@ class Pipeline:
 
     def zk_auth(self) -> str | None:
         """The ZooKeeper digest credential (user:password) from the variable `zookeeper.auth_env` names."""
-        name = self.config.zookeeper.auth_env
-        return (os.environ.get(name) or None) if name else None
+        digest = self.config.zookeeper.digest(pipeline=self.name)
+        return ":".join(digest) if digest else None
 
     def merge_secret_env(self) -> dict[str, str]:
         """Credentials the Spark jobs need, for their environment (never their command line): the ZooKeeper
@@ -525,14 +526,18 @@ class Pipeline:
     def spark_jars(self) -> str:
         return ",".join(delta_jars() + (s3a_jars() if self.uses_object_store() else []))
 
+    def spark_job(self, application: object, args: list[str], name: str) -> SparkJob:
+        """One of this pipeline's Spark jobs: its jars, confs and environment (cdc_core.spark_conf.SparkJob)."""
+        return SparkJob(application=str(application), args=[str(a) for a in args], name=name,
+                        jars=self.spark_jars(), conf=self.spark_conf(), env=spark_env(self.zk_auth(), store=self.store))
+
+    def merge_job(self, grant: LeaseGrant, seq: int) -> SparkJob:
+        return self.spark_job(MERGE_JOB, self.merge_application_args(grant, seq), f"cdc-merge-{self.name}-{seq}")
+
     def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str | None = None) -> list[str]:
         """The same command SparkSubmitOperator builds, for the CLI (a test can assert it); the master is the
         pipeline's Spark connection unless given."""
-        cmd = ["spark-submit", "--master", master or self.spark_master(), "--deploy-mode", "client",
-               "--name", f"cdc-merge-{self.name}-{seq}", "--jars", self.spark_jars()]
-        for k, v in sorted(self.spark_conf().items()):
-            cmd += ["--conf", f"{k}={v}"]
-        return [*cmd, str(MERGE_JOB), *self.merge_application_args(grant, seq)]
+        return self.merge_job(grant, seq).command(master or self.spark_master())
 
     def merge_locally(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
         """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator)."""

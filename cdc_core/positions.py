@@ -14,7 +14,7 @@ import re
 import uuid as uuid_mod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
 from cdc_core.errors import ConfigError
 
@@ -28,6 +28,28 @@ _FILE_SHIFT = 32
 _MAX_FILE_INDEX = (1 << 20) - 1
 _MAX_OFFSET = (1 << 32) - 1
 _MAX_EPOCH = (1 << 11) - 1
+
+
+class StartFields(NamedTuple):
+    """The keys a start kind takes besides `kind`, and which of them it needs."""
+
+    allowed: tuple[str, ...]
+    required: tuple[str, ...]
+
+
+# Where a pipeline without a cursor starts: the one definition (config validation and the resolver use it).
+START_FIELDS: dict[str, StartFields] = {
+    "current": StartFields(allowed=(), required=()),
+    "gtid": StartFields(allowed=("gtid",), required=("gtid",)),
+    "file": StartFields(allowed=("file", "offset"), required=("file",)),
+    "file_timestamp": StartFields(allowed=("file", "at"), required=("file", "at")),
+    "timestamp": StartFields(allowed=("at",), required=("at",)),
+}
+START_KINDS = tuple(START_FIELDS)
+StartKind = Literal["current", "gtid", "file", "file_timestamp", "timestamp"]  # the same names, for typing
+if set(get_args(StartKind)) != set(START_KINDS):
+    raise AssertionError("StartKind and START_FIELDS name different start kinds")
+START_KEYS = ("gtid", "file", "offset", "at")
 
 
 def binlog_file_index(name: str) -> int:

@@ -31,17 +31,17 @@ from typing import Any, Protocol
 
 from cdc_core.binlog import TxnBoundary
 from cdc_core.errors import ConfigError, PositionPurged, SourceError
-from cdc_core.positions import BinlogFile, BinlogPosition, GtidSet, binlog_file_index, parse_gtid_set
+from cdc_core.positions import (
+    START_FIELDS,
+    START_KEYS,
+    START_KINDS,
+    BinlogFile,
+    BinlogPosition,
+    GtidSet,
+    binlog_file_index,
+    parse_gtid_set,
+)
 from cdc_core.source import SourceFacts, mariadb_gtid_state
-
-START_KINDS = ("gtid", "file", "file_timestamp", "timestamp", "current")
-_FIELDS = {  # kind -> (required, allowed)
-    "current": ((), ()),
-    "gtid": (("gtid",), ("gtid",)),
-    "file": (("file",), ("file", "offset")),
-    "file_timestamp": (("file", "at"), ("file", "at")),
-    "timestamp": (("at",), ("at",)),
-}
 
 
 class BinlogScan(Protocol):
@@ -67,8 +67,8 @@ class StartSpec:
     def __post_init__(self) -> None:
         if self.kind not in START_KINDS:
             raise ConfigError(f"start.kind {self.kind!r} is not one of {', '.join(START_KINDS)}")
-        required, allowed = _FIELDS[self.kind]
-        given = [f for f in ("gtid", "file", "offset", "at") if getattr(self, f) is not None]
+        allowed, required = START_FIELDS[self.kind]
+        given = [f for f in START_KEYS if getattr(self, f) is not None]
         extra = [f for f in given if f not in allowed]
         if extra:
             raise ConfigError(

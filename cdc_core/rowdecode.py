@@ -49,12 +49,12 @@ from cdc_core.types import (
     CHARSET_CODECS,
     ColumnCodec,
     TableCodec,
-    _conv_bit,
-    _conv_bytes,
-    _conv_json,
-    _conv_time,
-    _conv_timestamp,
-    _conv_year,
+    conv_bit,
+    conv_bytes,
+    conv_json,
+    conv_time,
+    conv_timestamp,
+    conv_year,
     parse_labels,
     parse_type,
     python_codec,
@@ -670,7 +670,7 @@ def _k_timestamp2(
     us = secs * 1_000_000 + _fsp_micros(g, 4, lay.fsp)
     if refuse_zero:
         _refuse_zero(name, "TIMESTAMP", valid & (us == 0), lambda i: "0000-00-00 00:00:00")
-    valid = valid & (us != 0)  # _conv_timestamp: the zero value lands as NULL
+    valid = valid & (us != 0)  # conv_timestamp: the zero value lands as NULL
     return _primitive(typ, us, valid)
 
 
@@ -741,7 +741,7 @@ def _u64(g: np.ndarray, *, big_endian: bool) -> np.ndarray:
 
 
 def _k_time2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray) -> pa.Array:
-    """TIME(fsp) as the type map's microseconds: `_pv_time2` then `_conv_time`, vectorized."""
+    """TIME(fsp) as the type map's microseconds: `_pv_time2` then `conv_time`, vectorized."""
     g, valid = _gather(buf, offs, lay.width)
     raw3 = _be(g, 0, 3)
     positive = raw3 >= 1 << 23  # the sign bit set means non-negative
@@ -757,7 +757,7 @@ def _k_time2(lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndar
         micro = micro * 10 ** (6 - lay.fsp)
     us = np.where(positive, 1, -1) * (secs * 1_000_000 + micro)
     frac = (-us) % 1_000_000
-    us = np.where((us < 0) & (frac != 0), us + 2 * frac - 1_000_000, us)  # _conv_time's inverse of the skew
+    us = np.where((us < 0) & (frac != 0), us + 2 * frac - 1_000_000, us)  # conv_time's inverse of the skew
     return _primitive(typ, us, valid)
 
 
@@ -1049,16 +1049,16 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec, zero_dates: str = "null
         return lambda buf, offs, raw: _k_date(lay, typ, buf, offs, name, refuse_zero=rz)
     if k == "datetime2" and conv is None and typ == pa.timestamp("us"):
         return lambda buf, offs, raw: _k_datetime2(lay, typ, buf, offs, name=name, refuse_zero=rz)
-    if k == "timestamp2" and conv is _conv_timestamp and typ == pa.timestamp("us", tz="UTC"):
+    if k == "timestamp2" and conv is conv_timestamp and typ == pa.timestamp("us", tz="UTC"):
         return lambda buf, offs, raw: _k_timestamp2(lay, typ, buf, offs, name=name, refuse_zero=rz)
-    if k == "year" and conv is _conv_year and typ == pa.int16():
+    if k == "year" and conv is conv_year and typ == pa.int16():
         return lambda buf, offs, raw: _k_year(lay, typ, buf, offs)
     if k == "enum" and conv is None and typ == pa.string() and lay.labels:
         return lambda buf, offs, raw: _k_enum(lay, typ, buf, offs, name)
     if k == "string":
-        if lay.encoding in ("utf8", "utf-8") and typ == pa.string() and conv in (None, _conv_json):
+        if lay.encoding in ("utf8", "utf-8") and typ == pa.string() and conv in (None, conv_json):
             return lambda buf, offs, raw: _k_string(lay, typ, buf, offs, raw)
-        if lay.encoding is None and typ == pa.binary() and conv in (None, _conv_bytes):
+        if lay.encoding is None and typ == pa.binary() and conv in (None, conv_bytes):
             return lambda buf, offs, raw: _k_string(lay, typ, buf, offs, raw)
         pt = parse_type(codec.mysql_type)
         if lay.encoding is None and typ == pa.binary() and pt.base in ("binary", "char") and conv is not None:
@@ -1068,9 +1068,9 @@ def vector_kernel(lay: ColumnLayout, codec: ColumnCodec, zero_dates: str = "null
             return lambda buf, offs, raw: _k_single_byte_text(lay, typ, buf, offs)
         if lay.encoding in _WIDE_UNITS and typ == pa.string() and conv is None:
             return lambda buf, offs, raw: _k_wide_text(lay, typ, buf, offs)
-    if k == "time2" and conv is _conv_time and typ == pa.int64():
+    if k == "time2" and conv is conv_time and typ == pa.int64():
         return lambda buf, offs, raw: _k_time2(lay, typ, buf, offs)
-    if k == "bit" and conv is _conv_bit and typ in (pa.int64(), pa.decimal128(20, 0)) and 1 <= lay.bits <= 64:
+    if k == "bit" and conv is conv_bit and typ in (pa.int64(), pa.decimal128(20, 0)) and 1 <= lay.bits <= 64:
         return lambda buf, offs, raw: _k_bit(lay, typ, buf, offs)
     if (
         k == "set" and typ == pa.string() and lay.labels and len(lay.labels) <= 64

@@ -1095,9 +1095,9 @@ def _describe_one(p: Pipeline, name: str, plan: WindowPlan | None = None) -> Tab
     try:
         if plan is None:
             return p.describe((name,)).get(name)
-        _, full_row_key = p._plan_capture(plan)
+        _, full_row_key = p.plan_capture(plan)
         schema, _, table = name.partition(".")
-        found: TableSchema | None = p._schema_lookup(full_row_key)(schema, table)
+        found: TableSchema | None = p.schema_lookup(full_row_key)(schema, table)
         return found
     except UnknownTable:
         return None
@@ -1108,7 +1108,7 @@ def _describe_many(p: Pipeline, names: Sequence[str], plan: WindowPlan | None = 
     from cdc_core.errors import UnknownTable
     from cdc_core.source import TableFilter, describe_tables
 
-    full_row_key = p._plan_capture(plan)[1] if plan is not None else tuple(p.config.tables.full_row_key)
+    full_row_key = p.plan_capture(plan)[1] if plan is not None else tuple(p.config.tables.full_row_key)
     conn = connect(p.source)
     try:
         try:

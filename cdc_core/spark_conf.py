@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_core.connections import ConnectionInfo, env_var_name, lookup_connection
@@ -75,6 +76,28 @@ def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None
     }
     confs.update(extra or {})
     return confs
+
+
+@dataclass(frozen=True)
+class SparkJob:
+    """One Spark job of a pipeline (the merge or the maintenance job), built once from its configuration and
+    submitted alike by the CLI (`command`) and the Airflow operators (the same fields). Credentials travel in
+    `env` only, never in `args` or `conf`."""
+
+    application: str
+    args: list[str]
+    name: str
+    jars: str
+    conf: dict[str, str]
+    env: dict[str, str] = field(repr=False)  # what the job's environment adds to the submitter's
+
+    def command(self, master: str) -> list[str]:
+        """spark-submit in deploy mode client: the submitter runs the driver and reads its exit code."""
+        cmd = ["spark-submit", "--master", master, "--deploy-mode", "client", "--name", self.name,
+               "--jars", self.jars]
+        for k, v in sorted(self.conf.items()):
+            cmd += ["--conf", f"{k}={v}"]
+        return [*cmd, self.application, *self.args]
 
 
 LOCAL_MASTER = "local[2]"  # only when the pipeline's Spark connection is not defined

@@ -41,6 +41,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from cdc_core.changes import RowBatch, RowChange, TableSchema
 from cdc_core.errors import SchemaConflict, StagingError
+from cdc_core.layout import table_dir_rel
+from cdc_core.logfmt import line
 from cdc_core.manifest import (
     COL_OP,
     MANIFEST_NAME,
@@ -81,17 +83,6 @@ ProgressFn = Callable[..., None]
 
 
 # ------------------------------------------------------------------------------------------- paths
-
-
-def window_dir(staging_root: str, pipeline: str, seq: int) -> str:
-    """The window's directory, in the same form as `staging_root` (a path or an fsspec URL)."""
-    base = staging_root if staging_root.endswith("://") else staging_root.rstrip("/") + "/"
-    return f"{base}{path_component(pipeline)}/{window_dir_name(seq)}"
-
-
-def table_dir_rel(schema: str, table: str) -> str:
-    """A table's directory relative to the window directory; hostile names cannot leave it."""
-    return f"tables/{path_component(schema)}/{path_component(table)}"
 
 
 def _part_name(index: int) -> str:
@@ -503,7 +494,7 @@ def stage_window(
     if existing is not None:
         log.info(
             "%s",
-            _kv(event="window.already_staged", pipeline=plan.pipeline, seq=plan.seq, tables=len(existing.tables),
+            line(event="window.already_staged", pipeline=plan.pipeline, seq=plan.seq, tables=len(existing.tables),
                 changes=existing.changes),
         )
         return existing
@@ -546,7 +537,7 @@ def stage_window(
         progress(manifest.changes, tables=len(manifest.tables), bytes=writer.bytes)
     log.info(
         "%s",
-        _kv(event="window.staged", pipeline=plan.pipeline, seq=plan.seq, tables=len(manifest.tables),
+        line(event="window.staged", pipeline=plan.pipeline, seq=plan.seq, tables=len(manifest.tables),
             changes=manifest.changes, bytes=writer.bytes, secs=f"{time.monotonic() - t0:.2f}"),
     )
     return manifest
@@ -712,7 +703,7 @@ def _existing_window(store: _Store, final: str, plan: WindowPlan) -> Manifest | 
     try:
         _verify(store, final, manifest)
     except StagingError as e:
-        log.warning("%s", _kv(event="window.restage", pipeline=plan.pipeline, seq=plan.seq, reason=str(e)))
+        log.warning("%s", line(event="window.restage", pipeline=plan.pipeline, seq=plan.seq, reason=str(e)))
         return None
     return manifest
 
@@ -728,7 +719,7 @@ def _load_manifest(store: _Store, wdir: str) -> Manifest | None:
         return Manifest.from_json(data)
     except (ValueError, KeyError, TypeError) as e:
         # Unreadable JSON is a damaged copy: treat the window as not staged, so it is staged again.
-        log.warning("%s", _kv(event="window.bad_manifest", path=f"{wdir}/{MANIFEST_NAME}", error=str(e)))
+        log.warning("%s", line(event="window.bad_manifest", path=f"{wdir}/{MANIFEST_NAME}", error=str(e)))
         return None
 
 
@@ -826,17 +817,3 @@ def list_windows(staging_root: str, pipeline: str) -> list[int]:
         if len(base) == 11 and base[0] == "w" and base[1:].isdigit() and store.exists(f"{p}/{MANIFEST_NAME}"):
             seqs.append(int(base[1:]))
     return sorted(seqs)
-
-
-# ------------------------------------------------------------------------------------------ logging
-
-
-def _kv(event: str, **fields: Any) -> str:
-    """`event k=v k=v` (values with spaces, quotes or '=' quoted), as style.md shows."""
-    out = [event]
-    for k, v in fields.items():
-        s = str(v)
-        if not s or any(ch in s for ch in ' ="\n'):
-            s = '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-        out.append(f"{k}={s}")
-    return " ".join(out)

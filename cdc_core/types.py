@@ -131,7 +131,7 @@ _UTC_EPOCH = dt.datetime(1970, 1, 1)
 _UTC_EPOCH_AWARE = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _conv_timestamp(v: dt.datetime) -> dt.datetime | None:
+def conv_timestamp(v: dt.datetime) -> dt.datetime | None:
     # A TIMESTAMP's binlog value is seconds since the epoch, and 0 is MySQL's zero value
     # '0000-00-00 00:00:00' (the type's range starts at 1970-01-01 00:00:01 UTC); the reader turns
     # it into 1970-01-01 00:00:00. Zero dates land as NULL (`zero_dates: null`; `refuse` stops before this).
@@ -140,7 +140,7 @@ def _conv_timestamp(v: dt.datetime) -> dt.datetime | None:
     return v
 
 
-def _conv_time(v: dt.timedelta) -> int:
+def conv_time(v: dt.timedelta) -> int:
     us = (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
     if us < 0:
         # python-mysql-replication 1.0.17 decodes a negative TIME(fsp) with a fraction f as -(S + (1 - f))
@@ -153,13 +153,13 @@ def _conv_time(v: dt.timedelta) -> int:
     return us
 
 
-def _conv_year(v: int) -> int:
+def conv_year(v: int) -> int:
     # The binlog stores YEAR as year-1900 with 0 meaning 0000; the reader adds 1900 blindly, and
     # 1900 is otherwise outside YEAR's range (1901..2155), so 1900 can only be the zero year.
     return 0 if v == 1900 else v
 
 
-def _conv_bit(v: Any) -> int:
+def conv_bit(v: Any) -> int:
     # The reader returns BIT as a string of '0'/'1' characters (most significant first).
     if v.__class__ is str:
         return int(v, 2)
@@ -181,7 +181,7 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _conv_json(v: Any) -> str:
+def conv_json(v: Any) -> str:
     if v.__class__ is str:
         return v
     if isinstance(v, bytes):
@@ -225,7 +225,7 @@ def _make_binary_pad_converter(length: int) -> Converter:
     return conv
 
 
-def _conv_bytes(v: Any) -> bytes:
+def conv_bytes(v: Any) -> bytes:
     return v.encode("utf-8") if v.__class__ is str else v
 
 
@@ -483,11 +483,11 @@ def _resolve(p: ParsedType, col: SourceColumn) -> tuple[TypeRule, Mapped]:
     if base == "datetime":
         return R_DATETIME, Mapped(pa.timestamp("us"), "TIMESTAMP_NTZ", None, may_null=True)
     if base == "timestamp":
-        return R_TIMESTAMP, Mapped(pa.timestamp("us", tz="UTC"), "TIMESTAMP", _conv_timestamp, may_null=True)
+        return R_TIMESTAMP, Mapped(pa.timestamp("us", tz="UTC"), "TIMESTAMP", conv_timestamp, may_null=True)
     if base == "time":
-        return R_TIME, Mapped(pa.int64(), "BIGINT", _conv_time)
+        return R_TIME, Mapped(pa.int64(), "BIGINT", conv_time)
     if base == "year":
-        return R_YEAR, Mapped(pa.int16(), "SMALLINT", _conv_year)
+        return R_YEAR, Mapped(pa.int16(), "SMALLINT", conv_year)
     if base in _STRING_BASES:
         charset = col.attr("charset")
         if charset == "binary":
@@ -499,7 +499,7 @@ def _resolve(p: ParsedType, col: SourceColumn) -> tuple[TypeRule, Mapped]:
     if base in _BINARY_BASES:
         return _binary(p, base)
     if base == "json":
-        return R_JSON, Mapped(pa.string(), "STRING", _conv_json)
+        return R_JSON, Mapped(pa.string(), "STRING", conv_json)
     if base == "enum":
         return R_ENUM, Mapped(pa.string(), "STRING")
     if base == "set":
@@ -512,8 +512,8 @@ def _resolve(p: ParsedType, col: SourceColumn) -> tuple[TypeRule, Mapped]:
         if not 1 <= bits <= 64:
             raise ValueError(f"BIT width {bits}")
         if bits == 64:
-            return R_BIT64, Mapped(pa.decimal128(20, 0), "DECIMAL(20,0)", _conv_bit)
-        return R_BIT, Mapped(pa.int64(), "BIGINT", _conv_bit)
+            return R_BIT64, Mapped(pa.decimal128(20, 0), "DECIMAL(20,0)", conv_bit)
+        return R_BIT, Mapped(pa.int64(), "BIGINT", conv_bit)
     raise KeyError(base)
 
 
@@ -522,7 +522,7 @@ def _binary(p: ParsedType, base: str) -> tuple[TypeRule, Mapped]:
         args = p.int_args()
         length = args[0] if args else 1
         return R_BINARY, Mapped(pa.binary(), "BINARY", _make_binary_pad_converter(length))
-    return R_BINARY, Mapped(pa.binary(), "BINARY", _conv_bytes)
+    return R_BINARY, Mapped(pa.binary(), "BINARY", conv_bytes)
 
 
 def column_types(col: SourceColumn, table: str | None = None) -> tuple[pa.DataType, str]:

@@ -61,16 +61,16 @@ from pyspark.sql import SparkSession
 
 from cdc_core import retention
 from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError
+from cdc_core.logfmt import kv
 from cdc_core.naming import quote_spark
 from spark_apps.merge_window import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
-    _is_commit_conflict,
-    _one_line,
-    _sql_str,
     build_session,
-    kv,
+    is_commit_conflict,
+    one_line,
+    sql_str,
     write_report,
     zk_fence_check,
 )
@@ -192,9 +192,9 @@ class Maintenance:
             try:
                 return action(), attempt
             except Exception as e:
-                if not _is_commit_conflict(e) or attempt == CONFLICT_ATTEMPTS:
+                if not is_commit_conflict(e) or attempt == CONFLICT_ATTEMPTS:
                     raise
-                self.log("maintenance.conflict_retry", table=table, step=step, attempt=attempt, reason=_one_line(e))
+                self.log("maintenance.conflict_retry", table=table, step=step, attempt=attempt, reason=one_line(e))
                 self.sleep(min(8.0, 0.5 * 2**attempt))
             finally:
                 conf.unset(USER_METADATA_CONF)
@@ -232,7 +232,7 @@ class Maintenance:
         # logRetention >= deletedFileRetention is checked by Delta on the resulting metadata, so one statement.
         sql = (
             f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ("
-            + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(wanted.items()))
+            + ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in sorted(wanted.items()))
             + ")"
         )
         _, attempts = self.with_retries(name, "properties", lambda: self.spark.sql(sql).collect())
@@ -301,7 +301,7 @@ class Maintenance:
             delta_log.checkpointAndCleanUpDeltaLog(snapshot, none)  # cleanup honours delta.logRetentionDuration
             how = "checkpoint+cleanup"
         except Exception as e:  # an API change in a later Delta: a checkpoint alone still bounds log replay
-            self.log("maintenance.log_cleanup_unavailable", table=name, reason=_one_line(e))
+            self.log("maintenance.log_cleanup_unavailable", table=name, reason=one_line(e))
             delta_log.checkpoint(snapshot, none)
             how = "checkpoint"
         after = self.log_entries(uri)
@@ -357,10 +357,10 @@ class Maintenance:
                 raise  # nothing more may be done by this run / nothing would work
             except Exception as e:
                 # One broken table must not keep the others from being maintained; the run still fails.
-                errors.append(f"{t['name']} ({t['kind']}): {type(e).__name__}: {_one_line(e)}")
+                errors.append(f"{t['name']} ({t['kind']}): {type(e).__name__}: {one_line(e)}")
                 results.append({"name": t["name"], "kind": t["kind"], "uri": t["uri"], "status": "error",
-                                "error": _one_line(e)})
-                self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=_one_line(e))
+                                "error": one_line(e)})
+                self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=one_line(e))
         report = {
             "pipeline": self.pipeline,
             "token": self.token,
@@ -418,10 +418,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = _run(argv)
     except CdcError as e:
-        print(f"maintain_tables: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        print(f"maintain_tables: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
         return e.exit_code
     except Exception as e:
-        print(f"maintain_tables: unexpected {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        print(f"maintain_tables: unexpected {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
         return 1
     print(json.dumps(report, sort_keys=True), flush=True)
     if report["errors"]:

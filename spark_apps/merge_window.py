@@ -128,6 +128,8 @@ from pyspark.sql.types import (
 from cdc_core import faults
 from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LakeError, SchemaConflict, StagingError
 from cdc_core.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
+from cdc_core.layout import TOMBSTONE_DIR, table_uri, tombstone_uri
+from cdc_core.logfmt import kv
 from cdc_core.manifest import (
     COL_COMMIT_TS,
     COL_DELETED,
@@ -145,7 +147,6 @@ from cdc_core.naming import path_component, quote_spark
 
 log = logging.getLogger("cdc.merge")
 
-TOMBSTONE_DIR = "_cdc_tombstones"
 DELETE_HARD, DELETE_SOFT = "hard", "soft"
 DELETE_MODES = (DELETE_HARD, DELETE_SOFT)
 
@@ -214,23 +215,10 @@ _CONFLICT_MARKERS = (
 )
 
 
-def kv(**fields: Any) -> str:
-    parts = []
-    for k, v in fields.items():
-        s = str(v)
-        parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
-    return " ".join(parts)
-
-
 # ------------------------------------------------------------------------------------------ layout
 
 
-def table_uri(lake_root: str, schema: str, table: str) -> str:
-    return f"{lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
 
-
-def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
-    return f"{lake_root.rstrip('/')}/{TOMBSTONE_DIR}/{path_component(schema)}/{path_component(table)}"
 
 
 def metadata_columns(delete_mode: str) -> list[tuple[str, DataType]]:
@@ -282,7 +270,7 @@ def _parse_type(ddl: str, where: str) -> DataType:
         return DataType.fromDDL(ddl)
     except Exception as e:
         raise StagingError(
-            f"{where}: delta_type {ddl!r} is not a Spark SQL type ({_one_line(e)}); fix the type map and re-stage"
+            f"{where}: delta_type {ddl!r} is not a Spark SQL type ({one_line(e)}); fix the type map and re-stage"
         ) from e
 
 
@@ -313,7 +301,7 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
         except CdcError:
             raise
         except Exception as e:  # e.g. a table feature the standalone reader does not know yet
-            log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=_one_line(e)))
+            log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=one_line(e)))
     return _jvm_last_txn_version(spark, uri, app_id)
 
 
@@ -326,7 +314,7 @@ def table_writer_and_txn(spark: SparkSession, uri: str, app_id: str) -> tuple[st
     except CdcError:
         raise
     except Exception as e:  # e.g. a table feature the standalone reader does not know yet
-        log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=_one_line(e)))
+        log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=one_line(e)))
     jvm = spark._jvm  # type: ignore[attr-defined]
     snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)._2()  # type: ignore[attr-defined]
     if snapshot.version() < 0:
@@ -342,7 +330,7 @@ def _is_table_not_found(e: BaseException) -> bool:
     return any(m in text for m in ("DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "doesn't exist"))
 
 
-def _is_commit_conflict(e: BaseException) -> bool:
+def is_commit_conflict(e: BaseException) -> bool:
     if isinstance(e, _CONFLICTS):
         return True
     text = f"{type(e).__name__} {e}"
@@ -503,16 +491,16 @@ def create_table_sql(
     if options.partition_by:
         ddl += " PARTITIONED BY (" + ", ".join(quote_spark(p) for p in options.partition_by) + ")"
     if props:
-        ddl += " TBLPROPERTIES (" + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(props.items())) + ")"
+        ddl += " TBLPROPERTIES (" + ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in sorted(props.items())) + ")"
     return ddl
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else type(e).__name__)[:500]
 
 
-def _sql_str(s: str) -> str:
+def sql_str(s: str) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -592,7 +580,7 @@ class _Run:
         if set_props:
             spark.sql(
                 f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ("
-                + ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in sorted(set_props.items()))
+                + ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in sorted(set_props.items()))
                 + ")"
             )
             self.log("merge.table_properties", table=label, properties=",".join(sorted(set_props)))
@@ -606,7 +594,7 @@ class _Run:
             except Exception as e:
                 raise SchemaConflict(
                     f"{self.label()}: table {label} column {col!r}: Delta refused to widen {have.simpleString()} to "
-                    f"{want.simpleString()} ({_one_line(e)}); rebuild the table or map the column to a compatible type"
+                    f"{want.simpleString()} ({one_line(e)}); rebuild the table or map the column to a compatible type"
                 ) from e
             self.log("merge.type_widened", table=label, column=col, old=have.simpleString(), new=want.simpleString())
         return spark.read.format("delta").load(uri).schema
@@ -663,9 +651,9 @@ class _Run:
                         # A concurrent run of this window created the table and its first commit was not
                         # visible yet when this MERGE resolved the path: wait for it, then retry once.
                         self.wait_for_table(uri, e)
-                        self.log("merge.retry", table=label, reason=_one_line(e))
+                        self.log("merge.retry", table=label, reason=one_line(e))
                         continue
-                    if not _is_commit_conflict(e):
+                    if not is_commit_conflict(e):
                         raise
                     landed = last_txn_version(spark, uri, self.pipeline)
                     if landed is not None and landed >= self.seq:
@@ -673,10 +661,10 @@ class _Run:
                         return STATUS_ALREADY, {}, None
                     if attempt == 2:
                         raise LakeError(
-                            f"{self.label()}: MERGE into {label} ({uri}) lost two commit races ({_one_line(e)}); "
+                            f"{self.label()}: MERGE into {label} ({uri}) lost two commit races ({one_line(e)}); "
                             "another writer is changing the table; the merge is safe to retry"
                         ) from e
-                    self.log("merge.retry", table=label, reason=_one_line(e))
+                    self.log("merge.retry", table=label, reason=one_line(e))
                     continue
                 if not rows:  # Delta itself found (pipeline, seq) already committed and skipped the MERGE
                     return STATUS_ALREADY, {}, None
@@ -712,7 +700,7 @@ class _Run:
 
             return delta_state.commit_version(uri, meta)
         except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
-            log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=_one_line(e)))
+            log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=one_line(e)))
         rows = (
             DeltaTable.forPath(self.spark, uri)
             .history(20)
@@ -856,7 +844,7 @@ class _Run:
                     .save(uri)
                 )
             except Exception as e:
-                if not _is_commit_conflict(e):
+                if not is_commit_conflict(e):
                     raise
                 landed = last_txn_version(self.spark, uri, self.pipeline)
                 if landed is not None and landed >= self.seq:
@@ -864,10 +852,10 @@ class _Run:
                     return STATUS_ALREADY, None
                 if attempt == 2:
                     raise LakeError(
-                        f"{self.label()}: append to {label} ({uri}) lost two commit races ({_one_line(e)}); "
+                        f"{self.label()}: append to {label} ({uri}) lost two commit races ({one_line(e)}); "
                         "another writer is changing the table; the merge is safe to retry"
                     ) from e
-                self.log("merge.retry", table=label, reason=_one_line(e))
+                self.log("merge.retry", table=label, reason=one_line(e))
                 continue
             version = self._commit_version(uri, meta)
             return (STATUS_COMMITTED if version is not None else STATUS_ALREADY), version
@@ -894,7 +882,7 @@ def _commit_output_rows(uri: str, version: int) -> int:
             if int(commit.get("version", -1)) == version:
                 return int((commit.get("operationMetrics") or {}).get("numOutputRows") or 0)
     except Exception as e:
-        log.warning("%s", kv(event="merge.metrics_unknown", table=uri, reason=_one_line(e)))
+        log.warning("%s", kv(event="merge.metrics_unknown", table=uri, reason=one_line(e)))
     return 0
 
 
@@ -1019,14 +1007,14 @@ def _land_table(run: _Run, st: StagedTable) -> dict[str, Any]:
             # A concurrent run of this window is creating the table (its first commit not visible
             # yet to one of our reads): wait for it, then merge the table again (idempotent).
             run.wait_for_table(table_uri(run.lake_root, st.schema, st.table), e)
-            run.log("merge.retry", table=st.name, reason=_one_line(e))
+            run.log("merge.retry", table=st.name, reason=one_line(e))
             return run.merge_table(st)
     except CdcError:
         raise
     except Exception as e:
         raise LakeError(
             f"{run.label()}: merging table {st.name} into {table_uri(run.lake_root, st.schema, st.table)} failed: "
-            f"{_one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
+            f"{one_line(e)}; tables merged before it stay merged and the merge is safe to retry"
         ) from e
 
 
@@ -1198,7 +1186,7 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
     from kazoo.client import KazooClient, KazooState
     from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 
-    from cdc_core.coordination import _RedactingLogger
+    from cdc_core.coordination import RedactingLogger
 
     auth_data = None
     extra: dict[str, Any] = {}
@@ -1209,14 +1197,14 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
             raise ConfigError(f"{ZK_AUTH_ENV} must look like 'scheme:credential' (e.g. digest:user:password)")
         auth_data = [(scheme, cred)]
         # kazoo logs its Auth packet at DEBUG: blank the credential before any handler sees it.
-        extra["logger"] = _RedactingLogger(logging.getLogger("kazoo.client"), (cred, cred.partition(":")[2]))
+        extra["logger"] = RedactingLogger(logging.getLogger("kazoo.client"), (cred, cred.partition(":")[2]))
     client = KazooClient(hosts=hosts, auth_data=auth_data, timeout=10, **extra)
     try:
         client.start(timeout=15)
     except Exception as e:
         client.close()
         raise CoordinationError(
-            f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {_one_line(e)}"
+            f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {one_line(e)}"
         ) from e
     path = f"{root.rstrip('/')}/pipelines/{pipeline}/lease"
 
@@ -1238,7 +1226,7 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
                 "digest:<user>:<password> in its environment (never on the command line)"
             ) from e
         except KazooException as e:
-            raise CoordinationError(f"reading the lease {path} failed: {_one_line(e)}; retry") from e
+            raise CoordinationError(f"reading the lease {path} failed: {one_line(e)}; retry") from e
         if stat.czxid != token:
             raise Fenced(
                 f"fenced: pipeline {pipeline!r} lease {path} is now held with token {stat.czxid:#x}, not this run's "
@@ -1339,10 +1327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = _run(argv)
     except CdcError as e:
-        print(f"merge_window: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        print(f"merge_window: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
         return e.exit_code
     except Exception as e:
-        print(f"merge_window: unexpected {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        print(f"merge_window: unexpected {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
         return 1
     print(json.dumps(report, sort_keys=True), flush=True)
     return 0

@@ -10,9 +10,8 @@ with a message instead of an authentication error deep in kazoo.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from cdc_core.config import load_config
@@ -80,16 +79,7 @@ def object_store_from_connection(pc: PipelineConfig) -> S3Credentials | None:
 
 def check_zookeeper_auth(pc: PipelineConfig, environ: dict[str, str] | None = None) -> None:
     """Fail early, naming the variable, when `zookeeper.auth_env` is configured but not set."""
-    name = pc.zookeeper.auth_env
-    if not name:
-        return
-    value = (os.environ if environ is None else environ).get(name, "")
-    if ":" not in value:
-        raise ConfigError(
-            f"pipeline {pc.name!r}: zookeeper.auth_env names {name!r}, but that environment variable "
-            "is not set to 'user:password' in this Airflow process; set it for the scheduler, workers "
-            "and api-server"
-        )
+    pc.zookeeper.digest(environ, pipeline=pc.name)
 
 
 def pipeline_config(name: str) -> PipelineConfig:
@@ -100,8 +90,8 @@ def pipeline_config(name: str) -> PipelineConfig:
 def secrets_of(pc: PipelineConfig, source: Any, store: S3Credentials | None = None) -> list[str]:
     """Values that must never appear in a command line, a log line or the monitor page."""
     found = [getattr(source, "password", None)]
-    if pc.zookeeper.auth_env:
-        found.append(os.environ.get(pc.zookeeper.auth_env, "").partition(":")[2])
+    with suppress(ConfigError):  # an unset variable is reported by check_zookeeper_auth, not here
+        found.append((pc.zookeeper.digest() or ("", ""))[1])
     if store is not None:
         found += store.secrets
     return [s for s in found if s]

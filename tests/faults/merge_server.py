@@ -167,10 +167,10 @@ class MergeServer:
         except _ClientKilled:
             raise
         except CdcError as e:
-            err = f"merge_window: {type(e).__name__}: {mw._one_line(e)}\n"
+            err = f"merge_window: {type(e).__name__}: {mw.one_line(e)}\n"
             return {"rc": e.exit_code, "stdout": "", "stderr": err}
         except Exception as e:
-            err = f"merge_window: unexpected {type(e).__name__}: {mw._one_line(e)}\n"
+            err = f"merge_window: unexpected {type(e).__name__}: {mw.one_line(e)}\n"
             return {"rc": 1, "stdout": "", "stderr": err}
         finally:
             _local.request = None

@@ -360,10 +360,10 @@ def test_a_failed_multi_op_changes_nothing(coord: PipelineCoordinator, zk_client
         data, stat = zk_client.get(coord.cursor_path)
         zk_client.set(coord.cursor_path, data, version=stat.version)
 
-    coord._before_commit = bump_cursor
+    coord.before_commit = bump_cursor
     with pytest.raises(StateConflict, match="kept racing"):
         coord.ack_window(grant, 1, {"changes": 3})
-    coord._before_commit = None
+    coord.before_commit = None
     assert zk_client.get(coord.window_path(1))[0] == window_before  # still 'planned', no result
     assert zk_client.get(coord.cursor_path)[0] == cursor_before
     assert coord.get_window(1).state == "planned"  # type: ignore[union-attr]
@@ -373,10 +373,10 @@ def test_a_failed_multi_op_changes_nothing(coord: PipelineCoordinator, zk_client
     # the pipeline node fails instead -> Fenced, and nothing lands.
     usurper = PipelineCoordinator(zk_client, coord.root, "orders", clock=lambda: time.time() + 3600)
     taken: list[LeaseGrant] = []
-    coord._before_commit = lambda action: taken.append(usurper.acquire("run-2", 600)) if not taken else None
+    coord.before_commit = lambda action: taken.append(usurper.acquire("run-2", 600)) if not taken else None
     with pytest.raises(Fenced, match="taken over by 'run-2'"):
         coord.ack_window(grant, 1, {"changes": 3})
-    coord._before_commit = None
+    coord.before_commit = None
     assert zk_client.get(coord.window_path(1))[0] == window_before
     assert zk_client.get(coord.cursor_path)[0] == cursor_before
     # The successor finishes the same window.
@@ -397,13 +397,13 @@ def test_a_zombie_renew_or_release_cannot_touch_the_successors_lease(
                 taken.append(usurper.acquire("run-next", 600))
                 assert zk_client.get(coord.lease_path)[1].version == 0
 
-        coord._before_commit = take_over
+        coord.before_commit = take_over
         if act == "renew":
             with pytest.raises(Fenced, match="taken over by 'run-next'"):
                 coord.renew(grant, 600)
         else:
             coord.release(grant)  # re-reads, sees it is not ours any more: a no-op
-        coord._before_commit = None
+        coord.before_commit = None
         lease = coord.read_lease()
         assert lease is not None and lease.holder == "run-next" and lease.token == taken[0].token
         usurper.verify(taken[0])
@@ -420,10 +420,10 @@ def test_a_store_plan_race_stores_no_window(coord: PipelineCoordinator, zk_clien
         zk_client.set(coord.cursor_path, data, version=stat.version)
         bumps.append(action)
 
-    coord._before_commit = bump_cursor
+    coord.before_commit = bump_cursor
     with pytest.raises(StateConflict):
         coord.store_plan(grant, plan(1, 4, 50))
-    coord._before_commit = None
+    coord.before_commit = None
     assert len(bumps) >= 2  # retried with fresh reads before giving up
     assert not zk_client.exists(coord.window_path(1))
     # A concurrent renew of our own changes only the lease version: the lease check fails, the lease
@@ -434,9 +434,9 @@ def test_a_store_plan_race_stores_no_window(coord: PipelineCoordinator, zk_clien
         if not renewed and action.startswith("store plan"):
             renewed.append(coord.renew(grant, 600))
 
-    coord._before_commit = renew_once
+    coord.before_commit = renew_once
     assert coord.store_plan(grant, plan(1, 4, 50)).seq == 1
-    coord._before_commit = None
+    coord.before_commit = None
     assert renewed and zk_client.exists(coord.window_path(1))
 
 

@@ -30,7 +30,7 @@ import pytest
 from delta.tables import DeltaTable
 from staged_builder import Col, VersionClock, WindowBuilder
 
-from cdc_core import delta_state, housekeeping, retention, staging
+from cdc_core import delta_state, housekeeping, layout, retention
 from cdc_core.config import PipelineConfig
 from cdc_core.coordination import PipelineCoordinator
 from cdc_core.errors import Fenced, LakeError
@@ -264,7 +264,7 @@ def in_process_merge(spark: Any, p: Pipeline) -> Any:
 
     def merge(grant: Any, seq: int) -> dict[str, Any]:
         return merge_window(
-            spark, p.manifest(seq), staging.window_dir(p.staging_root, p.name, seq), p.lake_root, p.name, seq,
+            spark, p.manifest(seq), layout.window_dir(p.staging_root, p.name, seq), p.lake_root, p.name, seq,
             grant.token, delete_mode=p.config.delete_mode,
             table_properties=retention.managed_table_properties(
                 m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
+from cdc_core import layout, staging
 from cdc_core import snapshot as snap
-from cdc_core import staging
 from cdc_core.binlog import read_changes
 from cdc_core.config import PipelineConfig
 from cdc_core.errors import LeaseHeld
@@ -140,7 +140,7 @@ def in_process_merge(spark: Any, p: Pipeline) -> Callable[..., Any]:
 
     def merge(grant: Any, seq: int) -> None:
         manifest = p.manifest(seq)
-        wdir = staging.window_dir(p.staging_root, p.name, seq)
+        wdir = layout.window_dir(p.staging_root, p.name, seq)
         merge_window(spark, manifest, wdir, p.lake_root, p.name, seq, grant.token, delete_mode=p.config.delete_mode)
 
     return merge

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core import staging
+from cdc_core import layout, staging
 from cdc_core.manifest import STAGED_META_COLUMNS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -23,7 +23,7 @@ def test_spark_reads_staged_columns_with_the_manifest_delta_types(spark, staging
     root = str(staging_dir)
     m = staging.stage_window(fixtures.make_plan(), iter(fixtures.changes_for([r for r, _ in fixtures.ROWS])), root)
     t = m.table("shop.all_types")
-    df = spark.read.parquet(f"{staging.window_dir(root, 'demo', 1)}/{t.files[0].path}")
+    df = spark.read.parquet(f"{layout.window_dir(root, 'demo', 1)}/{t.files[0].path}")
     spark_types = {f.name: f.dataType.simpleString().upper() for f in df.schema.fields}
     assert [spark_types[c] for c in STAGED_META_COLUMNS] == ["STRING", "BIGINT", "BIGINT", "TIMESTAMP"]
     assert {c.name: spark_types[c.name] for c in t.columns} == {c.name: c.delta_type for c in t.columns}

@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from source_facts import facts_now
 
+from cdc_core import layout, staging
 from cdc_core import snapshot as snap
-from cdc_core import staging
 from cdc_core.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
@@ -456,7 +456,7 @@ def test_edge_values_make_identical_lake_rows_on_both_paths(
     lakes = {}
     for label, m, wdir in (("binlog", binlog_m, binlog_dir), ("snapshot", chunk_m, chunk_dir)):
         lake = tmp_path / f"lake-{label}"
-        merge_window(spark, m, staging.window_dir(str(wdir), m.plan.pipeline, m.plan.seq), str(lake),
+        merge_window(spark, m, layout.window_dir(str(wdir), m.plan.pipeline, m.plan.seq), str(lake),
                      m.plan.pipeline, m.plan.seq, 1)
         found = [p for p in lake.rglob("_delta_log")]
         assert len(found) == 1, f"{label}: Delta tables {found}"

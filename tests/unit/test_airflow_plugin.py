@@ -294,9 +294,13 @@ def test_missing_zookeeper_auth_variable_is_named() -> None:
 
     from cdc_airflow import hooks
 
-    pc = SimpleNamespace(name="orders", zookeeper=SimpleNamespace(auth_env="CDC_ZK_AUTH"))
+    from cdc_core.config import ZooKeeperConfig
+
+    pc = SimpleNamespace(name="orders", zookeeper=ZooKeeperConfig(auth_env="CDC_ZK_AUTH"))
     with pytest.raises(ConfigError, match="CDC_ZK_AUTH"):
         hooks.check_zookeeper_auth(pc, environ={})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'user:password'"):
+        hooks.check_zookeeper_auth(pc, environ={"CDC_ZK_AUTH": "no-colon"})  # type: ignore[arg-type]
     hooks.check_zookeeper_auth(pc, environ={"CDC_ZK_AUTH": "u:p"})  # type: ignore[arg-type]
 
 

@@ -20,6 +20,7 @@ from cdc_core.config import load_config
 from cdc_core.coordination import LeaseGrant
 from cdc_core.errors import ConfigError, CoordinationError, Fenced, LeaseHeld
 from cdc_core.retention import AckFacts, record_prune_plan, staged_window_decision
+from cdc_core.spark_conf import SparkJob
 
 pytestmark = pytest.mark.unit
 
@@ -208,6 +209,9 @@ class _StubPipeline:
 
     def spark_jars(self) -> str:
         return "/jars/delta.jar"
+
+    def spark_job(self, application: object, args: list[str], name: str) -> SparkJob:
+        return SparkJob(str(application), args, name, self.spark_jars(), self.spark_conf(), {})
 
 
 GRANT = LeaseGrant(pipeline="orders", holder="cdc_orders_maintenance/run1", token=0x1A2B, expires_at=1.0,

@@ -18,7 +18,7 @@ from cdc_core.config import PipelineConfig
 from cdc_core.coordination import Cursor, check_plan, cursor_after_ack
 from cdc_core.errors import ConfigError, StateConflict
 from cdc_core.positions import BinlogPosition, ServerIdentity, change_version
-from cdc_core.types import _conv_time
+from cdc_core.types import conv_time
 from cdc_core.window_plan import KIND_SNAPSHOT, WindowPlan
 
 pytestmark = pytest.mark.unit
@@ -312,7 +312,7 @@ def test_select_time_values_land_like_the_binlog_reader_s(us: int) -> None:
     col = SourceColumn("t", "time(6)")
     norm = snap.select_normaliser(col)
     assert norm is not None
-    assert _conv_time(norm(dt.timedelta(microseconds=us))) == us
+    assert conv_time(norm(dt.timedelta(microseconds=us))) == us
 
 
 def test_zero_dates_from_select_land_as_null() -> None:

@@ -19,7 +19,7 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_core import staging
+from cdc_core import layout, staging
 from cdc_core.changes import RowChange, SourceColumn, TableSchema
 from cdc_core.errors import StagingError, UnsupportedType
 from cdc_core.manifest import MANIFEST_NAME, STAGED_META_COLUMNS
@@ -283,7 +283,7 @@ def test_staged_file_is_self_describing(tmp_path: Path) -> None:
     m = staging.stage_window(make_plan(), iter(changes_for([ROWS[0][0]])), root)
     f = m.tables[0].files[0]
     assert f.path == "tables/shop/all_types/part-00000.parquet"
-    path = Path(staging.window_dir(root, "demo", 1)) / f.path
+    path = Path(layout.window_dir(root, "demo", 1)) / f.path
     data = path.read_bytes()
     assert (len(data), hashlib.sha256(data).hexdigest()) == (f.bytes, f.sha256)
     schema = pq.read_schema(path)
@@ -333,7 +333,7 @@ def test_restaging_gives_byte_identical_files_and_manifest(tmp_path: Path) -> No
 def test_staging_an_already_staged_window_returns_it_untouched(tmp_path: Path) -> None:
     root = str(tmp_path)
     m1 = staging.stage_window(make_plan(), mixed_stream(300), root)
-    mpath = Path(staging.window_dir(root, "demo", 1)) / MANIFEST_NAME
+    mpath = Path(layout.window_dir(root, "demo", 1)) / MANIFEST_NAME
     before = mpath.stat().st_ino, mpath.stat().st_mtime_ns
 
     def boom() -> Iterator[Any]:
@@ -356,7 +356,7 @@ def test_a_different_plan_in_the_window_directory_is_refused(tmp_path: Path) -> 
 
 def test_leftover_temp_dir_and_manifestless_window_are_not_staged_and_get_replaced(tmp_path: Path) -> None:
     root = str(tmp_path)
-    wdir = Path(staging.window_dir(root, "demo", 1))
+    wdir = Path(layout.window_dir(root, "demo", 1))
     tmp_left = wdir.parent / f".{wdir.name}.tmp-deadbeef"
     (tmp_left / "tables/db/t1").mkdir(parents=True)
     (tmp_left / MANIFEST_NAME).write_text("{}")  # even a manifest in a temp dir does not count
@@ -378,7 +378,7 @@ def test_leftover_temp_dir_and_manifestless_window_are_not_staged_and_get_replac
 def test_unreadable_manifest_counts_as_not_staged(tmp_path: Path) -> None:
     root = str(tmp_path)
     staging.stage_window(make_plan(), mixed_stream(10), root)
-    mpath = Path(staging.window_dir(root, "demo", 1)) / MANIFEST_NAME
+    mpath = Path(layout.window_dir(root, "demo", 1)) / MANIFEST_NAME
     mpath.write_text('{"format": 1, "pla')
     assert staging.read_manifest(root, "demo", 1) is None
     m = staging.stage_window(make_plan(), mixed_stream(10), root)
@@ -388,7 +388,7 @@ def test_unreadable_manifest_counts_as_not_staged(tmp_path: Path) -> None:
 def test_corrupt_file_is_detected_and_the_window_restaged(tmp_path: Path) -> None:
     root = str(tmp_path)
     m = staging.stage_window(make_plan(), mixed_stream(1000), root)
-    wdir = Path(staging.window_dir(root, "demo", 1))
+    wdir = Path(layout.window_dir(root, "demo", 1))
     good = tree_bytes(wdir)
     victim = wdir / m.table("db.t2").files[0].path
     data = bytearray(victim.read_bytes())
@@ -416,7 +416,7 @@ def test_interrupted_staging_leaves_nothing_staged(tmp_path: Path) -> None:
     with pytest.raises(ConnectionError):
         staging.stage_window(make_plan(), dies(), root, row_group_rows=100)
     assert staging.read_manifest(root, "demo", 1) is None
-    pdir = Path(staging.window_dir(root, "demo", 1)).parent
+    pdir = Path(layout.window_dir(root, "demo", 1)).parent
     assert not pdir.exists() or list(pdir.iterdir()) == []
 
 
@@ -425,7 +425,7 @@ def test_delete_window(tmp_path: Path) -> None:
     staging.stage_window(make_plan(), mixed_stream(10), root)
     assert staging.delete_window(root, "demo", 1) is True
     assert staging.read_manifest(root, "demo", 1) is None
-    assert not Path(staging.window_dir(root, "demo", 1)).exists()
+    assert not Path(layout.window_dir(root, "demo", 1)).exists()
     assert staging.delete_window(root, "demo", 1) is False
 
 
@@ -433,9 +433,9 @@ def test_delete_window(tmp_path: Path) -> None:
 def test_fsspec_urls_use_the_same_code(tmp_path: Path, scheme: str) -> None:
     root = f"memory://stg-{uuid.uuid4().hex[:8]}" if scheme == "memory" else f"file://{tmp_path}/stg"
     local = str(tmp_path / "local")
-    assert staging.window_dir(root, "demo", 3).startswith(root + "/demo/w0000000003")
+    assert layout.window_dir(root, "demo", 3).startswith(root + "/demo/w0000000003")
     fs, _ = fsspec.core.url_to_fs(root)
-    wdir = fs._strip_protocol(staging.window_dir(root, "demo", 3))
+    wdir = fs._strip_protocol(layout.window_dir(root, "demo", 3))
     fs.makedirs(f"{wdir}/tables/db/t1", exist_ok=True)
     # A partial window left behind on an object store (no manifest) is not staged, and is replaced.
     with fs.open(f"{wdir}/tables/db/t1/part-00000.parquet", "wb") as f:
