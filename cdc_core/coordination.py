@@ -488,6 +488,16 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         self.log(logging.WARNING, msg, *args, **kwargs)
 
 
+def pipeline_path(root: str, pipeline: str) -> str:
+    """`<root>/pipelines/<pipeline>`: every node of one pipeline lives below it (docs/operations.md)."""
+    return f"{root.rstrip('/')}/pipelines/{pipeline}"
+
+
+def lease_path(root: str, pipeline: str) -> str:
+    """The pipeline's lease node; its czxid is the fencing token the Spark jobs check."""
+    return f"{pipeline_path(root, pipeline)}/lease"
+
+
 def make_zk_client(hosts: str, *, auth: tuple[str, str] | None = None, timeout: float = 10) -> KazooClient:
     """A started kazoo client. With `auth` (user, password), the session authenticates by digest and
     every node created through it is readable and writable by that identity only.
@@ -592,8 +602,8 @@ class PipelineCoordinator:
         self.root = root
         self.pipeline = pipeline
         self._clock = clock
-        self.base = f"{root.rstrip('/')}/pipelines/{pipeline}"
-        self.lease_path = f"{self.base}/lease"
+        self.base = pipeline_path(root, pipeline)
+        self.lease_path = lease_path(root, pipeline)
         self.cursor_path = f"{self.base}/cursor"
         self.windows_path = f"{self.base}/windows"
         self.snapshot_path = f"{self.base}/snapshot"

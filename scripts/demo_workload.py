@@ -109,12 +109,12 @@ def reset() -> None:
     from pathlib import Path
 
     from cdc_core.config import load_config
-    from cdc_core.coordination import make_zk_client
+    from cdc_core.coordination import make_zk_client, pipeline_path
 
     pc = load_config().pipeline("demo")
     zk = make_zk_client(pc.zookeeper.hosts)
     try:
-        zk.delete(f"{pc.zookeeper.root}/pipelines/{pc.name}", recursive=True)
+        zk.delete(pipeline_path(pc.zookeeper.root, pc.name), recursive=True)
     finally:
         zk.stop()
         zk.close()

@@ -1186,7 +1186,7 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
     from kazoo.client import KazooClient, KazooState
     from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 
-    from cdc_core.coordination import RedactingLogger
+    from cdc_core.coordination import RedactingLogger, lease_path
 
     auth_data = None
     extra: dict[str, Any] = {}
@@ -1206,7 +1206,7 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
         raise CoordinationError(
             f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {one_line(e)}"
         ) from e
-    path = f"{root.rstrip('/')}/pipelines/{pipeline}/lease"
+    path = lease_path(root, pipeline)
 
     def check() -> None:
         if client.state != KazooState.CONNECTED:
