@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cdc_core.errors import CdcError, ConfigError, LeaseHeld
+from cdc_core.errors import CdcError, ConfigError, LeaseHeld, StateConflict
 
 
 def _load(config_path: str | None) -> Any:
@@ -170,22 +170,43 @@ def resolve(ctx: click.Context, pipeline: str) -> None:
 
 @cli.command()
 @click.argument("pipeline")
-@click.option("--from", "start_ts", required=True, help="UTC timestamp, e.g. 2026-11-20T08:00:00Z")
+@click.option("--from", "start_ts", default=None, help="UTC timestamp, e.g. 2026-11-20T08:00:00Z (unless --cancel)")
 @click.option("--until", "end_ts", default=None, help="Optional UTC end timestamp (default: the current cursor)")
 @click.option("--table", "tables", multiple=True, help="Limit to these schema.table names (repeatable)")
 @click.option("--dry-run", is_flag=True, help="Only report the resolved positions and the number of changes")
 @click.option("--windows", default=100, show_default=True, help="At most this many backfill windows in this run")
+@click.option("--cancel", is_flag=True, help="Stop the active backfill (what it replayed stays; the stream goes on)")
 @click.pass_context
 def backfill(  # noqa: PLR0917 (click passes options as arguments)
     ctx: click.Context,
     pipeline: str,
-    start_ts: str,
+    start_ts: str | None,
     end_ts: str | None,
     tables: tuple[str, ...],
     dry_run: bool,
     windows: int,
+    cancel: bool,
 ) -> None:
     """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward)."""
+    if cancel:
+        if start_ts or end_ts or tables or dry_run:
+            raise click.UsageError("--cancel takes no --from, --until, --table or --dry-run")
+        with _pipeline(ctx, pipeline) as p:
+            grant = _acquire(p, "backfill")
+            try:
+                before = p.coordinator.read_cursor().backfill
+                try:
+                    p.coordinator.cancel_backfill(grant)
+                except StateConflict as e:
+                    raise StateConflict(
+                        f"{e} (`cdc run {pipeline} --once` lands it; then cancel again)"
+                    ) from None
+            finally:
+                p.release(grant)
+        _emit({"pipeline": pipeline, "cancelled": before.to_dict() if before is not None else None})
+        return
+    if not start_ts:
+        raise click.UsageError("--from is required (or --cancel)")
     with _pipeline(ctx, pipeline) as p:
         # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
         p.check_backfill(start_ts, end_ts, list(tables) or None, dry_run=dry_run)

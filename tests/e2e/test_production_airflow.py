@@ -203,7 +203,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
                   "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
     }]}))
     sql(services, db, *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))" for t in TABLES),
-        *(f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_20000" for t in TABLES))
+        *(f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_8000" for t in TABLES))
     env = {"CDC_CONFIG": str(config), "AIRFLOW_CONN_CDC_SOURCE_PROD": json.dumps(conn),
            "AIRFLOW_CONN_CDC_S3": store.connection, "AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection,
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",

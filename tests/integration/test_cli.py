@@ -136,3 +136,28 @@ def test_backfill_dry_run_reports_and_changes_nothing(
     code, out, err = cdc(cli_env, capsys, "status", name)
     after = json.loads(out)["cursor"]
     assert after == before and after["backfill"] is None  # a dry run changes nothing
+
+
+def test_an_active_backfill_is_cancelled_from_the_cli(
+    cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = cli_env["name"]
+    code, _, err = cdc(cli_env, capsys, "run", name)
+    assert code == 0, err
+    code, _, err = cdc(cli_env, capsys, "backfill", name)
+    assert code == 2 and "--from is required" in err
+
+    code, out, err = cdc(cli_env, capsys, "backfill", name, "--from", cli_env["before_table"], "--windows", "0")
+    assert code == 0, err  # started, no window landed yet
+    code, out, err = cdc(cli_env, capsys, "status", name)
+    before = json.loads(out)["cursor"]
+    assert before["backfill"] is not None
+
+    code, out, err = cdc(cli_env, capsys, "backfill", name, "--cancel")
+    assert code == 0, err
+    assert json.loads(out)["cancelled"]["until"] == before["backfill"]["until"]
+    code, out, err = cdc(cli_env, capsys, "status", name)
+    after = json.loads(out)["cursor"]
+    assert after["backfill"] is None and after["seq"] == before["seq"] and after["label"] == before["label"]
+    code, out, err = cdc(cli_env, capsys, "backfill", name, "--cancel")  # nothing active: a no-op
+    assert code == 0 and json.loads(out)["cancelled"] is None, err
