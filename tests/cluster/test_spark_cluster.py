@@ -15,15 +15,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import cdc, cli_pipeline, write
 from spark_cluster_support import Cluster, running_cluster
 
 from cdc_core import delta_state
@@ -31,7 +29,6 @@ from cdc_core.naming import path_component
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -42,35 +39,17 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def pipeline(services: Any, source_db: str, zk_root: str, tmp_path: Path, cluster: Cluster) -> dict[str, Any]:
-    name = "cl_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
-    root = services.root_connect(source_db)
-    with root.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)")
-    root.close()
-    cfg = {
-        "name": name, "source": {"conn_id": "cdc_source_cluster"}, "tables": {"include": [f"{source_db}.*"]},
-        "start": services.binlog_end(), "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
-        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
-        # Executors of 512 MiB so that one fits a 1 GiB worker next to the other's.
-        "spark": {"conn_id": "spark_cluster", "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
-    }
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [cfg]}))
-    env = {**os.environ, "AIRFLOW_CONN_CDC_SOURCE_CLUSTER": json.dumps(conn),
-           "AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection}
-    return {"name": name, "config": str(config), "env": env, "db": source_db,
-            "table": str(tmp_path / "lake" / path_component(source_db) / "t")}
-
-
-def cdc(p: dict[str, Any], *args: str, wait: bool = True) -> Any:
-    cmd = [sys.executable, "-m", "cdc_core.cli", "--config", p["config"], *args]
-    if not wait:
-        return subprocess.Popen(cmd, env=p["env"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(cmd, env=p["env"], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    p = cli_pipeline(
+        services, source_db, zk_root, tmp_path, prefix="cl",
+        ddl="CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)",
+        settings=lambda name: {
+            "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"),
+            # Executors of 512 MiB so that one fits a 1 GiB worker next to the other's.
+            "spark": {"conn_id": "spark_cluster", "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
+        },
+        env={"AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection},
+    )
+    return {**p, "table": str(tmp_path / "lake" / path_component(source_db) / "t")}
 
 
 def source_rows(services: Any, db: str) -> list[tuple[Any, ...]]:
@@ -85,15 +64,6 @@ def source_rows(services: Any, db: str) -> list[tuple[Any, ...]]:
 def lake_rows(p: dict[str, Any]) -> list[tuple[Any, ...]]:
     got = delta_state.read_rows(p["table"], columns=["id", "v", "n"]).to_pylist()
     return sorted((r["id"], r["v"], r["n"]) for r in got)
-
-
-def write(services: Any, db: str, *statements: str) -> None:
-    conn = services.root_connect(db)
-    with conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
-    conn.commit()
-    conn.close()
 
 
 def test_run_and_maintain_submit_to_the_cluster_and_land_exactly(

@@ -14,21 +14,17 @@ Real MariaDB, ZooKeeper, Spark (local[2]) and S3Proxy.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import cdc, cli_pipeline, write
 from object_store_support import ObjectStore, fs_for, running_object_store
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 TABLE_DDL = (
     "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(12,2), ts DATETIME(6), b BLOB, j JSON)"
 )
@@ -42,39 +38,12 @@ def store() -> Iterator[ObjectStore]:
 
 @pytest.fixture
 def pipeline(services: Any, source_db: str, zk_root: str, tmp_path: Path, store: ObjectStore) -> dict[str, Any]:
-    name = "s3_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
-    root = services.root_connect(source_db)
-    with root.cursor() as cur:
-        cur.execute(TABLE_DDL)
-    root.close()
-    cfg = {
-        "name": name, "source": {"conn_id": "cdc_source_s3"}, "tables": {"include": [f"{source_db}.*"]},
-        "start": services.binlog_end(), "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": services.zk_hosts, "root": zk_root}, "schedule": None,
-        "staging_root": store.url(name, "staging"), "lake_root": store.url(name, "lake"),
-        "object_store": {"conn_id": "cdc_s3"},
-    }
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [cfg]}))
-    env = {**os.environ, "AIRFLOW_CONN_CDC_SOURCE_S3": json.dumps(conn), "AIRFLOW_CONN_CDC_S3": store.connection}
-    return {"name": name, "config": str(config), "env": env, "db": source_db}
-
-
-def cdc(p: dict[str, Any], *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "cdc_core.cli", "--config", p["config"], *args]
-    return subprocess.run(cmd, env={**p["env"], **(env or {})}, cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, check=False)
-
-
-def write(services: Any, db: str, *statements: str) -> None:
-    conn = services.root_connect(db)
-    with conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
-    conn.commit()
-    conn.close()
+    return cli_pipeline(
+        services, source_db, zk_root, tmp_path, prefix="s3", ddl=TABLE_DDL,
+        settings=lambda name: {"staging_root": store.url(name, "staging"), "lake_root": store.url(name, "lake"),
+                               "object_store": {"conn_id": "cdc_s3"}},
+        env={"AIRFLOW_CONN_CDC_S3": store.connection},
+    )
 
 
 class CommandLineWatch:

@@ -1,0 +1,56 @@
+"""A pipeline driven through the real `cdc` CLI in subprocesses, for the tiers that need separate processes
+(tests/cluster, tests/integration/test_object_store.py): its config file, its environment, the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli_pipeline(
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, *, prefix: str, ddl: str,
+    settings: Callable[[str], dict[str, Any]], env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One pipeline over `source_db` (its table created by `ddl`), starting at the binlog's end, with
+    `settings(name)` on top; its source connection in the returned environment (plus `env`)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    conn_id = f"cdc_source_{prefix}"
+    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
+            "login": services.mysql_user, "password": services.mysql_password}
+    write(services, source_db, ddl)
+    cfg = {
+        "name": name, "source": {"conn_id": conn_id}, "tables": {"include": [f"{source_db}.*"]},
+        "start": services.binlog_end(), "snapshot": {"on_start": False},
+        "zookeeper": {"hosts": services.zk_hosts, "root": zk_root}, "schedule": None, **settings(name),
+    }
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [cfg]}))
+    full_env = {**os.environ, f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn), **(env or {})}
+    return {"name": name, "config": str(config), "env": full_env, "db": source_db}
+
+
+def cdc(p: dict[str, Any], *args: str, env: dict[str, str] | None = None, wait: bool = True) -> Any:
+    """`cdc --config <p's file> <args>` in a subprocess: its CompletedProcess, or the Popen when not `wait`."""
+    cmd = [sys.executable, "-m", "cdc_core.cli", "--config", p["config"], *args]
+    full_env = {**p["env"], **(env or {})}
+    if not wait:
+        return subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(cmd, env=full_env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+
+
+def write(services: Any, db: str, *statements: str) -> None:
+    conn = services.root_connect(db)
+    with conn.cursor() as cur:
+        for s in statements:
+            cur.execute(s)
+    conn.commit()
+    conn.close()
