@@ -132,7 +132,8 @@ class Copy:
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from cdc_core import retention
-    from cdc_core.staging import stage_window, window_dir
+    from cdc_core.layout import window_dir
+    from cdc_core.staging import stage_window
     from spark_apps.maintain_tables import Maintenance
 
     td = table_def(20, prefix="m")

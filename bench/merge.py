@@ -88,7 +88,8 @@ def build_table(
 
 def stage(td: TableDef, staging_root: str, pipeline: str, table_rows: int, window: int) -> tuple[Any, str, float]:
     """Stage a window over the table; returns (manifest, window dir, staging seconds)."""
-    from cdc_core.staging import stage_window, window_dir
+    from cdc_core.layout import window_dir
+    from cdc_core.staging import stage_window
 
     ops = merge_ops(table_rows, window)
     plan = synthetic_plan(pipeline, 1, len(ops))

@@ -32,6 +32,33 @@ wait_for() {  # wait_for SECONDS CMD... ; polls until CMD succeeds
   done
 }
 
+launch_mariadb() {
+  # The port sits in Linux's ephemeral range (32768-60999): an outgoing connection of another program can
+  # hold it for a moment, and mariadbd then aborts with "Address already in use". Wait and try again.
+  local attempt pid lines
+  for attempt in 1 2 3 4 5 6; do
+    rm -f "$M/mariadb.sock"
+    lines=$(wc -l <"$M/error.log" 2>/dev/null || echo 0)
+    nohup mariadbd --defaults-file="$M/my.cnf" >>"$M/stdout.log" 2>&1 &
+    pid=$!
+    local deadline=$((SECONDS + 60))
+    until [ -S "$M/mariadb.sock" ]; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        if tail -n +"$((lines + 1))" "$M/error.log" 2>/dev/null | grep -q "Address already in use"; then
+          log "mariadb: port $MARIADB_PORT is busy (attempt $attempt); retrying in 3 s"
+          sleep 3
+          continue 2
+        fi
+        return 1
+      fi
+      [ $SECONDS -lt $deadline ] || return 0  # the readiness checks below report it
+      sleep 0.2
+    done
+    return 0
+  done
+  log "mariadb: port $MARIADB_PORT stayed busy"; return 1
+}
+
 mariadb_query() {
   mariadb --no-defaults --protocol=socket -S "$M/mariadb.sock" -uroot -p"$ROOT_PASSWORD" -N -e "$1"
 }
@@ -71,7 +98,7 @@ CNF
     mariadb-install-db --defaults-file="$M/my.cnf" --datadir="$M/data" --user=root \
       --auth-root-authentication-method=normal --skip-test-db >"$M/install.log" 2>&1
   fi
-  nohup mariadbd --defaults-file="$M/my.cnf" >>"$M/stdout.log" 2>&1 &
+  launch_mariadb || { log "mariadb did not start; see $M/error.log"; return 1; }
   if [ $fresh = 1 ]; then
     wait_for 30 mariadb --no-defaults -S "$M/mariadb.sock" -uroot -N -e "SELECT 1" || { log "mariadb did not start; see $M/error.log"; return 1; }
     mariadb --no-defaults -S "$M/mariadb.sock" -uroot <<SQL

@@ -195,7 +195,7 @@ def cli_env(ran: Ran) -> Iterator[None]:
         (["--from", "2026-01-01T00:00:00Z", "--table", "nodb.nope"], 2, "table 'nodb.nope' is not captured"),
         (["--from", "2026-01-01T00:00:00Z", "--table", "nope"], 2, "is not of the form schema.table"),
         (["--from", "2026-01-01T00:00:00Z", "--windows", "many"], 2, "Invalid value for '--windows'"),
-        ([], 2, "Missing option '--from'"),
+        ([], 2, "--from is required"),
     ],
 )
 def test_cli_backfill_refuses_bad_flags_with_exit_2_and_changes_nothing(

@@ -259,7 +259,7 @@ def test_window_through_real_staging(spark, staging_dir, lake_dir):
         ),
     ]
     manifest = stage_window(make_plan(PIPE, 1, events=3), changes, str(staging_dir))
-    from cdc_core.staging import window_dir
+    from cdc_core.layout import window_dir
 
     report = run(spark, (manifest, window_dir(str(staging_dir), PIPE, 1)), lake_dir)
     assert statuses(report) == {"shop.real": STATUS_COMMITTED}
