@@ -116,7 +116,7 @@ class Ours:
     """Plan once per workload (timed separately), then read (+ stage) the planned window."""
 
     def __init__(self, si: SourceInfo, wl: Workload) -> None:
-        from cdc_core.source import TableFilter, connect, describe_tables, inspect_source
+        from cdc_core.capture.source import TableFilter, connect, describe_tables, inspect_source
 
         self.si = si
         self.wl = wl
@@ -133,7 +133,7 @@ class Ours:
         self.plan: Any = None
 
     def schemas(self, schema: str, table: str) -> Any:
-        from cdc_core.source import TableFilter
+        from cdc_core.capture.source import TableFilter
 
         name = f"{schema}.{table}"
         if name not in self._schemas:
@@ -145,10 +145,10 @@ class Ours:
         return self._schemas.get(name)
 
     def make_plan(self) -> Any:
-        from cdc_core.binlog import BinlogScanner
-        from cdc_core.positions import BinlogPosition
-        from cdc_core.window_plan import WindowCaps
-        from cdc_core.windows import plan_window
+        from cdc_core.capture.binlog import BinlogScanner
+        from cdc_core.model.positions import BinlogPosition
+        from cdc_core.model.window_plan import WindowCaps
+        from cdc_core.model.windows import plan_window
 
         wl = self.wl
         start = BinlogPosition(wl.start_file, wl.start_pos, self.identity, gtid=wl.start_gtid)
@@ -166,19 +166,19 @@ class Ours:
         return plan
 
     def batches(self, workers: int | None) -> Any:
-        from cdc_core.binlog import read_change_batches
+        from cdc_core.capture.binlog import read_change_batches
 
         return read_change_batches(
             self.params, self.identity, self.plan, self.table_filter, self.schemas, workers=workers
         )
 
     def read_only(self, workers: int | None) -> int:
-        from cdc_core.changes import RowBatch
+        from cdc_core.model.changes import RowBatch
 
         return sum(b.rows for b in self.batches(workers) if isinstance(b, RowBatch))
 
     def stage(self, staging_root: str, workers: int | None) -> int:
-        from cdc_core.staging import stage_window
+        from cdc_core.lake.staging import stage_window
 
         return int(stage_window(self.plan, self.batches(workers), staging_root).changes)
 
@@ -195,7 +195,7 @@ def measure(
     stock_max_rows: int,
     extras_max_rows: int = 200_000,
 ) -> dict[str, Any]:
-    from cdc_core.binlog import decode_workers
+    from cdc_core.capture.binlog import decode_workers
 
     out: dict[str, Any] = {"workload": wl.to_dict(), "errors": []}
     rows = wl.rows

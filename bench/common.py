@@ -203,7 +203,7 @@ class SourceInfo:
         )
 
     def params(self) -> Any:
-        from cdc_core.source import SourceParams
+        from cdc_core.capture.source import SourceParams
 
         return SourceParams(host=self.host, port=self.port, user=self.user, password=self.password)
 

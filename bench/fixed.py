@@ -62,7 +62,7 @@ class _Services:
 
     def binlog_end(self) -> dict[str, object]:
         """The source's current end of binlog as a pipeline `start:` block (like tests/conftest.py's)."""
-        from cdc_core.source import inspect_source
+        from cdc_core.capture.source import inspect_source
 
         conn = self.root_connect()
         try:
@@ -83,7 +83,7 @@ def _timed(
 
 def spark_context_figures(repeats: int) -> dict[str, Any]:
     """A trivial spark-submit (no session) and a Delta session start, for context."""
-    from cdc_core.spark_conf import spark_confs, spark_env
+    from cdc_core.lake.spark_conf import spark_confs, spark_env
 
     env = {**os.environ, **spark_env()}
     trivial = Stat(unit="s")

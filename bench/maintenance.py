@@ -10,10 +10,10 @@ merge_window's metadata columns) with `base-rows` rows, then receives `windows` 
 (txnAppId/txnVersion) like a merge commit (`append_windows`): the layout a pipeline leaves behind (one
 small commit with a small file per window), without paying for 500 pipeline cycles. The table is then copied; one
 copy is maintained. The timed window (50% updates and 20% deletes of existing keys spread over the
-whole table, 30% inserts) is staged once with cdc_core.staging and merged with
+whole table, 30% inserts) is staged once with cdc_core.lake.staging and merged with
 spark_apps.merge_window.merge_window into each copy `repeats` times (RESTORE between runs, each run
 under its own pipeline id so Delta's idempotency never skips one). Also timed: the ack's txn check
-(cdc_core.delta_state.last_txn_version, delta-rs, no Spark) and the monitor's table summary.
+(cdc_core.lake.delta_state.last_txn_version, delta-rs, no Spark) and the monitor's table summary.
 
 Never part of the test suite.
 """
@@ -48,7 +48,7 @@ def append_windows(spark: Any, td: Any, uri: str, first_id: int, windows: int, r
     import pyarrow.parquet as pq
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    from cdc_core.naming import quote_spark
+    from cdc_core.model.naming import quote_spark
 
     cols = _delta_columns(td)
     select = [f"CAST({e} AS {t}) AS {quote_spark(n)}" for n, t, e in cols]
@@ -77,7 +77,7 @@ def append_windows(spark: Any, td: Any, uri: str, first_id: int, windows: int, r
 
 
 def table_facts(uri: str) -> dict[str, Any]:
-    from cdc_core import delta_state
+    from cdc_core.lake import delta_state
 
     t0 = time.perf_counter()
     txn = delta_state.last_txn_version(uri, "bench")
@@ -116,7 +116,7 @@ class Copy:
         self.version = int(DeltaTable.forPath(self.spark, self.uri).history(1).collect()[0]["version"])
 
     def restore(self) -> None:
-        from cdc_core.naming import quote_spark
+        from cdc_core.model.naming import quote_spark
 
         self.spark.sql(f"RESTORE TABLE delta.{quote_spark(self.uri)} TO VERSION AS OF {self.version}")
         shutil.rmtree(self.tomb, ignore_errors=True)
@@ -131,9 +131,9 @@ class Copy:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from cdc_core import retention
-    from cdc_core.layout import window_dir
-    from cdc_core.staging import stage_window
+    from cdc_core.lake.staging import stage_window
+    from cdc_core.model import retention
+    from cdc_core.model.layout import window_dir
     from spark_apps.maintain_tables import Maintenance
 
     td = table_def(20, prefix="m")

@@ -24,7 +24,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """In the child: stage the window (or only connect, for the baseline); report peaks in MB."""
     from bench.capture import Ours
     from bench.workloads import Workload
-    from cdc_core.staging import stage_window
+    from cdc_core.lake.staging import stage_window
 
     si = SourceInfo(**{k: spec["source"][k] for k in ("host", "port", "user", "password", "root_password", "zk_hosts")})
     wl = Workload(**spec["workload"])

@@ -13,7 +13,7 @@ Tables use the 20-column mix of bench.workloads, are created with the merge job'
 most ROWS_PER_FILE rows, keys in order), and are restored (RESTORE TABLE ... TO VERSION AS OF) after
 every timed run; each run merges as its own pipeline id, so Delta's idempotency never skips one.
 Rounds go over every table in turn, so load from other users of the machine hits every size alike.
-Windows are staged with cdc_core.staging.stage_window from synthetic row changes.
+Windows are staged with cdc_core.lake.staging.stage_window from synthetic row changes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def spark_session(driver_memory: str) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from cdc_core.spark_conf import spark_confs
+    from cdc_core.lake.spark_conf import spark_confs
 
     builder = SparkSession.builder.master("local[2]").appName("cdc-bench")
     for k, v in spark_confs(extra={"spark.driver.memory": driver_memory}).items():
@@ -51,7 +51,7 @@ def spark_session(driver_memory: str) -> Any:
 
 def _delta_columns(td: TableDef) -> list[tuple[str, str, str]]:
     """(name, delta type, Spark expression of id) per source column."""
-    from cdc_core.types import table_codec
+    from cdc_core.model.types import table_codec
 
     codec = table_codec(td.table_schema(SCHEMA))
     exprs = {"id": "id", **{c: k.spark for c, k in zip(td.columns[1:], td.kinds, strict=True)}}
@@ -65,7 +65,7 @@ def build_table(
     from delta.tables import DeltaTable
     from pyspark.sql.types import DataType
 
-    from cdc_core.naming import quote_spark
+    from cdc_core.model.naming import quote_spark
     from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
 
     cols = _delta_columns(td)
@@ -88,8 +88,8 @@ def build_table(
 
 def stage(td: TableDef, staging_root: str, pipeline: str, table_rows: int, window: int) -> tuple[Any, str, float]:
     """Stage a window over the table; returns (manifest, window dir, staging seconds)."""
-    from cdc_core.layout import window_dir
-    from cdc_core.staging import stage_window
+    from cdc_core.lake.staging import stage_window
+    from cdc_core.model.layout import window_dir
 
     ops = merge_ops(table_rows, window)
     plan = synthetic_plan(pipeline, 1, len(ops))
@@ -136,7 +136,7 @@ class Target:
         self.reports: list[dict[str, Any]] = []
 
     def restore(self) -> None:
-        from cdc_core.naming import quote_spark
+        from cdc_core.model.naming import quote_spark
 
         self.spark.sql(f"RESTORE TABLE delta.{quote_spark(self.uri)} TO VERSION AS OF {self.version}")
         shutil.rmtree(self.tomb, ignore_errors=True)
@@ -159,8 +159,8 @@ class Target:
         """The same staged rows appended as they are (source columns + metadata), no MERGE."""
         from pyspark.sql import functions as F
 
-        from cdc_core.manifest import COL_COMMIT_TS, COL_OP, COL_VERSION, COL_WINDOW_SEQ
-        from cdc_core.naming import quote_spark
+        from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_VERSION, COL_WINDOW_SEQ
+        from cdc_core.model.naming import quote_spark
 
         st = self.manifest.tables[0]
         t0 = time.perf_counter()

@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 
 def _binlog_end(si: Any) -> dict[str, object]:
-    from cdc_core.source import inspect_source
+    from cdc_core.capture.source import inspect_source
 
     conn = si.root_connect()
     try:

@@ -36,7 +36,7 @@ TRIED: list[dict[str, str]] = [
         "what": "concurrent.futures.ProcessPoolExecutor (forkserver) for decode workers",
         "figure": "each worker re-imports the parent's __main__ (Airflow's CLI in a task process); with pandas "
         "imported by pyarrow's shim a worker took ~6 s to answer its first job under load",
-        "verdict": "plain `python -m cdc_core.decode_worker` subprocesses over pipes, pandas import blocked",
+        "verdict": "plain `python -m cdc_core.capture.decode_worker` subprocesses over pipes, pandas import blocked",
     },
     {
         "what": "Decode worker processes for small windows",
@@ -53,13 +53,13 @@ TRIED: list[dict[str, str]] = [
     {
         "what": "Delta's default log replay parallelism (spark.databricks.delta.snapshotPartitions=50)",
         "figure": "a 1-row MERGE into a 1,000-row table: 45-51 s vs 12-15 s with 2 partitions (load ~20)",
-        "verdict": "set to the shuffle partitions (2) in cdc_core.spark_conf",
+        "verdict": "set to the shuffle partitions (2) in cdc_core.lake.spark_conf",
     },
     {
         "what": "Spark's default file-listing parallelism for VACUUM (spark.sql.sources.parallelPartitionDiscovery"
         ".parallelism=10000)",
         "figure": "VACUUM of a 4-file table: 48.1 s vs 3.1 s with 4 listing tasks (quiet machine)",
-        "verdict": "set to the shuffle partitions (at least 2) in cdc_core.spark_conf",
+        "verdict": "set to the shuffle partitions (at least 2) in cdc_core.lake.spark_conf",
     },
     {
         "what": "Letting Delta copy (materialize) the MERGE source, and persisting it for the tombstone MERGE",

@@ -65,9 +65,10 @@ def generate(si: Any, db: str, width: int, rows: int) -> Any:
 
 def ours(si: Any, db: str, table: str, chunk_rows: int, staging_root: Path) -> dict[str, Any]:
     """Every chunk: plan (bounds + watermark), read, stage. Returns rows and chunk count."""
-    from cdc_core import snapshot as snap
-    from cdc_core import staging
-    from cdc_core.source import TableFilter, connect, describe_tables, inspect_source
+    from cdc_core.capture import snapshot_reads
+    from cdc_core.capture.source import TableFilter, connect, describe_tables, inspect_source
+    from cdc_core.lake import staging
+    from cdc_core.model import snapshot_state
 
     params = si.params()
     name = f"{db}.{table}"
@@ -77,23 +78,27 @@ def ours(si: Any, db: str, table: str, chunk_rows: int, staging_root: Path) -> d
         identity = inspect_source(conn).identity
     finally:
         conn.close()
-    state = snap.with_requests(snap.SnapshotState(), [snap.TableRequest(name, None, chunk_rows)], now=0.0, by="bench")
+    request = snapshot_state.TableRequest(name, None, chunk_rows)
+    state = snapshot_state.with_requests(snapshot_state.SnapshotState(), [request], now=0.0, by="bench")
     rows = chunks = 0
     plan_secs = 0.0
     seq = 0
     while (cur := state.current()) is not None:
         seq += 1
         t0 = time.perf_counter()
-        plan = snap.plan_next_chunk_from_source(
+        plan = snapshot_reads.plan_next_chunk_from_source(
             params, identity, epoch=0, pipeline="bench", seq=seq, progress=cur, table=schema, now=time.time()
         )
         plan_secs += time.perf_counter() - t0
         manifest = staging.stage_window(
-            plan, snap.read_chunk(params, plan, schema), str(staging_root), declare=(schema,) if seq == 1 else ()
+            plan,
+            snapshot_reads.read_chunk(params, plan, schema),
+            str(staging_root),
+            declare=(schema,) if seq == 1 else (),
         )
         rows += manifest.changes
         chunks += 1
-        state = snap.after_ack(state, plan, manifest.changes, now=0.0)
+        state = snapshot_state.after_ack(state, plan, manifest.changes, now=0.0)
     return {"rows": rows, "chunks": chunks, "plan_seconds": round(plan_secs, 3)}
 
 
@@ -103,8 +108,8 @@ def baseline(si: Any, db: str, table: str, out: Path, batch_rows: int = 50_000) 
     import pyarrow.parquet as pq
     import pymysql
 
-    from cdc_core.source import TableFilter, connect, describe_tables
-    from cdc_core.types import column_types
+    from cdc_core.capture.source import TableFilter, connect, describe_tables
+    from cdc_core.model.types import column_types
 
     name = f"{db}.{table}"
     conn = connect(si.params())
@@ -139,8 +144,8 @@ def _warm_up() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import cdc_core.snapshot
-    import cdc_core.staging  # noqa: F401
+    import cdc_core.capture.snapshot_reads
+    import cdc_core.lake.staging  # noqa: F401
 
     pq.write_table(pa.table({"a": [1]}), io.BytesIO())
 

@@ -36,7 +36,7 @@ _UBIG_MAX = 18446744073709551615
 class Kind:
     tag: str
     ddl: str
-    mysql_type: str  # normalised, as cdc_core.source.describe_tables reports it
+    mysql_type: str  # normalised, as cdc_core.capture.source.describe_tables reports it
     charset: str | None
     sql: str  # MariaDB expression of the row number `{n}`
     spark: str  # Spark SQL expression of the column `id`
@@ -176,8 +176,8 @@ class TableDef:
 
     def table_schema(self, db: str) -> Any:
         """The cdc_core TableSchema (as describe_tables would give it)."""
-        from cdc_core.changes import SourceColumn, TableSchema
-        from cdc_core.source import column_attrs
+        from cdc_core.capture.source import column_attrs
+        from cdc_core.model.changes import SourceColumn, TableSchema
 
         cols = [SourceColumn("id", "bigint", False, ())]
         for c, k in zip(self.columns[1:], self.kinds, strict=False):
@@ -219,7 +219,7 @@ class Workload:
 
     @property
     def files(self) -> list[str]:
-        from cdc_core.positions import binlog_basename, binlog_file_index
+        from cdc_core.model.positions import binlog_basename, binlog_file_index
 
         base = binlog_basename(self.start_file)
         lo, hi = binlog_file_index(self.start_file), binlog_file_index(self.end_file)
@@ -331,8 +331,8 @@ def synthetic_changes(
     td: TableDef, db: str, ops: list[tuple[str, int, int]], binlog_file: str = "mysql-bin.000002"
 ) -> Iterator[Any]:
     """RowChanges (values as the binlog reader returns them), one per op, lazily."""
-    from cdc_core.changes import RowChange
-    from cdc_core.positions import change_version
+    from cdc_core.model.changes import RowChange
+    from cdc_core.model.positions import change_version
 
     shape = td.table_schema(db)
     base_version = change_version(0, binlog_file, 0)
@@ -349,8 +349,8 @@ def synthetic_changes(
 
 def synthetic_plan(pipeline: str, seq: int, changes: int, binlog_file: str = "mysql-bin.000002") -> Any:
     """A WindowPlan covering the synthetic changes' versions (staging only needs a consistent plan)."""
-    from cdc_core.positions import BinlogPosition, ServerIdentity
-    from cdc_core.window_plan import WindowPlan
+    from cdc_core.model.positions import BinlogPosition, ServerIdentity
+    from cdc_core.model.window_plan import WindowPlan
 
     server = ServerIdentity("mariadb", 1)
     start = BinlogPosition(binlog_file, 4, server)

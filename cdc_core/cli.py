@@ -15,26 +15,26 @@ from typing import Any
 
 import click
 
-from cdc_core.errors import CdcError, ConfigError, LeaseHeld, StateConflict
+from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld, StateConflict
 
 
 def _load(config_path: str | None) -> Any:
-    from cdc_core.config import load_config
+    from cdc_core.model.config import load_config
 
     return load_config(config_path)
 
 
 def source_params_for(pipeline_config: Any) -> Any:
     """Source credentials from the Airflow connection named in the config (env AIRFLOW_CONN_<ID>)."""
-    from cdc_core.connections import resolve_connection
-    from cdc_core.source import SourceParams
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.connections import resolve_connection
 
     return SourceParams.from_connection(resolve_connection(pipeline_config.source.conn_id))
 
 
 @contextmanager
 def _pipeline(ctx: click.Context, name: str) -> Iterator[Any]:
-    from cdc_core.pipeline import Pipeline
+    from cdc_core.run.pipeline import Pipeline
 
     cfg = _load(ctx.obj["config"]).pipeline(name)
     p = Pipeline.from_config(cfg, source_params_for(cfg))
@@ -47,15 +47,15 @@ def _pipeline(ctx: click.Context, name: str) -> Iterator[Any]:
 def _holder(kind: str) -> str:
     """`cli/<command>/<host>/<pid>` plus the process start time (`/<ticks>`), so a later process that
     reuses the PID is another holder (it never re-enters a dead one's lease)."""
-    from cdc_core.holders import this_process
+    from cdc_core.model.holders import this_process
 
     me = this_process()
     return f"cli/{kind}/{me.host}/{me.pid}" + (f"/{me.start_ticks}" if me.start_ticks is not None else "")
 
 
 def _acquire(p: Any, kind: str) -> Any:
-    """The CLI's lease: its process identity recorded, a dead holder on this host broken (cdc_core.holders)."""
-    from cdc_core.holders import this_process
+    """The CLI's lease: its process identity recorded, a dead holder on this host broken (cdc_core.model.holders)."""
+    from cdc_core.model.holders import this_process
 
     return p.acquire(_holder(kind), process=this_process(), break_dead=True)
 
@@ -76,7 +76,7 @@ def _emit(obj: Any) -> None:
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
     """Batch CDC from MySQL/MariaDB binlogs into Delta Lake, exactly once."""
-    from cdc_core.pipeline import configure_logging
+    from cdc_core.run.pipeline import configure_logging
 
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     ctx.obj = {"config": config}
@@ -88,8 +88,8 @@ def validate(ctx: click.Context) -> None:
     """Validate the configuration file and print the resolved pipelines.
 
     Also refuses two pipelines that can land the same table under the same lake root (one writer per
-    Delta table: cdc_core.lake_writers), naming both."""
-    from cdc_core.lake_writers import overlaps
+    Delta table: cdc_core.model.lake_writers), naming both."""
+    from cdc_core.model.lake_writers import overlaps
 
     cfg = _load(ctx.obj["config"])
     for p in cfg.pipelines:
@@ -132,7 +132,7 @@ def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None
     `lease.dead_holder` log line; a live holder, or one on another host or an Airflow task, makes the
     run skip (exit 75).
     """
-    from cdc_core.holders import this_process
+    from cdc_core.model.holders import this_process
 
     with _pipeline(ctx, pipeline) as p:
         _emit(
@@ -269,7 +269,8 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
     ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, windows: int, cancel: bool
 ) -> None:
     """Load existing rows of tables (initial load, a table added later, a rebuild), chunk by chunk, without locks."""
-    from cdc_core import snapshot as snap
+    from cdc_core.model import snapshot_state
+    from cdc_core.run import snapshot_steps
 
     with _pipeline(ctx, pipeline) as p:
         grant = _acquire(p, "snapshot")
@@ -277,9 +278,9 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
         doing, seq = "begin_snapshot", None
         try:
             if cancel:
-                snap.cancel(p, grant, list(tables) or None)
+                snapshot_steps.cancel(p, grant, list(tables) or None)
             else:
-                snap.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
+                snapshot_steps.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
             for _ in range(windows):
                 if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
                     break
@@ -298,7 +299,8 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
             raise
         finally:
             p.release(grant)
-        _emit({"pipeline": pipeline, "windows": done, "snapshot": snap.progress_view(p.coordinator.read_snapshot())})
+        progress = snapshot_state.progress_view(p.coordinator.read_snapshot())
+        _emit({"pipeline": pipeline, "windows": done, "snapshot": progress})
 
 
 @cli.command()
@@ -324,7 +326,7 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
 ) -> None:
     """Housekeeping without Airflow: staged windows, ZooKeeper records, Delta OPTIMIZE/VACUUM/log (as the
     cdc_<name>_maintenance DAG does; see docs/housekeeping.md)."""
-    from cdc_core.housekeeping import MaintenanceRun
+    from cdc_core.run.housekeeping import MaintenanceRun
 
     with _pipeline(ctx, pipeline) as p:
         run = MaintenanceRun(
@@ -343,8 +345,8 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
 @click.pass_context
 def verify(ctx: click.Context, pipeline: str) -> None:
     """Compare every captured table with its Delta table, value for value (run when the source is quiet)."""
-    from cdc_core.source import connect
-    from cdc_core.verify import compare_table
+    from cdc_core.capture.source import connect
+    from cdc_core.run.verify import compare_table
 
     with _pipeline(ctx, pipeline) as p:
         tables = p.describe()
@@ -378,8 +380,8 @@ def versions(  # noqa: PLR0917 - one parameter per click option
 
     Reads only the lake (<lake_root>/_cdc.meta/<pipeline>/checkpoints): no ZooKeeper, no source.
     """
-    from cdc_core import lake_versions, object_store
-    from cdc_core.config import parse_utc_timestamp
+    from cdc_core.lake import lake_versions, object_store
+    from cdc_core.model.config import parse_utc_timestamp
 
     cfg = _load(ctx.obj["config"]).pipeline(pipeline)
     object_store.activate(object_store.for_pipeline(cfg))  # the lake may be on s3://

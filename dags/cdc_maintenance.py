@@ -13,7 +13,7 @@ cdc_<name>_maintenance   its own schedule (`maintenance.schedule`, default daily
   VACUUM (never below the replay horizon), checkpoint + log cleanup, retention properties; tombstone
   tables included. The result is recorded in ZooKeeper and shown on the CDC monitor page.
 
-The steps are `cdc_core.housekeeping` calls (plugins/cdc_airflow/maintenance.py); docs/housekeeping.md
+The steps are `cdc_core.run.housekeeping` calls (plugins/cdc_airflow/maintenance.py); docs/housekeeping.md
 explains retention floors and where each cleanup runs.
 """
 
@@ -25,7 +25,7 @@ from airflow.sdk import DAG
 from cdc_airflow import tasks
 from cdc_airflow.maintenance import CdcMaintenanceOperator, acquire_maintenance_lease, clean_up
 
-from cdc_core.config import PipelineConfig, load_config
+from cdc_core.model.config import PipelineConfig, load_config
 
 START_DATE = datetime(2024, 1, 1)
 

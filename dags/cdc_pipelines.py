@@ -26,7 +26,7 @@ a run triggered from the form starts at once. cdc_<name> is created paused, as A
 (`[core] dags_are_paused_at_creation`): unpausing it starts its schedule, the operator's choice. While it
 is paused, the runs `continue_run` triggers stay queued; the monitor page says so.
 
-The steps are `cdc_core.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
+The steps are `cdc_core.run.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
 - ack_window's outlet (and inlet) is the AssetAlias `cdc_<name>_tables`: the ack emits one asset event per
   lake table the window changed (plugins/cdc_airflow/assets.py; docs/downstream.md), so downstream DAGs
   can be scheduled on a table's Asset (`cdc_airflow.assets.table_asset(name, "schema.table")`).
@@ -52,7 +52,7 @@ from airflow.sdk import DAG, Param, TriggerRule
 from cdc_airflow import assets, tasks
 from cdc_airflow.operators import CdcMergeOperator
 
-from cdc_core.config import PipelineConfig, load_config
+from cdc_core.model.config import PipelineConfig, load_config
 
 START_DATE = datetime(2024, 1, 1)
 

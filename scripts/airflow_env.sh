@@ -37,7 +37,7 @@ export AIRFLOW__API__PORT="$CDC_AIRFLOW_PORT"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:$CDC_AIRFLOW_PORT"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$CDC_AIRFLOW_PORT/execution/"
 
-# Connections (Airflow reads AIRFLOW_CONN_<ID>; so does the cdc CLI, see cdc_core/connections.py).
+# Connections (Airflow reads AIRFLOW_CONN_<ID>; so does the cdc CLI, see cdc_core/model/connections.py).
 export AIRFLOW_CONN_SPARK_LOCAL='{"conn_type":"spark","host":"local[2]"}'
 _cdc_json_str() { local s="${1//\\/\\\\}"; printf '"%s"' "${s//\"/\\\"}"; }
 eval "$("$_cdc_root/scripts/services.sh" env)"

@@ -33,7 +33,7 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=180.0)
     ap.add_argument("--parent", type=int, default=None, help="stop waiting once this process is gone")
     args = ap.parse_args()
-    from cdc_core.config import load_config
+    from cdc_core.model.config import load_config
 
     pipelines = load_config().pipelines
     expected = {f"cdc_{p.name}{suffix}": p for p in pipelines for suffix in ("", "_backfill", "_snapshot")}

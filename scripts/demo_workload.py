@@ -108,8 +108,8 @@ def reset() -> None:
     import shutil
     from pathlib import Path
 
-    from cdc_core.config import load_config
     from cdc_core.coordination import make_zk_client, pipeline_path
+    from cdc_core.model.config import load_config
 
     pc = load_config().pipeline("demo")
     zk = make_zk_client(pc.zookeeper.hosts)

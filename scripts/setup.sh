@@ -90,7 +90,7 @@ STAMP="$VENV/.cdc-installed-$HASH"
 points_here() {  # the editable install must point at this checkout (a moved checkout keeps a stale one)
   (cd / && "$VENV/bin/python" - "$ROOT" <<'PY' >/dev/null 2>&1
 import pathlib, sys
-import cdc_core.errors as m
+import cdc_core as m
 sys.exit(0 if pathlib.Path(m.__file__).resolve().parent.parent == pathlib.Path(sys.argv[1]).resolve() else 1)
 PY
   )

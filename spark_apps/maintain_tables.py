@@ -7,7 +7,7 @@ Run by the maintenance DAG (`CdcMaintenanceOperator`) and `cdc maintain` as
         --vacuum-retention-hours N --log-retention-hours N --txn-retention-hours N \
         --min-retention-hours H [--zk-hosts h:p --zk-root /x] [--skip-optimize] [--skip-vacuum]
 
-`--tables` is the list `cdc_core.housekeeping.discover_tables` found: `[{"name": "db.t", "uri": ..., "kind":
+`--tables` is the list `cdc_core.run.housekeeping.discover_tables` found: `[{"name": "db.t", "uri": ..., "kind":
 "table"|"tombstones", "zorder_by": [...]}]`, the pipeline's main tables and their hard-delete tombstone
 tables. The caller holds the pipeline's ZooKeeper lease (and renews it while this job runs), so no
 scheduled merge runs meanwhile; only a zombie merge (a run whose lease expired) can still write.
@@ -16,7 +16,7 @@ Per table, each step preceded by the fencing check (the lease node's czxid == --
 stops the job with `Fenced`'s exit code), each commit retried on a Delta concurrency conflict (a
 concurrent merge won: redo the step on the new snapshot; the merge itself retries if *it* lost):
 
-1. align the managed retention properties (`cdc_core.retention.managed_table_properties`) when they
+1. align the managed retention properties (`cdc_core.model.retention.managed_table_properties`) when they
    differ: `delta.setTransactionRetentionDuration`, `delta.deletedFileRetentionDuration`,
    `delta.logRetentionDuration` (one metadata commit, once per table);
 2. OPTIMIZE: bin-packing compaction; `ZORDER BY` the table's `zorder_by` option (a liquid-clustered
@@ -26,7 +26,7 @@ concurrent merge won: redo the step on the new snapshot; the merge itself retrie
    horizon; a shorter value is refused before anything runs). Files a recent version needs stay, so
    time travel to the versions of the retention window keeps working;
 4. checkpoint and expired-log cleanup (log entries older than `delta.logRetentionDuration` before the
-   checkpoint), so readers (Spark, and delta-rs in `cdc_core.delta_state`) start from a fresh
+   checkpoint), so readers (Spark, and delta-rs in `cdc_core.lake.delta_state`) start from a fresh
    checkpoint.
 
 Every step is logged with what it freed (files, bytes, log entries) and the JSON report (`{pipeline,
@@ -59,10 +59,10 @@ except ImportError:  # spark-submit of a checkout without the package installed
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_core import retention
-from cdc_core.errors import CdcError, ConfigError, Fenced, LakeError
-from cdc_core.logfmt import kv
-from cdc_core.naming import quote_spark
+from cdc_core.model import retention
+from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError
+from cdc_core.model.logfmt import kv
+from cdc_core.model.naming import quote_spark
 from spark_apps.merge_window import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,

@@ -1,87 +1,6 @@
-"""Spark job: MERGE one staged window into Delta tables, exactly once.
+"""MERGE one staged window into its Delta tables, exactly once (Spark job; spark-submit'ed per window).
 
-Run by the DAG (and `cdc` CLI) as
-
-    spark-submit [--master local[2] --jars <delta jars> --conf ...] spark_apps/merge_window.py \
-        --window-dir <uri> --lake-root <uri> --pipeline <name> --seq <n> --token <fencing token> \
-        --report <path-or-uri> [--delete-mode hard|soft] [--table-options <json>] \
-        [--zk-hosts h:p --zk-root /x] [--parallelism N]
-
-and importable as `merge_window(spark, manifest, window_dir, lake_root, pipeline, seq, token, ...)`.
-Secrets never appear on the command line: a ZooKeeper ACL credential comes from the environment
-variable CDC_ZK_AUTH (`scheme:credential`, e.g. `digest:user:password`) and is never logged.
-
-Lake layout (local paths and object-store URLs alike; Spark resolves the scheme):
-
-    <lake_root>/<path_component(schema)>/<path_component(table)>            one Delta table per source table
-    <lake_root>/_cdc_tombstones/<path_component(schema)>/<path_component(table)>   hard-delete tombstones
-
-Columns of a lake table: the source columns (exact types from the manifest's `delta_type`), then
-
-    _cdc_op          STRING     'I' | 'U' | 'D' of the change that wrote the row
-    _cdc_version     BIGINT     `positions.change_version` of that change ("only newer wins")
-    _cdc_commit_ts   TIMESTAMP  commit time of that change's source transaction
-    _cdc_window_seq  BIGINT     the window that wrote the row
-    _cdc_deleted     BOOLEAN    soft-delete mode only: the row was deleted at the source
-    _cdc_deleted_at  TIMESTAMP  soft-delete mode only: commit time of the delete
-
-How one table of a window lands:
-
-1. If the table's last idempotent-write version for app id `<pipeline>` (Delta `txn` action) is >= seq,
-   the table already holds this window: report 'already committed' and touch nothing.
-2. Read the table's staged Parquet files (each file has the column subset in force when it was
-   written; union by name, missing columns NULL, widening casts to the manifest's type) and keep the
-   last change per key by `_cdc_ordinal` (a MERGE must not see two source rows for one target row).
-3. Create the Delta table on first sight (manifest types + metadata columns + --table-options), or
-   align it: new source columns arrive through `MERGE WITH SCHEMA EVOLUTION` (per statement, never
-   session-wide autoMerge); a column the source no longer sends stays and is NULL in every row image
-   written after that (inserts and updates alike); a widening type change (INT -> BIGINT,
-   DECIMAL(10,2) -> DECIMAL(12,2), FLOAT -> DOUBLE, DATE -> TIMESTAMP_NTZ, ...) uses Delta's type
-   widening table feature (`delta.enableTypeWidening`); anything else (e.g. STRING -> INT) fails the
-   window with a SchemaConflict naming table and column. A source type narrower than Delta's is cast up.
-4. Hard deletes (default): first append the window's deletes to the tombstone table (key columns +
-   `_cdc_version`; a key deleted in several windows has several rows, the newest counts), then drop
-   every source change older than its key's tombstone (only when the tombstones' file statistics say
-   one may be newer than the window: replays and backfills), then run the main MERGE. Without
-   tombstones a replayed older insert (a backfill, or a re-run of an old window under a new seq) would
-   find no row to compare versions with and resurrect a row deleted later. Tombstones are written
-   first so a crash between the two commits leaves only the harmless half (re-running finds the
-   tombstone commit done and finishes the main table).
-   Soft deletes: the row is its own tombstone (`_cdc_deleted=true`, version kept), so no side table.
-5. One MERGE per table: a change applies only when `s._cdc_version >= t._cdc_version` (>= so that
-   re-applying the identical change is harmless and a backfill can repair a damaged row). Into a
-   table that holds no data file yet (created by this window: a snapshot chunk, a new table) the
-   MERGE's outcome is its NOT MATCHED clause alone, so the rows are appended instead (same txn
-   identity; one Spark job instead of the MERGE's join and rewrite).
-
-Tables of a window land concurrently: up to --parallelism (default DEFAULT_PARALLELISM) writer
-threads, each with its own session from `spark.newSession()` (same SparkContext, own SQL conf, so
-each writer's txn identity below is its own). Tables whose txn version already holds the window are
-found first, from the Delta log without Spark, and skipped. A failed table stops new tables from
-starting, lets the running ones finish, and fails the window (tables that committed stay committed;
-a retry skips them by their txn version).
-
-Exactly once: each MERGE (main and tombstone) runs with the session confs
-`spark.databricks.delta.write.txnAppId=<pipeline>` / `txnVersion=<seq>`, set right before and unset
-right after (they are session-wide), so the commit carries a `txn` action and Delta itself skips a
-MERGE whose (app id, version) it already holds. A concurrent duplicate run that loses the commit race
-(ConcurrentTransactionException, ConcurrentAppendException, ...) re-reads the txn version: if it is
-now >= seq the window landed (reported 'already committed'), otherwise it retries once. Every commit
-also carries `commitInfo.userMetadata` = {"pipeline", "seq", "token", "run"} for lineage.
-
-The txn version is read with `cdc_core.delta_state.last_txn_version` when that module exists, else
-from the Delta log through Spark's own DeltaLog (same filesystem configuration as the writes,
-checkpoints included).
-
-Fencing: with --zk-hosts, each table's writes are preceded by a check that the lease node
-`<zk-root>/pipelines/<pipeline>/lease` still has czxid == token; a failed check exits with
-`Fenced.exit_code` and a message starting with 'fenced'. Correctness does not depend on it (the window
-is immutable and the commits idempotent); it only narrows what a zombie run does.
-
-Output: a JSON report `{pipeline, seq, token, tables: {name: {status, inserted, updated, deleted,
-delta_version, seconds, steps}}, seconds, session_seconds}` (`steps`: where a table's seconds went,
-informational) written to --report and printed as the last stdout line. In soft
-mode soft deletes count as `updated` (Delta reports per statement, not per clause).
+The algorithm, its idempotence (Delta txn app id/version) and its failure modes: docs/merge.md.
 """
 
 from __future__ import annotations
@@ -98,6 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.model.logfmt import one_line
 
 try:
     import cdc_core  # noqa: F401
@@ -125,12 +47,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cdc_core import faults
-from cdc_core.errors import CdcError, ConfigError, CoordinationError, Fenced, LakeError, SchemaConflict, StagingError
-from cdc_core.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
-from cdc_core.layout import TOMBSTONE_DIR, table_uri, tombstone_uri
-from cdc_core.logfmt import kv
-from cdc_core.manifest import (
+from cdc_core.model import faults
+from cdc_core.model.errors import (
+    CdcError,
+    ConfigError,
+    Fenced,
+    LakeError,
+    SchemaConflict,
+    StagingError,
+)
+from cdc_core.model.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
+from cdc_core.model.layout import TOMBSTONE_DIR, table_uri, tombstone_uri
+from cdc_core.model.logfmt import kv
+from cdc_core.model.manifest import (
     COL_COMMIT_TS,
     COL_DELETED,
     COL_DELETED_AT,
@@ -143,7 +72,7 @@ from cdc_core.manifest import (
     Manifest,
     StagedTable,
 )
-from cdc_core.naming import path_component, quote_spark
+from cdc_core.model.naming import path_component, quote_spark
 
 log = logging.getLogger("cdc.merge")
 
@@ -159,7 +88,6 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
-ZK_AUTH_ENV = "CDC_ZK_AUTH"
 
 # zorder_by is read by the maintenance job (spark_apps/maintain_tables.py), not at table creation.
 TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_by")
@@ -167,7 +95,7 @@ TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_b
 # Every table the job creates, unless --table-options says otherwise. Deletion vectors: a MERGE marks
 # the changed rows of a data file deleted instead of rewriting the file, so its cost follows the window,
 # not the table (bench/RESULTS.md: "without deletion vectors"). Readers need Delta reader version 3
-# (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.delta_state.read_rows).
+# (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.lake.delta_state.read_rows).
 DEFAULT_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
 # Tables of one window merged at the same time (one Spark session each), unless --parallelism says
 # otherwise (the pipeline's `spark.merge_parallelism`). On local[2] the per-table cost is mostly
@@ -290,7 +218,7 @@ def _jvm_last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | N
 
 def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
     try:
-        from cdc_core import delta_state  # written separately; optional until it lands
+        from cdc_core.lake import delta_state  # written separately; optional until it lands
     except ImportError:
         delta_state = None  # type: ignore[assignment]
     reader = getattr(delta_state, "last_txn_version", None)
@@ -307,7 +235,7 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
 
 def table_writer_and_txn(spark: SparkSession, uri: str, app_id: str) -> tuple[str | None, int | None] | None:
     """(recorded writer `cdc.writer`, `app_id`'s last txn version) of the table; None when there is no table."""
-    from cdc_core import delta_state
+    from cdc_core.lake import delta_state
 
     try:
         return delta_state.writer_and_txn(uri, app_id)
@@ -473,7 +401,7 @@ def create_table_sql(
     """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
     its tables with it too). Properties: the product's defaults, then the pipeline's (`--table-properties`,
     e.g. retention), then the table's own options; last the writer record (`cdc.writer`, the pipeline that
-    creates it: cdc_core.lake_writers), which no option can override."""
+    creates it: cdc_core.model.lake_writers), which no option can override."""
     names = {n for n, _ in columns}
     bad = [p for p in options.partition_by if p not in names]
     if bad:
@@ -495,9 +423,6 @@ def create_table_sql(
     return ddl
 
 
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return (text[0] if text else type(e).__name__)[:500]
 
 
 def sql_str(s: str) -> str:
@@ -517,10 +442,10 @@ class _Run:
     fence: Callable[[], None]
     run_id: str
     # Properties every table this job creates starts with (the pipeline's managed retention
-    # properties, cdc_core.retention); a table's own `properties` option is applied on top.
+    # properties, cdc_core.model.retention); a table's own `properties` option is applied on top.
     default_properties: dict[str, str] = field(default_factory=dict)
     # Existing tables without a writer record (created before the one-writer rule): this run records
-    # itself as their writer in the same ALTER that evolves a schema (cdc_core.lake_writers).
+    # itself as their writer in the same ALTER that evolves a schema (cdc_core.model.lake_writers).
     unclaimed: frozenset[str] = frozenset()
 
     def label(self) -> str:
@@ -696,7 +621,7 @@ class _Run:
 
     def _commit_version(self, uri: str, meta: str) -> int | None:
         try:
-            from cdc_core import delta_state
+            from cdc_core.lake import delta_state
 
             return delta_state.commit_version(uri, meta)
         except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
@@ -922,7 +847,7 @@ def tombstones_may_supersede(tomb_uri: str, min_version: int | None) -> bool:
     positions), and the Delta log's file statistics say so without reading the table. The window's
     own tombstones never drop one of its changes (only each key's latest change is merged).
     """
-    from cdc_core import delta_state
+    from cdc_core.lake import delta_state
 
     if min_version is None:
         return False
@@ -1042,7 +967,7 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
         elif state is not None and owner is None:
             unclaimed.add(uri)
         landed_by_table[st.name] = state[1] if state else None
-    if foreign:  # before anything is written: one writer per table (cdc_core.lake_writers)
+    if foreign:  # before anything is written: one writer per table (cdc_core.model.lake_writers)
         raise LakeError(foreign_writer_message(run.pipeline, run.seq, foreign))
     if unclaimed:
         run = replace(run, unclaimed=frozenset(unclaimed))
@@ -1181,63 +1106,6 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
 # --------------------------------------------------------------------------------------- fencing
 
 
-def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Callable[[], None], Callable[[], None]]:
-    """A check that this run still holds the pipeline's lease (lease node czxid == token), and a closer."""
-    from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-
-    from cdc_core.coordination import RedactingLogger, lease_path
-
-    auth_data = None
-    extra: dict[str, Any] = {}
-    auth = os.environ.get(ZK_AUTH_ENV)
-    if auth:
-        scheme, sep, cred = auth.partition(":")
-        if not sep or not scheme:
-            raise ConfigError(f"{ZK_AUTH_ENV} must look like 'scheme:credential' (e.g. digest:user:password)")
-        auth_data = [(scheme, cred)]
-        # kazoo logs its Auth packet at DEBUG: blank the credential before any handler sees it.
-        extra["logger"] = RedactingLogger(logging.getLogger("kazoo.client"), (cred, cred.partition(":")[2]))
-    client = KazooClient(hosts=hosts, auth_data=auth_data, timeout=10, **extra)
-    try:
-        client.start(timeout=15)
-    except Exception as e:
-        client.close()
-        raise CoordinationError(
-            f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {one_line(e)}"
-        ) from e
-    path = lease_path(root, pipeline)
-
-    def check() -> None:
-        if client.state != KazooState.CONNECTED:
-            raise CoordinationError(
-                f"ZooKeeper session is {client.state}: cannot confirm the lease of {pipeline!r}, so not writing; retry"
-            )
-        try:
-            _, stat = client.get(path)
-        except NoNodeError as e:
-            raise Fenced(
-                f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing"
-            ) from e
-        except NoAuthError as e:
-            raise CoordinationError(
-                f"ZooKeeper refused reading the lease {path} of {pipeline!r} (not authorised): the pipeline's nodes "
-                f"are ACL'd to its zookeeper.auth_env identity; give the job that identity as {ZK_AUTH_ENV}="
-                "digest:<user>:<password> in its environment (never on the command line)"
-            ) from e
-        except KazooException as e:
-            raise CoordinationError(f"reading the lease {path} failed: {one_line(e)}; retry") from e
-        if stat.czxid != token:
-            raise Fenced(
-                f"fenced: pipeline {pipeline!r} lease {path} is now held with token {stat.czxid:#x}, not this run's "
-                f"{token:#x}; this run stopped writing (the holder will land the window)"
-            )
-
-    def close() -> None:
-        client.stop()
-        client.close()
-
-    return check, close
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -1283,8 +1151,8 @@ def build_session(app_name: str) -> SparkSession:
     """The spark-submit session, with the project's defaults for any conf the submitter did not set."""
     from pyspark import SparkConf
 
-    from cdc_core import object_store
-    from cdc_core.spark_conf import spark_confs
+    from cdc_core.lake import object_store
+    from cdc_core.lake.spark_conf import spark_confs
 
     submitted = SparkConf()
     try:
@@ -1302,7 +1170,7 @@ def build_session(app_name: str) -> SparkSession:
     spark = builder.getOrCreate()
     if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
         raise ConfigError(
-            "the Spark session has no Delta extension: submit with the Delta jars and cdc_core.spark_conf confs"
+            "the Spark session has no Delta extension: submit with the Delta jars and cdc_core.lake.spark_conf confs"
         )
     return spark
 

@@ -204,7 +204,7 @@ def make_spark_session(app: str = "cdc-tests"):  # type: ignore[no-untyped-def]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from cdc_core.spark_conf import spark_confs
+    from cdc_core.lake.spark_conf import spark_confs
 
     builder = SparkSession.builder.master("local[2]").appName(app)
     for k, v in spark_confs().items():

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc_core.naming import quote_mysql
-from cdc_core.source import grant_schema_pattern
+from cdc_core.capture.source import grant_schema_pattern
+from cdc_core.model.naming import quote_mysql
 
 LOCAL = "127.0.0.1"
 

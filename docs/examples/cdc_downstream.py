@@ -7,7 +7,7 @@ configuration ($CDC_CONFIG), so the two always agree.
 - `cdc_downstream_orders` runs after every window that changed `shop.orders`;
 - `cdc_downstream_orders_and_items` runs once both `shop.orders` and `shop.order_items` changed since
   its last run (`&`; `|` would mean "either"). It reads both tables at one consistent cut (the Delta
-  versions of the newest acked window, `cdc_core.lake_versions`), so it never sees an order without
+  versions of the newest acked window, `cdc_core.lake.lake_versions`), so it never sees an order without
   its items, whatever is merging meanwhile.
 
 Every asset event carries the window's facts in its extra: pipeline, window_seq, kind, table,
@@ -53,7 +53,7 @@ with DAG(dag_id="cdc_downstream_orders_and_items", schedule=(orders & items), st
         """Both tables at one window boundary (delta-rs here; with Spark use lake_versions.spark_dataframes)."""
         from cdc_airflow.hooks import pipeline_config
 
-        from cdc_core import lake_versions
+        from cdc_core.lake import lake_versions
 
         lake_root = str(pipeline_config(PIPELINE).lake_root)
         cut = lake_versions.load_cut(lake_root, PIPELINE)

@@ -11,7 +11,7 @@ emits through.
   alias (`outlet_events[alias].add(asset, extra=...)`), and Airflow records them when the task
   succeeds: a failed try records nothing, and its retry emits again. To emit nothing twice (a cleared
   ack, a replay, a window acked by recovery), the task reads the alias's earlier events
-  (`inlet_events[alias]`) and leaves out windows already announced (cdc_core.table_events).
+  (`inlet_events[alias]`) and leaves out windows already announced (cdc_core.run.table_events).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from urllib.parse import urlparse
 
 from airflow.sdk import Asset, AssetAlias
 
-from cdc_core.naming import path_component
+from cdc_core.model.naming import path_component
 
 if TYPE_CHECKING:
-    from cdc_core.config import PipelineConfig
+    from cdc_core.model.config import PipelineConfig
 
 EVENTS_LOOKBACK = 500  # the alias's newest events read to find the windows already announced
 
@@ -63,7 +63,7 @@ def asset_for(pipeline: str, lake_root: str, schema: str, table: str) -> Asset:
 
 def table_asset(pipeline: str | PipelineConfig, table: str) -> Asset:
     """The Asset of lake table `table` ("schema.table", as in the configuration) of `pipeline`."""
-    from cdc_core.naming import parse_table_pattern
+    from cdc_core.model.naming import parse_table_pattern
 
     pc = _config(pipeline)
     schema, name = parse_table_pattern(table)  # `my.db`.`order items` for names with dots
@@ -77,7 +77,7 @@ def tables_alias(pipeline: str) -> AssetAlias:
 def emit(pipeline: str, seq: int, context: Any, p: Any) -> tuple[list[dict[str, Any]], int | None]:
     """Add this ack's asset events (windows not announced yet) to the alias; returns what was added and
     the newest window announced before."""
-    from cdc_core import table_events
+    from cdc_core.run import table_events
 
     alias = tables_alias(pipeline)
     earlier = context["inlet_events"][alias].ascending(False).limit(EVENTS_LOOKBACK)

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from cdc_core.config import load_config
-from cdc_core.connections import ConnectionInfo
-from cdc_core.errors import ConfigError
+from cdc_core.model.config import load_config
+from cdc_core.model.connections import ConnectionInfo
+from cdc_core.model.errors import ConfigError
 
 if TYPE_CHECKING:
-    from cdc_core.config import PipelineConfig
-    from cdc_core.object_store import S3Credentials
-    from cdc_core.pipeline import Pipeline
-    from cdc_core.source import SourceParams
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.lake.object_store import S3Credentials
+    from cdc_core.model.config import PipelineConfig
+    from cdc_core.run.pipeline import Pipeline
 
 
 def connection_info(conn_id: str, role: str = "source.conn_id", conn_type: str = "mysql") -> ConnectionInfo:
@@ -52,7 +52,7 @@ def connection_info(conn_id: str, role: str = "source.conn_id", conn_type: str =
 
 def source_params_from_info(info: ConnectionInfo) -> SourceParams:
     """Pure: the replication source's parameters from a resolved connection."""
-    from cdc_core.source import SourceParams
+    from cdc_core.capture.source import SourceParams
 
     return SourceParams.from_connection(info)
 
@@ -67,7 +67,7 @@ def object_store_from_connection(pc: PipelineConfig) -> S3Credentials | None:
     unset), registered with Airflow's log masker."""
     from airflow.sdk.log import mask_secret
 
-    from cdc_core import object_store
+    from cdc_core.lake import object_store
 
     if not pc.object_store.conn_id:
         return None
@@ -100,7 +100,7 @@ def secrets_of(pc: PipelineConfig, source: Any, store: S3Credentials | None = No
 @contextmanager
 def open_pipeline(name: str) -> Iterator[Pipeline]:
     """A `Pipeline` for one task (its own ZooKeeper session), closed when the block ends."""
-    from cdc_core.pipeline import Pipeline
+    from cdc_core.run.pipeline import Pipeline
 
     pc = pipeline_config(name)
     check_zookeeper_auth(pc)

@@ -11,7 +11,7 @@
   run's result (the cleanup's and the job's report) is recorded in ZooKeeper, fenced, for the monitor.
 - `release_lease` is `cdc_airflow.tasks.release_lease` (the same XCom contract).
 
-The logic is `cdc_core.housekeeping`; this module only maps it onto Airflow.
+The logic is `cdc_core.run.housekeeping`; this module only maps it onto Airflow.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cdc_airflow.operators import LEASE_TASK, spark_submit_env
 from cdc_airflow.tasks import _grant, _step, holder_for, lease_held_message
-from cdc_core.errors import ConfigError, Fenced, LeaseHeld
+from cdc_core.model.errors import ConfigError, Fenced, LeaseHeld
 
 CLEANUP_TASK = "clean_up"
 
@@ -35,7 +35,7 @@ CLEANUP_TASK = "clean_up"
 @task(task_id=LEASE_TASK)
 def acquire_maintenance_lease(pipeline: str) -> dict[str, Any]:
     """Take the pipeline's lease for maintenance, waiting for a running pipeline run; skip when it stays held."""
-    from cdc_core.housekeeping import acquire_waiting
+    from cdc_core.run.housekeeping import acquire_waiting
 
     ctx = get_current_context()
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
@@ -50,7 +50,7 @@ def acquire_maintenance_lease(pipeline: str) -> dict[str, Any]:
 @task(task_id=CLEANUP_TASK)
 def clean_up(pipeline: str) -> dict[str, Any]:
     """Staged windows and window records past their retention (full pass, fenced on the lease)."""
-    from cdc_core.housekeeping import cleanup
+    from cdc_core.run.housekeeping import cleanup
 
     ctx = get_current_context()
     grant = _grant(ctx["ti"])
@@ -77,7 +77,7 @@ class CdcMaintenanceOperator(SparkSubmitOperator):
         from airflow.sdk.log import mask_secret
 
         from cdc_airflow.hooks import open_pipeline, secrets_of
-        from cdc_core import housekeeping
+        from cdc_core.run import housekeeping
 
         ti = context["ti"]
         grant = _grant(ti)

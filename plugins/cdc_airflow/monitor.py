@@ -5,7 +5,7 @@ below) and linked from the sidebar. For every configured pipeline it shows the c
 file:offset, GTID, commit time), the lag behind the source (seconds and bytes), the lease (holder,
 expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome),
 the snapshot's progress per table (chunks done / estimated total, rows), the last error, and per
-Delta table its files, size and last maintenance (cdc_core.housekeeping). The
+Delta table its files, size and last maintenance (cdc_core.run.housekeeping). The
 data is `Pipeline.status()`, gathered fresh on every request.
 
 Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
@@ -75,7 +75,7 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         store = object_store_from_connection(pc)
         secrets = secrets_of(pc, source, store)
         check_zookeeper_auth(pc)
-        from cdc_core.pipeline import Pipeline
+        from cdc_core.run.pipeline import Pipeline
 
         with Pipeline.from_config(pc, source, store=store) as p:
             status = dict(p.status())
@@ -152,8 +152,8 @@ def dag_warnings(pipeline: str, dags: Any) -> list[str]:
 
 def collect_statuses() -> list[dict[str, Any]]:
     """Status of every pipeline in $CDC_CONFIG (a few in parallel: each waits on ZooKeeper and the source)."""
-    from cdc_core.config import load_config
-    from cdc_core.errors import ConfigError
+    from cdc_core.model.config import load_config
+    from cdc_core.model.errors import ConfigError
 
     try:
         pipelines = list(load_config().pipelines)

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from cdc_core.errors import ConfigError
-from cdc_core.spark_conf import ZK_AUTH_ENV, spark_env  # noqa: F401 - ZK_AUTH_ENV re-exported
+from cdc_core.lake.spark_conf import spark_env
+from cdc_core.model.config import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
+from cdc_core.model.errors import ConfigError
 
 LEASE_TASK = "acquire_lease"
 PLAN_TASK = "plan_window"
@@ -60,7 +61,7 @@ def spark_submit_env(
     store: Any = None,
 ) -> dict[str, str]:
     """Pure given `environ`: the Spark job's environment, the same function as the CLI's
-    (cdc_core.spark_conf.spark_env): the venv's interpreter for PySpark and its bin/ first on PATH,
+    (cdc_core.lake.spark_conf.spark_env): the venv's interpreter for PySpark and its bin/ first on PATH,
     CDC_ZK_AUTH when configured, SPARK_LOCAL_IP only when the worker's environment sets it, the object
     store's credentials (AWS_* variables) when the pipeline has them.
 
@@ -147,7 +148,7 @@ class CdcMergeOperator(SparkSubmitOperator):
 
         from cdc_airflow.hooks import open_pipeline, secrets_of
         from cdc_core.coordination import LeaseGrant
-        from cdc_core.pipeline import MERGE_JOB
+        from cdc_core.run.pipeline import MERGE_JOB
 
         grant_dict, seq = pull_grant_and_seq(context["ti"], self.lease_task, self.plan_task)
         grant = LeaseGrant.from_dict(grant_dict)

@@ -1,4 +1,4 @@
-"""The DAG steps as TaskFlow tasks: each opens the pipeline, calls one `cdc_core.pipeline` step, returns.
+"""The DAG steps as TaskFlow tasks: each opens the pipeline, calls one `cdc_core.run.pipeline` step, returns.
 
 State between steps travels as two small XComs (the lease grant from `acquire_lease`, the window
 step from `plan_window`; no secrets in either); everything else lives in ZooKeeper and the staging
@@ -30,7 +30,7 @@ from airflow.sdk import TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cdc_airflow.operators import LEASE_TASK, PLAN_TASK, pull_grant_and_seq
-from cdc_core.errors import ConfigError, Fenced, LeaseHeld
+from cdc_core.model.errors import ConfigError, Fenced, LeaseHeld
 
 ACK_TASK = "ack_window"
 MORE_WORK_TASK = "more_work"  # the short-circuit after release_lease
@@ -122,7 +122,7 @@ def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
     monitor's last-error note is written: the task's own log says what is wrong). Other errors (source or
     ZooKeeper unreachable) propagate and are retried."""
     from cdc_airflow.hooks import open_pipeline
-    from cdc_core.errors import PositionPurged, StateConflict, UnknownTable
+    from cdc_core.model.errors import PositionPurged, StateConflict, UnknownTable
 
     try:
         with open_pipeline(pipeline) as p:
@@ -181,13 +181,14 @@ def begin_snapshot(pipeline: str) -> dict[str, Any]:
     ctx = get_current_context()
     params = ctx["params"]
     grant = _grant(ctx["ti"])
-    from cdc_core import snapshot
+    from cdc_core.model import snapshot_state
+    from cdc_core.run import snapshot_steps
 
     tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
     chunk_rows = params.get("chunk_rows")
     with _step(pipeline, "begin_snapshot") as p:
-        state = snapshot.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
-    view = snapshot.progress_view(state)
+        state = snapshot_steps.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
+    view = snapshot_state.progress_view(state)
     log.info("snapshot requested: %s", view)
     return dict(view)
 

@@ -24,8 +24,8 @@ import pytest
 from cli_support import cdc, cli_pipeline, write
 from spark_cluster_support import Cluster, running_cluster
 
-from cdc_core import delta_state
-from cdc_core.naming import path_component
+from cdc_core.lake import delta_state
+from cdc_core.model.naming import path_component
 
 pytestmark = pytest.mark.integration
 

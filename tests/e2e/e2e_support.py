@@ -183,15 +183,15 @@ class CdcCase:
 
     def pipeline(self):  # type: ignore[no-untyped-def]
         """The same pipeline opened in this process (status, lease), with the test's config."""
-        from cdc_core.config import load_config
-        from cdc_core.pipeline import Pipeline
-        from cdc_core.source import SourceParams
+        from cdc_core.capture.source import SourceParams
+        from cdc_core.model.config import load_config
+        from cdc_core.run.pipeline import Pipeline
 
         pc = load_config(self.config_path).pipeline(self.name)
         return Pipeline.from_config(pc, SourceParams(**self.services.source_params))
 
     def table_path(self, table: str) -> Path:
-        from cdc_core.naming import path_component
+        from cdc_core.model.naming import path_component
 
         return self.lake / path_component(self.database) / path_component(table)
 
@@ -223,7 +223,7 @@ def source_rows(services, database: str, table: str) -> tuple[list[str], list[tu
 
 def delta_rows(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
     """The Delta table's rows (read with delta-rs, no Spark), projected on the source's columns."""
-    from cdc_core.delta_state import read_rows
+    from cdc_core.lake.delta_state import read_rows
 
     table = read_rows(str(path))  # deletion vectors applied, column-mapped tables too
     missing = [c for c in columns if c not in table.column_names]

@@ -107,6 +107,6 @@ def test_backfill_from_a_timestamp_repairs_a_damaged_table(cdc_case: CdcCase) ->
 
     with case.pipeline() as p:
         after = p.status()["cursor"]
-    from cdc_core.positions import BinlogPosition
+    from cdc_core.model.positions import BinlogPosition
 
     assert BinlogPosition.from_dict(after["position"]) >= BinlogPosition.from_dict(before["position"]), after

@@ -19,8 +19,8 @@ from deltalake import DeltaTable, write_deltalake
 from e2e_support import CdcCase, binlog_position
 
 from cdc_core.coordination import PipelineCoordinator
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import WindowPlan
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import WindowPlan
 
 pytestmark = pytest.mark.e2e
 

@@ -38,9 +38,9 @@ from object_store_support import ObjectStore, running_object_store
 from real_airflow import RealAirflow, free_port, real_airflow
 from spark_cluster_support import Cluster, running_cluster
 
-from cdc_core import delta_state, object_store
-from cdc_core.connections import parse_connection
-from cdc_core.naming import path_component
+from cdc_core.lake import delta_state, object_store
+from cdc_core.model.connections import parse_connection
+from cdc_core.model.naming import path_component
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from typing import Any
 
 
 def _patch_merge(address: str) -> None:
-    import cdc_core.pipeline as pipeline
+    import cdc_core.run.pipeline as pipeline
     from tests.faults.merge_server import request_merge
 
     real_run = subprocess.run
@@ -40,7 +40,7 @@ def _patch_merge(address: str) -> None:
 def _patch_session_file(path: str) -> None:
     from kazoo.protocol.states import KazooState
 
-    import cdc_core.pipeline as pipeline
+    import cdc_core.run.pipeline as pipeline
 
     real = pipeline.make_zk_client
 

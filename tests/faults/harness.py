@@ -8,7 +8,7 @@ run spans many windows), and the `Oracle` that checks every invariant after ever
 Runs are `python -m tests.faults.cli_shim --config <cfg> run <pipeline> --windows N` subprocesses: the
 real CLI (`cdc_core.cli`), with merges sent to the suite's one-JVM merge server (or real
 `spark-submit` with `real_spark=True`). Crashes come from the product's fault points (`CDC_FAULT`,
-cdc_core/faults.py), pauses from `CDC_FAULT_ACTION=stop`, random kills from a timer that SIGKILLs
+cdc_core/model/faults.py), pauses from `CDC_FAULT_ACTION=stop`, random kills from a timer that SIGKILLs
 the run's whole process group.
 """
 
@@ -34,7 +34,7 @@ CONN_ID = "cdc_source_faults"
 _OWN_ENV = ("CDC_FAULT", "CDC_FAULT_ONCE", "CDC_FAULT_ACTION", "CDC_MERGE_SERVER", "CDC_TEST_ZK_SESSION_FILE",
             "CDC_CONFIG")
 
-# Exit codes of `cdc` (cdc_core/cli.py, cdc_core/errors.py)
+# Exit codes of `cdc` (cdc_core/cli.py, cdc_core/model/errors.py)
 RC_OK, RC_SOURCE, RC_COORDINATION, RC_FENCED, RC_STAGING, RC_LAKE, RC_SKIPPED = 0, 3, 4, 5, 6, 8, 75
 RC_KILLED = -signal.SIGKILL
 

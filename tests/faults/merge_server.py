@@ -40,7 +40,7 @@ class _ClientKilled(BaseException):  # not an Exception: the job must not wrap i
 
 
 class _FaultProxy:
-    """Stands in for `cdc_core.faults` inside spark_apps.merge_window while the server runs."""
+    """Stands in for `cdc_core.model.faults` inside spark_apps.merge_window while the server runs."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -139,7 +139,7 @@ class MergeServer:
         """What `spark-submit merge_window.py <args>` would have returned, as {rc, stdout, stderr}."""
         global _merging  # noqa: PLW0603 (merges are serialised; writer threads read it)
         import spark_apps.merge_window as mw
-        from cdc_core.errors import CdcError
+        from cdc_core.model.errors import CdcError
 
         close_zk: Callable[[], None] | None = None
         _local.request = req
@@ -206,7 +206,7 @@ def default_spark() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from cdc_core.spark_conf import spark_confs
+    from cdc_core.lake.spark_conf import spark_confs
 
     builder = SparkSession.builder.master("local[2]").appName("cdc-fault-merges")
     for k, v in spark_confs().items():

@@ -15,8 +15,8 @@ staging area and the lakehouse and asserts:
   (app id, version) appears in at most one commit;
 - **the lake equals the source at the window it holds**: each captured table, at its Delta txn
   version v, equals the source table replayed up to the end of window v (tests/faults/workload.py's
-  `Shadow`), row for row, value for value (cdc_core.verify.compare_table, duplicates included), and
-  its Delta column types are the type map's (cdc_core.types); a table whose version is older than the
+  `Shadow`), row for row, value for value (cdc_core.run.verify.compare_table, duplicates included), and
+  its Delta column types are the type map's (cdc_core.model.types); a table whose version is older than the
   cursor had no change in the windows since (else a window was acked without it).
 
 Tables damaged on purpose (`damaged()`) are exempt until `repaired()`. Violations raise
@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc_core import delta_state
+from cdc_core.capture.source import TableFilter, describe_tables
 from cdc_core.coordination import STATE_ACKED, Cursor, PipelineCoordinator, WindowRecord
-from cdc_core.naming import path_component
-from cdc_core.positions import BinlogPosition
-from cdc_core.source import TableFilter, describe_tables
-from cdc_core.types import column_types
-from cdc_core.verify import compare_table
-from cdc_core.window_plan import KIND_BACKFILL, KIND_STREAM
+from cdc_core.lake import delta_state
+from cdc_core.model.naming import path_component
+from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.types import column_types
+from cdc_core.model.window_plan import KIND_BACKFILL, KIND_STREAM
+from cdc_core.run.verify import compare_table
 from tests.faults.workload import Shadow, Workload, changed_between
 
 _DELTA_TYPES = {

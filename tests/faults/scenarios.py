@@ -27,7 +27,7 @@ from tests.faults.harness import (
     Rig,
 )
 
-# Fault points a `cdc run` passes through, in order (cdc_core/faults.py).
+# Fault points a `cdc run` passes through, in order (cdc_core/model/faults.py).
 CRASH_POINTS = (
     "after_acquire",
     "after_plan",

@@ -1,4 +1,4 @@
-"""Consistent cuts across tables (cdc_core.lake_versions) hold a cross-table invariant through merges and
+"""Consistent cuts across tables (cdc_core.lake.lake_versions) hold a cross-table invariant through merges and
 SIGKILLs in the middle of a window; reading the latest versions instead does not.
 
 The source writes parent/child families, each in ONE transaction: a parent with `n_children` and
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from cdc_core import delta_state, lake_versions
-from cdc_core.errors import LakeError
+from cdc_core.lake import delta_state, lake_versions
+from cdc_core.model.errors import LakeError
 from tests.faults.harness import RC_OK
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

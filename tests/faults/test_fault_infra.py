@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from cdc_core.errors import SourceError
+from cdc_core.model.errors import SourceError
 from tests.faults.scenarios import (
     lake_table_deleted,
     mariadb_restart_between,
@@ -76,9 +76,9 @@ def test_a_lost_binlog_connection_mid_transaction_is_an_error_not_a_gap(
     inside the transaction, where the rows after the drop reference a table map it never saw again and
     are dropped without a word (the transaction's counts still match). The reader now refuses the silent
     resume: the stage step fails with a SourceError, and re-staging reads every row."""
-    from cdc_core.config import load_config
-    from cdc_core.pipeline import Pipeline
-    from cdc_core.source import SourceParams
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
     from tests.faults.harness import Rig
 
     r = Rig(private_services, tmp_path / "rig", fault_zk, None, 3005, tables=("orders",),
@@ -118,7 +118,7 @@ def test_a_lost_binlog_connection_mid_transaction_is_an_error_not_a_gap(
 
             # The reader takes the 30 MB transaction in about a second, which can be before the KILL
             # lands (then nothing is lost and nothing fails): read it slowly so the KILL is mid-way.
-            from cdc_core import binlog
+            from cdc_core.capture import binlog
 
             fast_read = binlog._Packets.read
 

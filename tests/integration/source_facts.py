@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc_core.source import SourceFacts, SourceParams, connect, inspect_source
+from cdc_core.capture.source import SourceFacts, SourceParams, connect, inspect_source
 
 
 def facts_now(params: SourceParams) -> SourceFacts:

@@ -1,6 +1,6 @@
-"""Build staged windows for tests straight from python rows, following `cdc_core.manifest`'s contract.
+"""Build staged windows for tests straight from python rows, following `cdc_core.model.manifest`'s contract.
 
-Independent of `cdc_core.staging` on purpose: merge tests control exactly what a window holds
+Independent of `cdc_core.lake.staging` on purpose: merge tests control exactly what a window holds
 (column subsets per file, type changes between files, explicit versions for replays).
 
     clock = VersionClock()
@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cdc_core.manifest import (
+from cdc_core.model.manifest import (
     COL_COMMIT_TS,
     COL_OP,
     COL_ORDINAL,
@@ -38,9 +38,9 @@ from cdc_core.manifest import (
     StagedFile,
     StagedTable,
 )
-from cdc_core.naming import path_component, window_dir_name
-from cdc_core.positions import BinlogPosition, ServerIdentity, change_version
-from cdc_core.window_plan import KIND_STREAM, WindowPlan
+from cdc_core.model.naming import path_component, window_dir_name
+from cdc_core.model.positions import BinlogPosition, ServerIdentity, change_version
+from cdc_core.model.window_plan import KIND_STREAM, WindowPlan
 
 SERVER = ServerIdentity("mariadb", 1)
 BASE_TS = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

@@ -27,11 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from security_support import dir_tree, zk_tree
 
-from cdc_core.config import load_config
+from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
-from cdc_core.errors import CdcError, ConfigError, PositionPurged
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams
+from cdc_core.model.config import load_config
+from cdc_core.model.errors import CdcError, ConfigError, PositionPurged
+from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from source_facts import facts_now
 
-from cdc_core.binlog import BinlogScanner, SchemaChangeEvent, TxnBoundary, read_changes
-from cdc_core.changes import RowChange
-from cdc_core.errors import MissingKey, SourceError, UnknownTable
-from cdc_core.positions import BinlogPosition, binlog_file_index, change_version
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
-from cdc_core.window_plan import WindowCaps, WindowPlan
-from cdc_core.windows import plan_window
+from cdc_core.capture.binlog import BinlogScanner, SchemaChangeEvent, read_changes
+from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
+from cdc_core.model.changes import RowChange
+from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
+from cdc_core.model.positions import BinlogPosition, binlog_file_index, change_version
+from cdc_core.model.window_plan import WindowCaps, WindowPlan
+from cdc_core.model.windows import TxnBoundary, plan_window
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cdc_core.cli import main
-from cdc_core.errors import ConfigError, LeaseHeld
+from cdc_core.model.errors import ConfigError, LeaseHeld
 
 pytestmark = pytest.mark.integration
 
@@ -86,9 +86,9 @@ def test_exit_codes_for_a_held_lease_and_bad_input(
     cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     name = cli_env["name"]
-    from cdc_core.config import load_config
-    from cdc_core.pipeline import Pipeline
-    from cdc_core.source import SourceParams
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
 
     pc = load_config(cli_env["config"]).pipeline(name)
     with Pipeline.from_config(pc, SourceParams(host="unused", port=1, user="u", password="p")) as p:

@@ -137,11 +137,11 @@ def test_a_killed_run_does_not_block_the_next_one(
     # Lag is not asserted: the shared MariaDB's binlog also holds other tests' transactions written meanwhile.
     assert status["lease"] is None and status["cursor"]["seq"] == ran["windows"][-1]["seq"]
 
+    from cdc_core.capture.source import connect
     from cdc_core.cli import source_params_for
-    from cdc_core.config import load_config
-    from cdc_core.pipeline import Pipeline
-    from cdc_core.source import connect
-    from cdc_core.verify import compare_table
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
+    from cdc_core.run.verify import compare_table
 
     pc = load_config(env["config"]).pipeline(name)
     with Pipeline.from_config(pc, source_params_for(pc)) as p:

@@ -23,9 +23,9 @@ from cdc_core.coordination import (
     PipelineCoordinator,
     make_zk_client,
 )
-from cdc_core.errors import ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import KIND_BACKFILL, WindowPlan
+from cdc_core.model.errors import ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import KIND_BACKFILL, WindowPlan
 
 pytestmark = pytest.mark.integration
 

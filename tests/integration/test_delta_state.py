@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from cdc_core import delta_state
-from cdc_core.errors import LakeError
+from cdc_core.lake import delta_state
+from cdc_core.model.errors import LakeError
 
 pytestmark = pytest.mark.integration
 

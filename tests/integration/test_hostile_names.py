@@ -6,7 +6,7 @@ with tables named `select`, `..`, `.` and `-rf a/b\\c it's "q" ...` and columns 
 `a.b`, `sp ace`, `it's "q" \\`b\\``, `日本語`, `-x`, plus a column added mid-window. It proves, in one
 Spark cycle (the expensive part):
 
-- hostile names: every Delta table equals its source table (cdc_core.verify), one lake directory per
+- hostile names: every Delta table equals its source table (cdc_core.run.verify), one lake directory per
   table, and nothing is written outside the lake and staging roots;
 - least privilege: the capture user has only REPLICATION SLAVE, BINLOG MONITOR and SELECT on the one
   captured schema (granted with `_`/`%` escaped), and the cycle works;
@@ -40,8 +40,8 @@ from security_support import (
     zk_tree,
 )
 
-from cdc_core.naming import path_component, quote_mysql
-from cdc_core.verify import compare_table
+from cdc_core.model.naming import path_component, quote_mysql
+from cdc_core.run.verify import compare_table
 
 pytestmark = pytest.mark.integration
 

@@ -21,14 +21,14 @@ import pytest
 from kazoo.client import KazooClient
 from staged_builder import SERVER, Col, WindowBuilder
 
-from cdc_core import housekeeping
-from cdc_core.config import MaintenanceConfig, PipelineConfig
+from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import PipelineCoordinator
-from cdc_core.errors import CoordinationError, Fenced
-from cdc_core.pipeline import Pipeline
-from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceParams
-from cdc_core.window_plan import WindowPlan
+from cdc_core.model.config import MaintenanceConfig, PipelineConfig
+from cdc_core.model.errors import CoordinationError, Fenced
+from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.window_plan import WindowPlan
+from cdc_core.run import housekeeping
+from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@
   unchanged; the managed retention properties are set (at creation by the merge job, by maintenance on
   older tables); an old orphan file is vacuumed and reported; a later replay is still "already
   committed"; a fenced maintenance changes nothing;
-- expired txn identifiers read as absent in delta-rs (cdc_core.delta_state) and Spark alike, and a
+- expired txn identifiers read as absent in delta-rs (cdc_core.lake.delta_state) and Spark alike, and a
   replay of the window restores them without changing the contents (why the floors exist);
 - pipeline level: a crash before the ack, then `cdc maintain` (`MaintenanceRun`: lease takeover,
   staging + ZooKeeper cleanup with a shifted clock, the maintenance job, the record), then the next run
@@ -30,13 +30,15 @@ import pytest
 from delta.tables import DeltaTable
 from staged_builder import Col, VersionClock, WindowBuilder
 
-from cdc_core import delta_state, housekeeping, layout, retention
-from cdc_core.config import PipelineConfig
+from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.coordination import PipelineCoordinator
-from cdc_core.errors import Fenced, LakeError
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams, TableFilter
-from cdc_core.spark_conf import spark_env
+from cdc_core.lake import delta_state
+from cdc_core.lake.spark_conf import spark_env
+from cdc_core.model import layout, retention
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.errors import Fenced, LakeError
+from cdc_core.run import housekeeping
+from cdc_core.run.pipeline import Pipeline
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
 from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri, zk_fence_check

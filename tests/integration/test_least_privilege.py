@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from security_support import least_privilege_grants, mariadb_user
 
-from cdc_core.errors import SourceError
-from cdc_core.source import SourceParams, check_privileges, connect
+from cdc_core.capture.source import SourceParams, check_privileges, connect
+from cdc_core.model.errors import SourceError
 
 pytestmark = pytest.mark.integration
 
@@ -100,8 +100,8 @@ def test_the_documented_minimum_passes_and_a_wildcard_grant_is_read_as_the_serve
 def test_the_pipeline_names_the_missing_grant_at_first_contact(
     services: Any, source_db: str, zk_client: Any, zk_root: str, tmp_path: Any
 ) -> None:
-    from cdc_core.config import load_config
-    from cdc_core.pipeline import Pipeline
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
 
     cfg = tmp_path / "pipelines.yaml"
     cfg.write_text(

@@ -1,7 +1,7 @@
 """spark_apps/merge_window.py against real Spark + Delta (and ZooKeeper for fencing).
 
 Windows are built with `staged_builder` (manifest.py's contract), one with the real
-`cdc_core.staging.stage_window`; one test runs the job through `spark-submit` exactly as the DAG does.
+`cdc_core.lake.staging.stage_window`; one test runs the job through `spark-submit` exactly as the DAG does.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import pytest
 from delta.tables import DeltaTable
 from staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
-from cdc_core.errors import Fenced, SchemaConflict
-from cdc_core.manifest import (
+from cdc_core.lake.spark_conf import delta_jars, spark_confs, spark_env
+from cdc_core.model.errors import Fenced, SchemaConflict
+from cdc_core.model.layout import PROJECT_ROOT
+from cdc_core.model.manifest import (
     COL_COMMIT_TS,
     COL_DELETED,
     COL_DELETED_AT,
@@ -31,7 +33,6 @@ from cdc_core.manifest import (
     COL_WINDOW_SEQ,
     Manifest,
 )
-from cdc_core.spark_conf import PROJECT_ROOT, delta_jars, spark_confs, spark_env
 from spark_apps.merge_window import (
     STATUS_ALREADY,
     STATUS_COMMITTED,
@@ -223,8 +224,8 @@ def test_each_type_lands_exactly(spark, staging_dir, lake_dir):
 
 def test_window_through_real_staging(spark, staging_dir, lake_dir):
     """The staging module's files (type map, zstd, segments per shape) land exactly too."""
-    from cdc_core.changes import RowChange, SourceColumn, TableSchema
-    from cdc_core.staging import stage_window
+    from cdc_core.lake.staging import stage_window
+    from cdc_core.model.changes import RowChange, SourceColumn, TableSchema
 
     shape = TableSchema(
         "shop",
@@ -259,7 +260,7 @@ def test_window_through_real_staging(spark, staging_dir, lake_dir):
         ),
     ]
     manifest = stage_window(make_plan(PIPE, 1, events=3), changes, str(staging_dir))
-    from cdc_core.layout import window_dir
+    from cdc_core.model.layout import window_dir
 
     report = run(spark, (manifest, window_dir(str(staging_dir), PIPE, 1)), lake_dir)
     assert statuses(report) == {"shop.real": STATUS_COMMITTED}
@@ -818,10 +819,10 @@ def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark
 
 
 def test_a_table_of_another_pipeline_is_refused_before_anything_is_written(spark, staging_dir, lake_dir):
-    """One writer per Delta table (cdc_core.lake_writers): the creator is recorded; another pipeline's window
+    """One writer per Delta table (cdc_core.model.lake_writers): the creator is recorded; another pipeline's window
     that includes the table fails before writing any of its tables; a table without a record is claimed."""
-    from cdc_core.errors import LakeError
-    from cdc_core.lake_writers import WRITER_PROPERTY, writer_pipeline
+    from cdc_core.model.errors import LakeError
+    from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
     from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
 
     w = WindowBuilder(staging_dir, PIPE, 1)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core import delta_state
 from cdc_core.cli import main
-from cdc_core.errors import LakeError
-from cdc_core.naming import path_component
+from cdc_core.lake import delta_state
+from cdc_core.model.errors import LakeError
+from cdc_core.model.naming import path_component
 
 pytestmark = pytest.mark.integration
 

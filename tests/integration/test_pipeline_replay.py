@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cdc_core.config import load_config
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams
+from cdc_core.capture.source import SourceParams
+from cdc_core.model.config import load_config
+from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 

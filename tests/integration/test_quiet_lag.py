@@ -140,8 +140,8 @@ def test_lag_returns_to_zero_after_rotation_and_restart(
         cur.execute("INSERT INTO t VALUES (2, 'b')")
     root.close()
     from cdc_core.cli import source_params_for
-    from cdc_core.config import load_config
-    from cdc_core.pipeline import Pipeline
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
 
     pc = load_config(quiet["config"]).pipeline(name)
     with Pipeline.from_config(pc, source_params_for(pc)) as p:

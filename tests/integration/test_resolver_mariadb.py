@@ -18,11 +18,9 @@ from typing import Any
 import pytest
 from source_facts import facts_now
 
-from cdc_core.binlog import BinlogScanner, TxnBoundary, read_changes
-from cdc_core.errors import ConfigError, PositionPurged, SourceError
-from cdc_core.positions import BinlogPosition, MariadbGtidList, binlog_file_index
-from cdc_core.resolver import StartSpec, resolve_start
-from cdc_core.source import (
+from cdc_core.capture.binlog import BinlogScanner, read_changes
+from cdc_core.capture.resolver import resolve_start
+from cdc_core.capture.source import (
     SourceFacts,
     SourceParams,
     TableFilter,
@@ -31,7 +29,10 @@ from cdc_core.source import (
     connect,
     inspect_source,
 )
-from cdc_core.window_plan import WindowPlan
+from cdc_core.model.errors import ConfigError, PositionPurged, SourceError
+from cdc_core.model.positions import BinlogPosition, MariadbGtidList, StartSpec, binlog_file_index
+from cdc_core.model.window_plan import WindowPlan
+from cdc_core.model.windows import TxnBoundary
 
 pytestmark = pytest.mark.integration
 

@@ -32,14 +32,16 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_core import layout, staging
-from cdc_core import snapshot as snap
-from cdc_core.binlog import read_changes
-from cdc_core.config import PipelineConfig
-from cdc_core.errors import LeaseHeld
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
-from cdc_core.verify import compare_table
+from cdc_core.capture import snapshot_reads
+from cdc_core.capture.binlog import read_changes
+from cdc_core.capture.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.lake import staging
+from cdc_core.model import layout, snapshot_state
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.errors import LeaseHeld
+from cdc_core.run import snapshot_steps
+from cdc_core.run.pipeline import Pipeline
+from cdc_core.run.verify import compare_table
 from spark_apps.merge_window import merge_window
 
 pytestmark = pytest.mark.integration
@@ -182,7 +184,7 @@ def run_until_caught_up(
 
 
 def assert_lake_equals_source(conn: Any, p: Pipeline, db: str, table: str, key: tuple[str, ...]) -> None:
-    from cdc_core.delta_state import read_rows
+    from cdc_core.lake.delta_state import read_rows
 
     diff = compare_table(conn, db, table, p.table_uri(db, table), key)
     assert diff.equal, diff.summary()
@@ -220,13 +222,13 @@ def test_every_type_stages_from_a_chunk_exactly_as_from_the_binlog(
         identity = inspect_source(conn).identity
     finally:
         conn.close()
-    progress = snap.TableProgress(name, chunk_rows=100)
-    plan = snap.plan_next_chunk_from_source(
+    progress = snapshot_state.TableProgress(name, chunk_rows=100)
+    plan = snapshot_reads.plan_next_chunk_from_source(
         params, identity, epoch=0, pipeline="it", seq=7, progress=progress, table=table, now=time.time()
     )
-    spec = snap.chunk_of(plan)
+    spec = snapshot_state.chunk_of(plan)
     assert spec.last and spec.upper == [3] and plan.start >= types_fixture.start_of(after)
-    from_chunk = staging.stage_window(plan, snap.read_chunk(params, plan, table), str(staging_dir / "chunk"))
+    from_chunk = staging.stage_window(plan, snapshot_reads.read_chunk(params, plan, table), str(staging_dir / "chunk"))
 
     a = staging.read_table_changes(str(staging_dir / "binlog"), from_binlog, name).to_pylist()
     b = staging.read_table_changes(str(staging_dir / "chunk"), from_chunk, name).to_pylist()
@@ -292,26 +294,29 @@ def test_chunk_bounds_read_every_row_once_for_every_kind_of_key(
     for table in KEY_TABLES:
         name = f"{source_db}.{table}"
         schema = tables[name]
-        state = snap.with_requests(snap.SnapshotState(), [snap.TableRequest(name, None, 3)], now=1.0, by="it")
+        request = snapshot_state.TableRequest(name, None, 3)
+        state = snapshot_state.with_requests(snapshot_state.SnapshotState(), [request], now=1.0, by="it")
         got: list[tuple[Any, ...]] = []
         for seq in range(1, 50):
             cur = state.current()
             if cur is None:
                 break
-            plan = snap.plan_next_chunk_from_source(
+            plan = snapshot_reads.plan_next_chunk_from_source(
                 params, identity, epoch=0, pipeline="it", seq=seq, progress=cur, table=schema, now=1.0
             )
-            snap.check_chunk("it", state, plan)
-            rows = [tuple(c.values[n] for n in schema.column_names) for c in snap.read_chunk(params, plan, schema)]
+            snapshot_state.check_chunk("it", state, plan)
+            chunk = snapshot_reads.read_chunk(params, plan, schema)
+            rows = [tuple(c.values[n] for n in schema.column_names) for c in chunk]
             assert len(rows) <= 3, f"{table}: chunk {seq} read {len(rows)} rows"
             got += rows
-            state = snap.after_ack(state, plan, len(rows), now=2.0)
+            state = snapshot_state.after_ack(state, plan, len(rows), now=2.0)
         else:
             raise AssertionError(f"{table}: the snapshot never finished")
         with root_db.cursor() as c:
             c.execute("SET SESSION time_zone = '+00:00'")
-            c.execute(f"SELECT {snap.select_list(schema)} FROM `{table}`")
-            expected = [tuple(snap.select_normaliser(col)(v) if snap.select_normaliser(col) and v is not None else v
+            c.execute(f"SELECT {snapshot_reads.select_list(schema)} FROM `{table}`")
+            norm = snapshot_reads.select_normaliser
+            expected = [tuple(norm(col)(v) if norm(col) and v is not None else v
                               for col, v in zip(schema.columns, r, strict=True)) for r in c.fetchall()]
         assert sorted(got, key=repr) == sorted(expected, key=repr), f"{table}: chunks read {got}, table has {expected}"
         chunks = state.table(name).chunks  # type: ignore[union-attr]
@@ -385,7 +390,7 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
             if step["kind"] == "snapshot":
                 # Deterministic races on top of the writer's: change rows of this very chunk after its
                 # watermark and before its read, of a chunk already read, and of one not read yet.
-                spec = snap.chunk_of(p.coordinator.get_window(step["seq"]).plan)  # type: ignore[union-attr]
+                spec = snapshot_state.chunk_of(p.coordinator.get_window(step["seq"]).plan)  # type: ignore[union-attr]
                 c = spec.chunk
                 done_key, this_key = race_key(0), race_key(c * 350 - 175)
                 later_key = race_key(min(n - 1, c * 350 + 175))
@@ -416,7 +421,7 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
     assert "snapshot" in kinds[first_stream:], f"the stream only ran after the snapshot: {kinds}"
     run_until_caught_up(p, merge, case.services)
     assert_lake_equals_source(root_db, p, source_db, "race", ("tenant", "code"))
-    view = snap.progress_view(p.coordinator.read_snapshot())
+    view = snapshot_state.progress_view(p.coordinator.read_snapshot())
     assert view["tables"][0]["status"] == "done" and view["tables"][0]["chunks_done"] >= 2
 
 
@@ -439,7 +444,7 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-3000:]
     pending = p.coordinator.pending_window()
     assert pending is not None and pending.plan.kind == "snapshot"
-    assert snap.chunk_of(pending.plan).chunk == 2
+    assert snapshot_state.chunk_of(pending.plan).chunk == 2
     assert staging.read_manifest(p.staging_root, p.name, pending.seq) is None
     execute(root_db, "UPDATE k SET v = -v WHERE id IN (7, 2100, 4193)", "DELETE FROM k WHERE id IN (14, 2107)")
 
@@ -497,7 +502,7 @@ def test_a_multi_table_snapshot_window_killed_mid_merge_then_completed(  # type:
     assert proc.returncode == 8, proc.stdout[-2000:] + proc.stderr[-3000:]
     pending = p.coordinator.pending_window()
     assert pending is not None and pending.plan.kind == "snapshot"
-    specs = snap.chunks_of(pending.plan)
+    specs = snapshot_state.chunks_of(pending.plan)
     assert [(s.table, s.chunk, s.last) for s in specs] == [(f"{source_db}.a_big", 2, True)] + [
         (f"{source_db}.{t}", 1, True) for t in small
     ]
@@ -577,9 +582,9 @@ def test_types_an_empty_table_and_a_table_added_later(spark, case: Case, root_db
 def test_a_deleted_snapshot_loaded_table_is_repaired_by_a_snapshot(  # type: ignore[no-untyped-def]
     spark, case: Case, root_db: Any, source_db: str
 ) -> None:
-    from cdc_core import delta_state
-    from cdc_core.errors import LakeError
-    from cdc_core.lake_registry import LakeRegistry
+    from cdc_core.lake import delta_state
+    from cdc_core.model.errors import LakeError
+    from cdc_core.model.lake_registry import LakeRegistry
 
     execute(root_db, "CREATE TABLE lk (id INT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(20) NULL)")
     execute(root_db, "INSERT INTO lk VALUES " + ", ".join(f"({i}, {i}, 'loaded {i}')" for i in range(1, 26)))
@@ -612,7 +617,7 @@ def test_a_deleted_snapshot_loaded_table_is_repaired_by_a_snapshot(  # type: ign
     grant = p.acquire("repair")
     kinds: list[str] = []
     try:
-        snap.request(p, grant, [name], chunk_rows=10)
+        snapshot_steps.request(p, grant, [name], chunk_rows=10)
         for i in range(30):
             execute(root_db, "UPDATE lk SET v = v + 100 WHERE id = %s", args=(10 + i % 3,))  # the stream has work
             kinds.append(run_window(p, grant, merge)["kind"])

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core import layout, staging
-from cdc_core.manifest import STAGED_META_COLUMNS
+from cdc_core.lake import staging
+from cdc_core.model import layout
+from cdc_core.model.manifest import STAGED_META_COLUMNS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_staging as fixtures  # the unit tests' every-type rows, reused

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from source_facts import facts_now
 
-from cdc_core import staging
-from cdc_core.binlog import BinlogScanner, read_changes
-from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
-from cdc_core.window_plan import WindowCaps, WindowPlan
-from cdc_core.windows import plan_window
+from cdc_core.capture.binlog import BinlogScanner, read_changes
+from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
+from cdc_core.lake import staging
+from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.window_plan import WindowCaps, WindowPlan
+from cdc_core.model.windows import plan_window
 
 pytestmark = pytest.mark.integration
 

@@ -33,13 +33,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from source_facts import facts_now
 
-from cdc_core import layout, staging
-from cdc_core import snapshot as snap
-from cdc_core.binlog import BinlogScanner, read_change_batches, read_changes
-from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
-from cdc_core.window_plan import WindowCaps, WindowPlan
-from cdc_core.windows import plan_window
+from cdc_core.capture import snapshot_reads
+from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
+from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
+from cdc_core.lake import staging
+from cdc_core.model import layout, snapshot_state
+from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.window_plan import WindowCaps, WindowPlan
+from cdc_core.model.windows import plan_window
 
 pytestmark = pytest.mark.integration
 
@@ -361,7 +362,7 @@ class Paths:
             assert m.to_json() == reference.to_json(), f"{path}: the staged window is not byte-identical"
 
         # Every family decodes on a vector kernel.
-        from cdc_core import rowdecode
+        from cdc_core.capture import rowdecode
 
         decoders = [d for (spec, vec), d in rowdecode._DECODERS.items() if vec and spec.shape.name == self.name]
         assert decoders
@@ -371,12 +372,12 @@ class Paths:
 
         # The snapshot path: a chunk of the whole table, read after the writes.
         identity = after.identity
-        progress = snap.TableProgress(self.name, chunk_rows=1000)
-        cplan = snap.plan_next_chunk_from_source(
+        progress = snapshot_state.TableProgress(self.name, chunk_rows=1000)
+        cplan = snapshot_reads.plan_next_chunk_from_source(
             p, identity, epoch=0, pipeline="vals", seq=10_000 + self.seq, progress=progress, table=schema,
             now=time.time(),
         )
-        chunk = staging.stage_window(cplan, snap.read_chunk(p, cplan, schema), str(out / "chunk"))
+        chunk = staging.stage_window(cplan, snapshot_reads.read_chunk(p, cplan, schema), str(out / "chunk"))
         assert chunk.table(self.name).columns == reference.table(self.name).columns
         last: dict[int, dict[str, Any]] = {}
         for r in staged_rows(out / "library", reference, self.name):
@@ -421,7 +422,7 @@ def test_edge_values_land_identically_on_every_path(
 def test_text_in_an_inexact_character_set_is_refused_on_both_paths(
     params: SourceParams, db: Any, source_db: str, tmp_path: Path
 ) -> None:
-    from cdc_core.errors import UnsupportedType
+    from cdc_core.model.errors import UnsupportedType
 
     with db.cursor() as cur:
         cur.execute("CREATE TABLE greek_t (id INT PRIMARY KEY, g VARCHAR(8) CHARACTER SET greek)")
@@ -436,19 +437,19 @@ def test_text_in_an_inexact_character_set_is_refused_on_both_paths(
         staging.stage_window(
             plan, read_change_batches(params, after.identity, plan, TableFilter((name,)),
                                       lambda s, t: table_schema_codec, workers=0), str(tmp_path / "b"))
-    progress = snap.TableProgress(name, chunk_rows=10)
+    progress = snapshot_state.TableProgress(name, chunk_rows=10)
     with pytest.raises(UnsupportedType, match="character set greek"):
         schema = table_schema(params, name)
-        cplan = snap.plan_next_chunk_from_source(
+        cplan = snapshot_reads.plan_next_chunk_from_source(
             params, after.identity, epoch=0, pipeline="vals", seq=2, progress=progress, table=schema, now=time.time()
         )
-        staging.stage_window(cplan, snap.read_chunk(params, cplan, schema), str(tmp_path / "c"))
+        staging.stage_window(cplan, snapshot_reads.read_chunk(params, cplan, schema), str(tmp_path / "c"))
 
 
 def test_edge_values_make_identical_lake_rows_on_both_paths(
     spark: Any, params: SourceParams, db: Any, source_db: str, tmp_path: Path
 ) -> None:
-    from cdc_core.delta_state import read_rows
+    from cdc_core.lake.delta_state import read_rows
     from spark_apps.merge_window import merge_window
 
     paths = Paths(params, db, source_db, tmp_path)

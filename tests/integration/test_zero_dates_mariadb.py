@@ -21,16 +21,17 @@ from typing import Any
 import pytest
 from source_facts import facts_now
 
-from cdc_core import delta_state, staging
-from cdc_core import snapshot as snap
-from cdc_core.binlog import BinlogScanner, read_change_batches, read_changes
+from cdc_core.capture import snapshot_reads
+from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
+from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.cli import main
-from cdc_core.errors import UnsupportedType
-from cdc_core.naming import path_component
-from cdc_core.positions import BinlogPosition
-from cdc_core.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
-from cdc_core.window_plan import WindowCaps, WindowPlan
-from cdc_core.windows import plan_window
+from cdc_core.lake import delta_state, staging
+from cdc_core.model import snapshot_state
+from cdc_core.model.errors import UnsupportedType
+from cdc_core.model.naming import path_component
+from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.window_plan import WindowCaps, WindowPlan
+from cdc_core.model.windows import plan_window
 
 pytestmark = pytest.mark.integration
 
@@ -133,14 +134,16 @@ def test_every_capture_path_refuses_a_zero_date_by_default_and_lands_null_when_a
     # The snapshot path: one chunk of the whole table (all six rows) read by SELECT.
     schema = schemas(source_db, "zd")
     identity = facts_now(params).identity
-    progress = snap.TableProgress(f"{source_db}.zd", chunk_rows=1000)
-    cplan = snap.plan_next_chunk_from_source(
+    progress = snapshot_state.TableProgress(f"{source_db}.zd", chunk_rows=1000)
+    cplan = snapshot_reads.plan_next_chunk_from_source(
         params, identity, epoch=0, pipeline="zd", seq=100, progress=progress, table=schema, now=time.time()
     )
     with pytest.raises(UnsupportedType) as err:
-        staging.stage_window(cplan, snap.read_chunk(params, cplan, schema, zero_dates="refuse"), str(tmp_path / "c1"))
+        refused = snapshot_reads.read_chunk(params, cplan, schema, zero_dates="refuse")
+        staging.stage_window(cplan, refused, str(tmp_path / "c1"))
     assert f"{source_db}.zd" in str(err.value) and "zero_dates: null" in str(err.value)
-    chunk = staging.stage_window(cplan, snap.read_chunk(params, cplan, schema, zero_dates="null"), str(tmp_path / "c2"))
+    nulled = snapshot_reads.read_chunk(params, cplan, schema, zero_dates="null")
+    chunk = staging.stage_window(cplan, nulled, str(tmp_path / "c2"))
     rows = {r["id"]: r for r in staging.read_table_changes(str(tmp_path / "c2"), chunk, f"{source_db}.zd").to_pylist()}
     assert set(rows) == set(ZERO_ROWS)
     for i, (col, _) in ZERO_ROWS.items():

@@ -21,7 +21,7 @@ if str(ROOT / "plugins") not in sys.path:
 
 from cdc_airflow import monitor, operators, tasks  # noqa: E402
 
-from cdc_core.errors import ConfigError, LeaseHeld  # noqa: E402
+from cdc_core.model.errors import ConfigError, LeaseHeld  # noqa: E402
 
 # ------------------------------------------------------------------------------------ merge submit
 
@@ -294,7 +294,7 @@ def test_missing_zookeeper_auth_variable_is_named() -> None:
 
     from cdc_airflow import hooks
 
-    from cdc_core.config import ZooKeeperConfig
+    from cdc_core.model.config import ZooKeeperConfig
 
     pc = SimpleNamespace(name="orders", zookeeper=ZooKeeperConfig(auth_env="CDC_ZK_AUTH"))
     with pytest.raises(ConfigError, match="CDC_ZK_AUTH"):
@@ -312,21 +312,24 @@ def test_undefined_source_connection_says_how_to_define_it() -> None:
 
 
 def test_page_shows_snapshot_progress_per_table() -> None:
-    from cdc_core import snapshot
-    from cdc_core.positions import BinlogPosition, ServerIdentity
-    from cdc_core.window_plan import WindowPlan
+    from cdc_core.model import snapshot_state
+    from cdc_core.model.positions import BinlogPosition, ServerIdentity
+    from cdc_core.model.window_plan import WindowPlan
 
     w = BinlogPosition("mysql-bin.000007", 1337, ServerIdentity("mariadb", 1))
-    state = snapshot.with_requests(
-        snapshot.SnapshotState(),
-        [snapshot.TableRequest("shop.orders", 250, 100), snapshot.TableRequest("shop.<b>items</b>", None, 100)],
+    state = snapshot_state.with_requests(
+        snapshot_state.SnapshotState(),
+        [
+            snapshot_state.TableRequest("shop.orders", 250, 100),
+            snapshot_state.TableRequest("shop.<b>items</b>", None, 100),
+        ],
         now=NOW - 30,
         by="cli",
     )
-    spec = snapshot.ChunkSpec("shop.orders", ("id",), 1, 1, None, [100], last=False, chunk_rows=100)
+    spec = snapshot_state.ChunkSpec("shop.orders", ("id",), 1, 1, None, [100], last=False, chunk_rows=100)
     plan = WindowPlan("orders", 43, w, w, kind="snapshot", info={"snapshot": spec.to_dict()})
-    state = snapshot.after_ack(state, plan, rows=100, now=NOW - 10)
-    page = monitor.render_page([{**STATUS, "snapshot": snapshot.progress_view(state)}], now=NOW)
+    state = snapshot_state.after_ack(state, plan, rows=100, now=NOW - 10)
+    page = monitor.render_page([{**STATUS, "snapshot": snapshot_state.progress_view(state)}], now=NOW)
     assert "Snapshot (active: loading shop.orders)" in page
     row = page.split('data-table="shop.orders"')[1].split("</tr>")[0]
     assert "running" in row and "1 / 3" in row and ">100<" in row and ">250<" in row and "33.3%" in row

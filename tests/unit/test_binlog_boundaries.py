@@ -9,19 +9,12 @@ from typing import Any
 import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 
-from cdc_core.binlog import (
-    TxnBoundary,
-    _ddl_schema,
-    _Ev,
-    _SchemaBuilder,
-    _TxnAssembler,
-    binlog_column_type,
-    ddl_targets,
-)
-from cdc_core.changes import SourceColumn, TableSchema
-from cdc_core.errors import SourceError
-from cdc_core.positions import ServerIdentity
-from cdc_core.source import SourceParams, TableFilter
+from cdc_core.capture.binlog import _ddl_schema, _Ev, _SchemaBuilder, _TxnAssembler, binlog_column_type, ddl_targets
+from cdc_core.capture.source import SourceParams, TableFilter
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.errors import SourceError
+from cdc_core.model.positions import ServerIdentity
+from cdc_core.model.windows import TxnBoundary
 
 pytestmark = pytest.mark.unit
 

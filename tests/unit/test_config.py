@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core.config import (
-    CdcConfig,
-    PipelineConfig,
-    config_path,
-    load_config,
-    parse_utc_timestamp,
-)
-from cdc_core.errors import ConfigError
+from cdc_core.model.config import CdcConfig, PipelineConfig, config_path, load_config, parse_utc_timestamp
+from cdc_core.model.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
@@ -163,7 +157,7 @@ def test_all_start_kinds(tmp_path: Path) -> None:
 
 
 def test_start_spec_builds_the_resolvers_value(tmp_path: Path) -> None:
-    resolver = pytest.importorskip("cdc_core.resolver")
+    resolver = pytest.importorskip("cdc_core.capture.resolver")
     p = write(tmp_path, one_pipeline(tmp_path, "start: {kind: timestamp, at: 2026-11-20T08:00:00Z}"))
     spec = load_config(p).pipeline("orders").start_spec()
     assert isinstance(spec, resolver.StartSpec)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core.connections import ConnectionInfo, env_var_name, parse_connection, resolve_connection
-from cdc_core.errors import ConfigError
+from cdc_core.model.connections import ConnectionInfo, env_var_name, parse_connection, resolve_connection
+from cdc_core.model.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

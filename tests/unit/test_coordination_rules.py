@@ -17,9 +17,9 @@ from cdc_core.coordination import (
     cursor_after_ack,
     lease_decision,
 )
-from cdc_core.errors import ConfigError, StateConflict
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
+from cdc_core.model.errors import ConfigError, StateConflict
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 pytestmark = pytest.mark.unit
 

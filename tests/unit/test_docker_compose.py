@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_core.config import load_config
-from cdc_core.connections import resolve_connection
+from cdc_core.model.config import load_config
+from cdc_core.model.connections import resolve_connection
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The fault points' half-way trigger (cdc_core.faults.midway), with the point itself recorded."""
+"""The fault points' half-way trigger (cdc_core.model.faults.midway), with the point itself recorded."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from cdc_core import faults
+from cdc_core.model import faults
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Recognising a dead lease holder on this host (cdc_core.holders.judge): pure, over facts."""
+"""Recognising a dead lease holder on this host (cdc_core.model.holders.judge): pure, over facts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cdc_core.holders import LocalHost, ProcessIdentity, judge, start_ticks, this_process
+from cdc_core.model.holders import LocalHost, ProcessIdentity, judge, start_ticks, this_process
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Housekeeping's pure decisions (cdc_core.retention) and the pure pieces around them: which staged
+"""Housekeeping's pure decisions (cdc_core.model.retention) and the pure pieces around them: which staged
 windows may go, when records are pruned, the retention floors and how the configuration enforces them,
 the maintenance job's argument list and ZooKeeper record, the lease waiting/keeping helpers, the
 maintenance job's conflict retries, and the monitor's table section."""
@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_core import retention
-from cdc_core.config import load_config
 from cdc_core.coordination import LeaseGrant
-from cdc_core.errors import ConfigError, CoordinationError, Fenced, LeaseHeld
-from cdc_core.retention import AckFacts, record_prune_plan, staged_window_decision
-from cdc_core.spark_conf import SparkJob
+from cdc_core.lake.spark_conf import SparkJob
+from cdc_core.model import retention
+from cdc_core.model.config import load_config
+from cdc_core.model.errors import ConfigError, CoordinationError, Fenced, LeaseHeld
+from cdc_core.model.retention import AckFacts, record_prune_plan, staged_window_decision
 
 pytestmark = pytest.mark.unit
 
@@ -219,7 +219,7 @@ GRANT = LeaseGrant(pipeline="orders", holder="cdc_orders_maintenance/run1", toke
 
 
 def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
-    from cdc_core import housekeeping
+    from cdc_core.run import housekeeping
 
     p = _StubPipeline(tmp_path)
     tables = [housekeeping.LakeTable("shop.orders", "shop", "orders", "s3://bucket/lake/shop/orders", "table", ("id",))]
@@ -246,7 +246,7 @@ def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
 
 
 def test_maintenance_record_is_compact_and_says_what_failed() -> None:
-    from cdc_core import housekeeping
+    from cdc_core.run import housekeeping
 
     report = {
         "tables": [{"name": "shop.orders", "kind": "table", "status": "ok", "error": None, "files_before": 40,
@@ -272,7 +272,7 @@ def test_maintenance_record_is_compact_and_says_what_failed() -> None:
 
 
 def test_acquire_waiting_retries_while_held_then_gives_up() -> None:
-    from cdc_core import housekeeping
+    from cdc_core.run import housekeeping
 
     class P:
         name = "orders"
@@ -305,7 +305,7 @@ def test_acquire_waiting_retries_while_held_then_gives_up() -> None:
 
 
 def test_lease_keeper_renews_until_fenced() -> None:
-    from cdc_core.housekeeping import LeaseKeeper
+    from cdc_core.coordination.lease_keeper import LeaseKeeper
 
     calls: list[int] = []
     done = threading.Event()

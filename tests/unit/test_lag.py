@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from cdc_core.pipeline import lag
-from cdc_core.positions import BinlogFile, BinlogPosition, ServerIdentity
-from cdc_core.source import SourceEnd, SourceFacts
+from cdc_core.capture.source import SourceEnd, SourceFacts
+from cdc_core.model.positions import BinlogFile, BinlogPosition, ServerIdentity
+from cdc_core.run.pipeline import lag
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,11 @@
-"""The lake table registry's rules (cdc_core/lake_registry.py): record, detect, repair."""
+"""The lake table registry's rules (cdc_core/model/lake_registry.py): record, detect, repair."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_core.errors import ConfigError
-from cdc_core.lake_registry import (
+from cdc_core.model.errors import ConfigError
+from cdc_core.model.lake_registry import (
     LakeRegistry,
     LandedTable,
     after_ack,
@@ -14,9 +14,9 @@ from cdc_core.lake_registry import (
     problems,
     repair_hint,
 )
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.snapshot import ChunkSpec, chunk_plan, chunk_version
-from cdc_core.window_plan import KIND_BACKFILL, WindowPlan
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.snapshot_state import ChunkSpec, chunk_plan, chunk_version
+from cdc_core.model.window_plan import KIND_BACKFILL, WindowPlan
 
 pytestmark = pytest.mark.unit
 

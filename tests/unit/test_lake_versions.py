@@ -1,4 +1,5 @@
-"""The checkpoints table's rules (cdc_core.lake_versions) and the asset-event decisions (cdc_core.table_events).
+"""The checkpoints table's rules (cdc_core.lake.lake_versions) and the asset-event decisions
+(cdc_core.run.table_events).
 
 Pure functions over rows and window records; the idempotent append runs delta-rs on a temporary
 directory (no service).
@@ -12,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from cdc_core import lake_versions as lv
-from cdc_core import table_events as te
 from cdc_core.coordination import STATE_ACKED, STATE_PLANNED, WindowRecord
-from cdc_core.errors import ConfigError, LakeError
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import WindowPlan
+from cdc_core.lake import lake_versions as lv
+from cdc_core.model.errors import ConfigError, LakeError
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import WindowPlan
+from cdc_core.run import table_events as te
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +70,7 @@ def test_sql_and_table_choice() -> None:
 
 
 def test_checkpoints_path_cannot_collide_with_a_table() -> None:
-    from cdc_core.naming import path_component
+    from cdc_core.model.naming import path_component
 
     uri = lv.checkpoints_uri("/lake/", "orders")
     assert uri == "/lake/_cdc.meta/orders/checkpoints"
@@ -174,7 +175,7 @@ def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    from cdc_core.errors import StateConflict
+    from cdc_core.model.errors import StateConflict
 
     uri = str(tmp_path / "s" / "a")
     for seq in (1, 2, 3):

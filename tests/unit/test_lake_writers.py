@@ -1,4 +1,5 @@
-"""One writer per lake table (cdc_core.lake_writers): the overlap rule `cdc validate` applies, the writer record."""
+"""One writer per lake table (cdc_core.model.lake_writers): the overlap rule `cdc validate` applies, the writer
+record."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cdc_core.lake_writers import names_overlap, overlaps, writer_pipeline, writer_value
-from cdc_core.naming import NamePattern, parse_table_pattern
+from cdc_core.model.lake_writers import names_overlap, overlaps, writer_pipeline, writer_value
+from cdc_core.model.naming import NamePattern, parse_table_pattern
 
 pytestmark = pytest.mark.unit
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from cdc_core.config import PipelineConfig
+from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
-from cdc_core.errors import Fenced, LakeError
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.errors import Fenced, LakeError
+from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +33,7 @@ def _pipeline(monkeypatch: pytest.MonkeyPatch, rc: int, stderr: str) -> Pipeline
     monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("t",), changes=1))
     monkeypatch.setattr(p, "spark_jars", lambda: "a.jar")
     monkeypatch.setattr(
-        "cdc_core.pipeline.subprocess.run",
+        "cdc_core.run.pipeline.subprocess.run",
         lambda cmd, **kw: subprocess.CompletedProcess(cmd, rc, "", stderr),
     )
     return p

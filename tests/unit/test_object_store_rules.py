@@ -1,4 +1,4 @@
-"""Pure rules of cdc_core.object_store: credentials from an aws connection, and where each client gets them."""
+"""Pure rules of cdc_core.lake.object_store: credentials from an aws connection, and where each client gets them."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from cdc_core import object_store
-from cdc_core.connections import parse_connection
-from cdc_core.errors import ConfigError
-from cdc_core.spark_conf import spark_env
+from cdc_core.lake import object_store
+from cdc_core.lake.spark_conf import spark_env
+from cdc_core.model.connections import parse_connection
+from cdc_core.model.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

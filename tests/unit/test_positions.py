@@ -14,8 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cdc_core.errors import ConfigError
-from cdc_core.positions import (
+from cdc_core.model.errors import ConfigError
+from cdc_core.model.positions import (
     BinlogPosition,
     MariadbGtidList,
     MysqlGtidSet,

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_core.binlog import TxnBoundary
-from cdc_core.errors import ConfigError, PositionPurged, SourceError
-from cdc_core.positions import BinlogFile, BinlogPosition, ServerIdentity, SourceEnd
-from cdc_core.resolver import StartSpec, find_by_timestamp, resolve_start
-from cdc_core.source import SourceFacts
+from cdc_core.capture.resolver import find_by_timestamp, resolve_start
+from cdc_core.capture.source import SourceFacts
+from cdc_core.model.errors import ConfigError, PositionPurged, SourceError
+from cdc_core.model.positions import BinlogFile, BinlogPosition, ServerIdentity, SourceEnd, StartSpec
+from cdc_core.model.windows import TxnBoundary
 
 pytestmark = pytest.mark.unit
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_core import rowdecode
-from cdc_core.changes import SourceColumn, TableSchema
-from cdc_core.rowdecode import ColumnLayout, compile_scanners, row_offsets, vector_kernel
-from cdc_core.types import column_codec
+from cdc_core.capture import rowdecode
+from cdc_core.capture.rowdecode import ColumnLayout, compile_scanners, row_offsets, vector_kernel
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.types import column_codec
 
 pytestmark = pytest.mark.unit
 

@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cdc_core.config import load_config, parse_utc_timestamp
-from cdc_core.errors import ConfigError
+from cdc_core.model.config import load_config, parse_utc_timestamp
+from cdc_core.model.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from cdc_core import staging
-from cdc_core.changes import RowChange, SourceColumn, TableSchema
-from cdc_core.errors import ConfigError, SchemaConflict
-from cdc_core.naming import (
+from cdc_core.capture.source import TableFilter, _grant_covers, grant_schema_pattern
+from cdc_core.lake import staging
+from cdc_core.model.changes import RowChange, SourceColumn, TableSchema
+from cdc_core.model.errors import ConfigError, SchemaConflict
+from cdc_core.model.naming import (
     MAX_COMPONENT,
     decode_path_component,
     parse_table_pattern,
@@ -24,9 +25,8 @@ from cdc_core.naming import (
     quote_spark,
     table_id,
 )
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.source import TableFilter, _grant_covers, grant_schema_pattern
-from cdc_core.window_plan import WindowPlan
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import WindowPlan
 
 pytestmark = pytest.mark.unit
 

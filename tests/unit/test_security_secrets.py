@@ -25,11 +25,11 @@ if str(ROOT / "plugins") not in sys.path:
 from cdc_airflow.hooks import secrets_of  # noqa: E402
 from cdc_airflow.operators import ZK_AUTH_ENV, build_merge_submit  # noqa: E402
 
-from cdc_core.config import load_config  # noqa: E402
+from cdc_core.capture.source import SourceParams  # noqa: E402
 from cdc_core.coordination import LeaseGrant  # noqa: E402
-from cdc_core.errors import ConfigError  # noqa: E402
-from cdc_core.pipeline import Pipeline  # noqa: E402
-from cdc_core.source import SourceParams  # noqa: E402
+from cdc_core.model.config import load_config  # noqa: E402
+from cdc_core.model.errors import ConfigError  # noqa: E402
+from cdc_core.run.pipeline import Pipeline  # noqa: E402
 
 SOURCE_PW = "src-pw-4f1c9e"
 ZK_PW = "zk-pw-77ab02"

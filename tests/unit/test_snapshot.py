@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_core import snapshot as snap
-from cdc_core.changes import SourceColumn, TableSchema
-from cdc_core.config import PipelineConfig
+from cdc_core.capture import snapshot_reads
 from cdc_core.coordination import Cursor, check_plan, cursor_after_ack
-from cdc_core.errors import ConfigError, StateConflict
-from cdc_core.positions import BinlogPosition, ServerIdentity, change_version
-from cdc_core.types import conv_time
-from cdc_core.window_plan import KIND_SNAPSHOT, WindowPlan
+from cdc_core.model import snapshot_state as snap
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.errors import ConfigError, StateConflict
+from cdc_core.model.positions import BinlogPosition, ServerIdentity, change_version
+from cdc_core.model.types import conv_time
+from cdc_core.model.window_plan import KIND_SNAPSHOT, WindowPlan
 
 pytestmark = pytest.mark.unit
 
@@ -310,18 +311,18 @@ def test_acking_a_chunk_moves_the_seq_but_never_the_stream_position() -> None:
 @given(us=st.integers(-838 * 3_600_000_000 - 59_999_999, 838 * 3_600_000_000 + 59_999_999))
 def test_select_time_values_land_like_the_binlog_reader_s(us: int) -> None:
     col = SourceColumn("t", "time(6)")
-    norm = snap.select_normaliser(col)
+    norm = snapshot_reads.select_normaliser(col)
     assert norm is not None
     assert conv_time(norm(dt.timedelta(microseconds=us))) == us
 
 
 def test_zero_dates_from_select_land_as_null() -> None:
-    norm = snap.select_normaliser(SourceColumn("d", "datetime"))
+    norm = snapshot_reads.select_normaliser(SourceColumn("d", "datetime"))
     assert norm is not None and norm("0000-00-00 00:00:00") is None
     assert norm(dt.datetime(2024, 1, 1)) == dt.datetime(2024, 1, 1)
-    assert snap.select_normaliser(SourceColumn("i", "int")) is None
+    assert snapshot_reads.select_normaliser(SourceColumn("i", "int")) is None
     t = TableSchema("s", "t", (SourceColumn("f", "float"), SourceColumn("d", "double")), ("d",))
-    assert snap.select_list(t) == "`f` + 0e0 AS `f`, `d`"
+    assert snapshot_reads.select_list(t) == "`f` + 0e0 AS `f`, `d`"
 
 
 def config(**extra: Any) -> PipelineConfig:
@@ -348,9 +349,9 @@ def test_a_request_puts_a_chunk_first() -> None:
 
 
 def test_zero_dates_from_select_are_refused_when_the_pipeline_refuses_them() -> None:
-    from cdc_core.errors import UnsupportedType
+    from cdc_core.model.errors import UnsupportedType
 
-    norm = snap.select_normaliser(SourceColumn("d", "date"), "refuse", "shop.t", "pipeline 'p': ")
+    norm = snapshot_reads.select_normaliser(SourceColumn("d", "date"), "refuse", "shop.t", "pipeline 'p': ")
     assert norm is not None and norm(dt.date(2024, 1, 1)) == dt.date(2024, 1, 1) and norm(None) is None
     with pytest.raises(UnsupportedType) as err:
         norm("2024-00-10")

@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_core.errors import SourceError
-from cdc_core.positions import BinlogFile, ServerIdentity, SourceEnd
-from cdc_core.source import (
+from cdc_core.capture.source import (
     SourceFacts,
     SourceParams,
     TableFilter,
@@ -23,6 +21,8 @@ from cdc_core.source import (
     quote_labels,
     source_error_from,
 )
+from cdc_core.model.errors import SourceError
+from cdc_core.model.positions import BinlogFile, ServerIdentity, SourceEnd
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import ssl
 import pymysql
 import pytest
 
-from cdc_core.source import SourceConnection, open_connection
+from cdc_core.capture.source import SourceConnection, open_connection
 
 pytestmark = pytest.mark.unit
 

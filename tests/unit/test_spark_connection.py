@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from cdc_core import housekeeping
-from cdc_core.config import load_config
-from cdc_core.connections import parse_connection
+from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
-from cdc_core.errors import ConfigError
-from cdc_core.pipeline import Pipeline
-from cdc_core.source import SourceParams
-from cdc_core.spark_conf import resolve_spark_master, spark_env, spark_master
+from cdc_core.lake.spark_conf import resolve_spark_master, spark_env, spark_master
+from cdc_core.model.config import load_config
+from cdc_core.model.connections import parse_connection
+from cdc_core.model.errors import ConfigError
+from cdc_core.run import housekeeping
+from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.unit
 
@@ -124,7 +124,7 @@ def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_conn: str | 
         "spark": {"conn_id": "spark_prod"},
     }]}))
     pc = load_config(cfg).pipeline("orders")
-    monkeypatch.setattr("cdc_core.pipeline.delta_jars", lambda: ["/jars/delta.jar"])
+    monkeypatch.setattr("cdc_core.run.pipeline.delta_jars", lambda: ["/jars/delta.jar"])
     return Pipeline(config=pc, source=SourceParams("db1", 3306, "cdc", "pw"), coordinator=None)  # type: ignore[arg-type]
 
 
@@ -142,7 +142,7 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
 
     monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=["shop.orders"], changes=3))
     monkeypatch.setattr(p, "renew", lambda grant: None)
-    monkeypatch.setattr("cdc_core.pipeline.subprocess.run", run)
+    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", run)
     monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
     assert p.merge_locally(GRANT, 7)["merged"] is True
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")

@@ -19,12 +19,13 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_core import layout, staging
-from cdc_core.changes import RowChange, SourceColumn, TableSchema
-from cdc_core.errors import StagingError, UnsupportedType
-from cdc_core.manifest import MANIFEST_NAME, STAGED_META_COLUMNS
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import WindowPlan
+from cdc_core.lake import staging
+from cdc_core.model import layout
+from cdc_core.model.changes import RowChange, SourceColumn, TableSchema
+from cdc_core.model.errors import StagingError, UnsupportedType
+from cdc_core.model.manifest import MANIFEST_NAME, STAGED_META_COLUMNS
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import WindowPlan
 
 pytestmark = pytest.mark.unit
 
@@ -584,7 +585,7 @@ def test_contract_violations_are_refused_clearly(tmp_path: Path) -> None:
 
 def test_one_log_line_per_window_and_steady_progress(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     calls: list[tuple[int, dict[str, Any]]] = []
-    caplog.set_level(logging.INFO, logger="cdc_core.staging")
+    caplog.set_level(logging.INFO, logger="cdc_core.lake.staging")
     staging.stage_window(
         make_plan(seq=7),
         mixed_stream(20_000),

@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_core import types
-from cdc_core.changes import SourceColumn, TableSchema
-from cdc_core.errors import SchemaConflict, UnsupportedType
-from cdc_core.manifest import STAGED_META_COLUMNS
+from cdc_core.model import types
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.errors import SchemaConflict, UnsupportedType
+from cdc_core.model.manifest import STAGED_META_COLUMNS
 
 pytestmark = pytest.mark.unit
 
@@ -208,14 +208,14 @@ def test_docs_type_map_is_in_sync_with_the_code() -> None:
     doc = (ROOT / "docs" / "type-map.md").read_text(encoding="utf-8")
     block = types.generated_block(doc)
     assert block is not None, "docs/type-map.md lost its generated block"
-    assert block == types.render_markdown(), "run: python -m cdc_core.types --write docs/type-map.md"
+    assert block == types.render_markdown(), "run: python -m cdc_core.model.types --write docs/type-map.md"
     # And the documented rows are the ones the code uses.
     for rule in types.TYPE_RULES:
         assert f"| {rule.mysql.replace('|', chr(92) + '|')} | `{rule.arrow}` | `{rule.delta}` |" in doc
 
 
 def test_latin1_decodes_like_the_server_including_the_c1_controls() -> None:
-    from cdc_core.types import MARIADB_LATIN1, python_codec
+    from cdc_core.model.types import MARIADB_LATIN1, python_codec
 
     assert python_codec("latin1") == python_codec("cp1252") == MARIADB_LATIN1
     assert bytes(range(0x80, 0xA0)).decode(MARIADB_LATIN1)[:3] == "\u20ac\x81\u201a"
@@ -226,7 +226,7 @@ def test_latin1_decodes_like_the_server_including_the_c1_controls() -> None:
 
 @pytest.mark.parametrize("charset", ["greek", "hebrew", "cp1256", "sjis", "big5", "armscii8"])
 def test_text_in_an_inexact_charset_is_refused(charset: str) -> None:
-    from cdc_core.errors import UnsupportedType
+    from cdc_core.model.errors import UnsupportedType
 
     col = SourceColumn("t", "varchar(10)", True, (("charset", charset),))
     with pytest.raises(UnsupportedType, match=f"character set {charset}"):

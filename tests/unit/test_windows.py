@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_core.binlog import TxnBoundary
-from cdc_core.errors import ConfigError
-from cdc_core.positions import BinlogPosition, ServerIdentity
-from cdc_core.window_plan import KIND_BACKFILL, WindowCaps
-from cdc_core.windows import plan_window
+from cdc_core.model.errors import ConfigError
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import KIND_BACKFILL, WindowCaps
+from cdc_core.model.windows import TxnBoundary, plan_window
 
 pytestmark = pytest.mark.unit
 
@@ -179,7 +178,7 @@ def test_consecutive_windows_cover_the_stream_exactly(
 def test_a_plan_keeps_its_capture_settings_through_json() -> None:
     from dataclasses import replace
 
-    from cdc_core.window_plan import WindowPlan
+    from cdc_core.model.window_plan import WindowPlan
 
     start, boundaries = make_stream([(2, 100)])
     plan = plan_window("orders", 1, start, boundaries, WindowCaps())
@@ -207,7 +206,7 @@ def test_the_cap_that_cut_a_window_is_recorded() -> None:
 def _plan(kind: str = "stream", txns: int = 3, **info: object):  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from cdc_core.window_plan import KIND_SNAPSHOT
+    from cdc_core.model.window_plan import KIND_SNAPSHOT
 
     start, boundaries = make_stream([(1, 10)] * txns)
     plan = plan_window("p", 4, start, boundaries, WindowCaps(), kind=kind if kind != KIND_SNAPSHOT else "stream")
@@ -216,7 +215,7 @@ def _plan(kind: str = "stream", txns: int = 3, **info: object):  # type: ignore[
 
 
 def test_more_work_decision() -> None:
-    from cdc_core import windows as w
+    from cdc_core.model import windows as w
 
     end = _plan().end
     behind = {"file": end.file, "offset": end.offset + 1}
@@ -251,7 +250,7 @@ def test_more_work_decision() -> None:
 
 
 def test_more_work_survives_odd_recorded_source_ends() -> None:
-    from cdc_core import windows as w
+    from cdc_core.model import windows as w
 
     for odd in ({"file": "binlog", "offset": 9}, {"file": "mysql-bin.000001"}, "mysql-bin.000001:9", None):
         assert w.more_work(_plan(capped="max_bytes", source_end=odd), acked=True)["more"] is True
@@ -261,7 +260,7 @@ def test_more_work_survives_odd_recorded_source_ends() -> None:
 
 
 def test_a_quiet_tail_moves_an_uncapped_window_to_the_source_end() -> None:
-    from cdc_core.binlog import QuietTail
+    from cdc_core.model.windows import QuietTail
 
     start, txns = make_stream([(3, 100), (3, 100)])
     # A rotation after the last transaction: the new file's header events carry no row change.
@@ -273,7 +272,7 @@ def test_a_quiet_tail_moves_an_uncapped_window_to_the_source_end() -> None:
 
 
 def test_an_empty_window_over_a_quiet_tail_keeps_the_state_and_commit_time() -> None:
-    from cdc_core.binlog import QuietTail
+    from cdc_core.model.windows import QuietTail
 
     start = BinlogPosition("mysql-bin.000001", 900, SERVER, "0-1-7", 1_700_000_000.0)
     plan = plan_window("p", 3, start, [QuietTail(BinlogPosition("mysql-bin.000002", 342, SERVER, None, None))],
@@ -284,7 +283,7 @@ def test_an_empty_window_over_a_quiet_tail_keeps_the_state_and_commit_time() -> 
 
 
 def test_a_capped_window_never_takes_the_tail() -> None:
-    from cdc_core.binlog import QuietTail
+    from cdc_core.model.windows import QuietTail
 
     start, txns = make_stream([(3, 100), (3, 100)])
     tail = QuietTail(BinlogPosition("mysql-bin.000002", 385, SERVER, "0-1-2", None))

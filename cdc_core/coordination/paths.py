@@ -1,0 +1,23 @@
+"""Where a pipeline's state lives in ZooKeeper (the one place that builds these paths; docs/zookeeper-layout.md)."""
+
+
+from __future__ import annotations
+
+import logging
+import re
+
+log = logging.getLogger("cdc.coordination")
+
+# Same rule as the configuration's pipeline names: the name is a ZooKeeper node name.
+PIPELINE_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}\Z")  # \Z: `$` also matches before a trailing newline
+WINDOW_NODE_RE = re.compile(r"^\d{10}$")
+
+
+def pipeline_path(root: str, pipeline: str) -> str:
+    """`<root>/pipelines/<pipeline>`: every node of one pipeline lives below it (docs/operations.md)."""
+    return f"{root.rstrip('/')}/pipelines/{pipeline}"
+
+
+def lease_path(root: str, pipeline: str) -> str:
+    """The pipeline's lease node; its czxid is the fencing token the Spark jobs check."""
+    return f"{pipeline_path(root, pipeline)}/lease"

@@ -1,0 +1,302 @@
+"""Read a Delta table's state without Spark: idempotent-write versions, existence, a summary.
+
+The ack step asks Delta itself whether a window landed: the merge job commits each table with
+`txnAppId` = pipeline and `txnVersion` = window seq, so `last_txn_version(table, pipeline) >= seq`
+means the window's commit to that table is in the log. The `deltalake` package (delta-rs) replays
+`_delta_log` for us: the last checkpoint (classic, multi-part or v2) plus the JSON commits after it,
+which is exactly where `txn` actions live once old commits are cleaned up.
+
+An answer is either the truth or a `LakeError`: a table that does not exist reads as None/False,
+but an I/O error, a corrupt commit or an unsupported protocol is never taken as "not there".
+For local paths, "not there" is decided by the file system (no `_delta_log` with a commit or
+checkpoint in it); for object stores it is deltalake's `TableNotFoundError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_core.lake import object_store
+from cdc_core.model.errors import LakeError
+
+# Commit files, checkpoints (classic, multi-part, v2) and compacted commit ranges: any one of them
+# means the table has been created. `_last_checkpoint` alone does not.
+_LOG_ENTRY_RE = re.compile(r"^\d{20}\.(json|crc|checkpoint\..*|\d{20}\.compacted\.json)$")
+
+
+def _local_path(table_uri: str) -> Path | None:
+    """The local directory of a local table URI (plain path or file://), None for an object store."""
+    parsed = urlparse(table_uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and table_uri[1:3] in (":\\", ":/")):  # C:\ on Windows
+        return Path(table_uri)
+    return None
+
+
+def _local_log_present(table_uri: str, path: Path) -> bool:
+    log_dir = path / "_delta_log"
+    try:
+        entries = os.listdir(log_dir)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        raise LakeError(
+            f"Delta table location {table_uri}: {path} or its _delta_log is a file, not a table directory; "
+            "something else occupies the table's path"
+        ) from None
+    except OSError as e:
+        raise LakeError(
+            f"cannot list {log_dir} ({type(e).__name__}: {e}); check the lake's permissions and storage"
+        ) from None
+    return any(_LOG_ENTRY_RE.match(name) for name in entries)
+
+
+def storage_options_for(table_uri: str, given: dict[str, str] | None) -> dict[str, str] | None:
+    """The caller's options, else the process's object-store credentials for s3 URLs (cdc_core.lake.object_store)."""
+    return given if given is not None else object_store.delta_rs_options(table_uri)
+
+
+def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
+    """The latest snapshot of the table, None when there is no table at `table_uri`."""
+    storage_options = storage_options_for(table_uri, storage_options)
+    local = _local_path(table_uri)
+    if local is not None and not _local_log_present(table_uri, local):
+        return None
+    try:
+        return DeltaTable(table_uri, storage_options=storage_options)
+    except TableNotFoundError as e:
+        if local is None:
+            return None
+        raise LakeError(
+            f"Delta table {table_uri} has a transaction log that cannot be loaded ({e}); "
+            "check the files under _delta_log (permissions, truncated or deleted commits)"
+        ) from None
+    except Exception as e:  # delta-rs raises DeltaError, DeltaProtocolError, OSError, ...
+        raise LakeError(
+            f"cannot read Delta table {table_uri} ({type(e).__name__}: {e}); the answer is unknown, not "
+            "'absent': fix the storage or the log and retry"
+        ) from None
+
+
+def table_exists(table_uri: str, *, storage_options: dict[str, str] | None = None) -> bool:
+    """True when a Delta table has been created at `table_uri` (its log holds a commit or checkpoint)."""
+    local = _local_path(table_uri)
+    if local is not None:
+        return _local_log_present(table_uri, local)
+    return _open(table_uri, storage_options) is not None
+
+
+def table_id(table_uri: str, *, storage_options: dict[str, str] | None = None) -> str | None:
+    """The Delta table's id (`metaData.id`, fixed when the table is created), None when there is no table.
+
+    A table deleted and re-created at the same location gets a new id: that is how the pipeline tells
+    "the table it landed windows into" from "a table that happens to be there" (cdc_core.model.lake_registry).
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        return str(table.metadata().id)
+    except Exception as e:
+        raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+
+
+def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """The latest `txn` version committed by `app_id` (Delta's idempotent-write id), or None when the
+    table does not exist or `app_id` never committed to it."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        version = table.transaction_version(app_id)
+    except Exception as e:
+        raise LakeError(
+            f"cannot read the transaction versions of Delta table {table_uri} ({type(e).__name__}: {e})"
+        ) from None
+    return None if version is None else int(version)
+
+
+def version_and_txn(
+    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[int, int | None] | None:
+    """(current version, `app_id`'s last txn version) from one snapshot; None when there is no table.
+    Cheap: the log only, no file listing (cdc_core.lake.lake_versions records it at every ack)."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        txn = table.transaction_version(app_id)
+        return int(table.version()), None if txn is None else int(txn)
+    except Exception as e:
+        raise LakeError(f"cannot read the version of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+
+
+def writer_and_txn(
+    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[str | None, int | None] | None:
+    """(the table's recorded writer property `cdc.writer`, `app_id`'s last txn version) from one snapshot;
+    None when there is no table (cdc_core.model.lake_writers: one writer per table)."""
+    from cdc_core.model.lake_writers import WRITER_PROPERTY
+
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        writer = table.metadata().configuration.get(WRITER_PROPERTY)
+        txn = table.transaction_version(app_id)
+    except Exception as e:
+        raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    return (None if writer is None else str(writer)), (None if txn is None else int(txn))
+
+
+def window_commit_version(
+    table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The table version whose commit landed window `seq` of pipeline `app_id`, found by the commit's
+    `userMetadata` (the merge job writes {"pipeline", "seq", ...}) among the last `lookback` commits.
+    Informational (the monitor page): None when the table is gone or the commit is older than that."""
+    import json
+
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        history = table.history(lookback)
+    except Exception as e:
+        raise LakeError(f"cannot read the history of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    for commit in history:  # newest first
+        try:
+            meta = json.loads(commit.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.get("pipeline") == app_id and meta.get("seq") == seq:
+            return int(commit["version"])
+    return None
+
+
+def table_summary(
+    table_uri: str, *, app_id: str | None = None, storage_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Version, live files, bytes and the last commit of a table, for monitoring.
+
+    With `app_id`, also that writer's last txn version. A missing table gives `exists: False`.
+    """
+    out: dict[str, Any] = {
+        "uri": table_uri,
+        "exists": False,
+        "version": None,
+        "files": None,
+        "size_bytes": None,
+        "last_commit_ms": None,
+        "last_commit_at": None,
+        "last_operation": None,
+    }
+    if app_id is not None:
+        out["txn_version"] = None
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return out
+    try:
+        adds = pa.table(table.get_add_actions(flatten=True))
+        history = table.history(1)
+        txn = table.transaction_version(app_id) if app_id is not None else None
+        version = table.version()
+    except Exception as e:
+        raise LakeError(f"cannot summarise Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    last = history[0] if history else {}
+    ts = last.get("timestamp")
+    out.update(
+        exists=True,
+        version=int(version),
+        files=adds.num_rows,
+        size_bytes=int(pc.sum(adds["size_bytes"]).as_py() or 0) if adds.num_rows else 0,
+        last_commit_ms=int(ts) if ts is not None else None,
+        last_commit_at=(
+            datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            if ts is not None else None
+        ),
+        last_operation=last.get("operation"),
+    )
+    if app_id is not None:
+        out["txn_version"] = None if txn is None else int(txn)
+    return out
+
+
+def commit_version(
+    table_uri: str, user_metadata: str, *, limit: int = 20, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The version of the commit carrying `commitInfo.userMetadata == user_metadata` among the table's
+    last `limit` commits (None when not found). The merge job reports its own commits this way."""
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        history = table.history(limit)
+    except Exception as e:
+        raise LakeError(f"cannot read the history of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    for commit in history:
+        if commit.get("userMetadata") == user_metadata:
+            return int(commit["version"])
+    return None
+
+
+def column_max(table_uri: str, column: str, *, storage_options: dict[str, str] | None = None) -> Any:
+    """The largest value of `column` by the files' statistics (None: no table or no rows).
+
+    Raises LookupError when a file has no statistics for the column (the answer is unknown). Rows a
+    deletion vector removed still count: the result is an upper bound.
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        adds = pa.table(table.get_add_actions(flatten=True))
+    except Exception as e:
+        raise LakeError(f"cannot read the files of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    if adds.num_rows == 0:
+        return None
+    name = f"max.{column}"
+    if name not in adds.column_names or adds[name].null_count:
+        raise LookupError(f"{table_uri}: no statistics for {column} in every file")
+    return pc.max(adds[name]).as_py()
+
+
+def read_rows(
+    table_uri: str,
+    *,
+    columns: list[str] | None = None,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> pa.Table:
+    """The table's rows (current, or at `version`) as plain Arrow types with logical column names; for
+    verify, tools and tests.
+
+    Lake tables are created with deletion vectors, which `DeltaTable.to_pyarrow_table` refuses, and
+    source names with spaces or commas need column mapping, which it reads wrong (all NULL); delta-rs'
+    own engine (`scan`) handles both, with view types for strings and binaries (cast back here).
+    """
+    table = _open(table_uri, storage_options)
+    if table is None:
+        raise LakeError(f"no Delta table at {table_uri}")
+    if version is not None:
+        table.load_as_version(version)
+    try:
+        data = pa.table(table.scan(columns=columns).read_all())
+    except Exception as e:
+        raise LakeError(f"cannot read Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    fields = [
+        next((pa.field(f.name, t, f.nullable) for test, t in plain.items() if test(f.type)), f) for f in data.schema
+    ]
+    return data.cast(pa.schema(fields)) if fields != list(data.schema) else data

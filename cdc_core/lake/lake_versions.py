@@ -1,0 +1,427 @@
+"""The checkpoints table: which Delta version of each lake table holds each acked window (reader-facing).
+
+How readers use it and the rules: docs/lake-versions.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from cdc_core.model.errors import ConfigError, LakeError, StateConflict
+from cdc_core.model.layout import checkpoints_uri
+from cdc_core.model.logfmt import iso_ms
+
+CHECKPOINTS_FORMAT = 1
+
+SCHEMA = pa.schema([
+    pa.field("format", pa.int32(), False),
+    pa.field("pipeline", pa.string(), False),
+    pa.field("seq", pa.int64(), False),
+    pa.field("kind", pa.string(), False),
+    pa.field("table_name", pa.string(), False),
+    pa.field("table_uri", pa.string(), False),
+    pa.field("delta_version", pa.int64(), True),
+    pa.field("changed", pa.bool_(), False),
+    pa.field("inserted", pa.int64(), True),
+    pa.field("updated", pa.int64(), True),
+    pa.field("deleted", pa.int64(), True),
+    pa.field("changes", pa.int64(), True),
+    pa.field("cursor", pa.string(), True),
+    pa.field("commit_ts", pa.float64(), True),
+    pa.field("acked_at", pa.float64(), False),
+    pa.field("tables", pa.int32(), False),
+])
+
+
+def app_id(pipeline: str) -> str:
+    """The checkpoints table's idempotent-write id (txnAppId); never a data table's (that is the pipeline)."""
+    return f"{pipeline}:checkpoints"
+
+
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+
+@dataclass(frozen=True)
+class TableAtWindow:
+    """One table's state as of a window: its Delta version, and what the window did to it."""
+
+    name: str  # schema.table
+    uri: str
+    delta_version: int | None
+    changed: bool
+    inserted: int | None = None
+    updated: int | None = None
+    deleted: int | None = None
+    changes: int | None = None
+
+
+def checkpoint_rows(
+    pipeline: str, seq: int, kind: str, tables: list[TableAtWindow], *, cursor: str | None,
+    commit_ts: float | None, acked_at: float,
+) -> pa.Table:
+    """Pure: the rows of one window (one per table, sorted by name)."""
+    if not tables:
+        raise StateConflict(f"pipeline {pipeline!r}: window {seq} has no table to record in the checkpoints table")
+    ordered = sorted(tables, key=lambda t: t.name)
+    cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
+    for t in ordered:
+        row = {
+            "format": CHECKPOINTS_FORMAT, "pipeline": pipeline, "seq": seq, "kind": kind, "table_name": t.name,
+            "table_uri": t.uri, "delta_version": t.delta_version, "changed": t.changed, "inserted": t.inserted,
+            "updated": t.updated, "deleted": t.deleted, "changes": t.changes, "cursor": cursor,
+            "commit_ts": commit_ts, "acked_at": acked_at, "tables": len(ordered),
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+    return pa.table(cols, schema=SCHEMA)
+
+
+def current_versions(
+    pipeline: str, seq: int, uris: dict[str, str], *, storage_options: dict[str, str] | None = None
+) -> dict[str, int | None]:
+    """Each table's current Delta version, checked to hold no window after `seq` (else this run is stale).
+
+    None for a table that is not there (a deleted table: a reader of the cut gets an error for it).
+    """
+    from cdc_core.lake import delta_state
+
+    out: dict[str, int | None] = {}
+    for name, uri in uris.items():
+        found = delta_state.version_and_txn(uri, pipeline, storage_options=storage_options)
+        if found is None:
+            out[name] = None
+            continue
+        version, txn = found
+        if txn is not None and txn > seq:
+            raise StateConflict(
+                f"pipeline {pipeline!r}: Delta table {name} ({uri}) already holds window {txn}, after window {seq}; "
+                "this run is stale (another run acked window "
+                f"{seq} and went on): it writes nothing to the checkpoints table"
+            )
+        out[name] = version
+    return out
+
+
+def recorded(lake_root: str, pipeline: str, seq: int, *, storage_options: dict[str, str] | None = None) -> bool:
+    """True when the checkpoints table already holds window `seq` (or a later one)."""
+    from cdc_core.lake import delta_state
+
+    v = delta_state.last_txn_version(checkpoints_uri(lake_root, pipeline), app_id(pipeline),
+                                     storage_options=storage_options)
+    return v is not None and v >= seq
+
+
+def write_window(
+    lake_root: str, pipeline: str, seq: int, build: Any, *, storage_options: dict[str, str] | None = None
+) -> bool:
+    """Append window `seq`'s rows in one idempotent Delta commit; False when it was already there.
+
+    `build()` returns the rows; it is called after the checkpoints table's snapshot is taken, so a
+    concurrent writer that commits the same window in between makes our commit fail Delta's conflict
+    check (same app id) instead of adding a second copy.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    from cdc_core.lake import delta_state
+
+    uri = checkpoints_uri(lake_root, pipeline)
+    storage_options = delta_state.storage_options_for(uri, storage_options)
+    app = app_id(pipeline)
+    target: Any = uri
+    if delta_state.table_exists(uri, storage_options=storage_options):
+        try:
+            dt = DeltaTable(uri, storage_options=storage_options)
+            done = dt.transaction_version(app)
+        except Exception as e:
+            raise LakeError(
+                f"pipeline {pipeline!r}: cannot read the checkpoints table {uri} ({type(e).__name__}: {e})"
+            ) from None
+        if done is not None and int(done) >= seq:
+            return False
+        target = dt  # commit against this snapshot: a racing commit of the same window conflicts
+    rows: pa.Table = build()
+    try:
+        write_deltalake(
+            target, rows, mode="append", storage_options=storage_options if target is uri else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app, seq)],
+                custom_metadata={"userMetadata": json.dumps({"pipeline": pipeline, "seq": seq, "what": "checkpoint"})},
+            ),
+        )
+    except Exception as e:
+        if recorded(lake_root, pipeline, seq, storage_options=storage_options):
+            return False  # another writer landed the very same window first
+        raise LakeError(
+            f"pipeline {pipeline!r}: cannot append window {seq} to the checkpoints table {uri} "
+            f"({type(e).__name__}: {e}); nothing was recorded and the cursor did not move: retry the ack"
+        ) from None
+    return True
+
+
+def maintain(
+    lake_root: str, pipeline: str, *, vacuum_retention_hours: float, min_files: int = 32,
+    storage_options: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease):
+    compact its one-file-per-window appends once there are `min_files` files, VACUUM files older than
+    the pipeline's vacuum retention, write a log checkpoint and drop expired log entries. The windows'
+    idempotent-write identity survives all of it (no txn retention is set on this table)."""
+    from deltalake import DeltaTable
+
+    from cdc_core.lake import delta_state
+
+    uri = checkpoints_uri(lake_root, pipeline)
+    storage_options = delta_state.storage_options_for(uri, storage_options)
+    if not delta_state.table_exists(uri, storage_options=storage_options):
+        return {"uri": uri, "exists": False}
+    try:
+        dt = DeltaTable(uri, storage_options=storage_options)
+        out: dict[str, Any] = {"uri": uri, "exists": True, "files_before": len(dt.file_uris())}
+        if out["files_before"] >= min_files:
+            metrics = dt.optimize.compact()
+            out["files_removed"] = metrics.get("numFilesRemoved")
+            dt = DeltaTable(uri, storage_options=storage_options)
+        deleted = dt.vacuum(retention_hours=math.ceil(vacuum_retention_hours), enforce_retention_duration=False,
+                            dry_run=False)
+        dt = DeltaTable(uri, storage_options=storage_options)
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        out.update(vacuumed=len(deleted), files_after=len(dt.file_uris()), version=dt.version())
+    except Exception as e:
+        raise LakeError(
+            f"pipeline {pipeline!r}: cannot maintain the checkpoints table {uri} ({type(e).__name__}: {e}); "
+            "it stays as it is (correct, only larger); maintenance retries next time"
+        ) from None
+    return out
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    name: str
+    uri: str
+    version: int | None
+    changed: bool  # by this window
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri, "version": self.version, "changed": self.changed}
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Every table of a pipeline at one window boundary: read them all at these versions."""
+
+    pipeline: str
+    seq: int
+    kind: str
+    cursor: str | None
+    commit_ts: float | None
+    acked_at: float
+    tables: dict[str, TableVersion] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "window": self.seq,
+            "kind": self.kind,
+            "cursor": self.cursor,
+            "commit_ts": self.commit_ts,
+            "commit_at": iso_ms(self.commit_ts),
+            "acked_at": iso_ms(self.acked_at),
+            "tables": {n: t.to_dict() for n, t in sorted(self.tables.items())},
+        }
+
+    def pick(self, tables: list[str] | tuple[str, ...] | None) -> list[TableVersion]:
+        if not tables:
+            return [self.tables[n] for n in sorted(self.tables)]
+        unknown = [t for t in tables if t not in self.tables]
+        if unknown:
+            raise ConfigError(
+                f"pipeline {self.pipeline!r}: window {self.seq} records no table {', '.join(map(repr, unknown))}; "
+                f"its tables are {', '.join(sorted(self.tables)) or 'none'}"
+            )
+        return [self.tables[n] for n in tables]
+
+    def sql(self, tables: list[str] | tuple[str, ...] | None = None) -> list[str]:
+        """Spark SQL / Databricks statements reading each table at its version (`VERSION AS OF`)."""
+        out = []
+        for t in self.pick(tables):
+            if t.version is None:
+                out.append(f"-- {t.name}: no Delta table at {t.uri} when window {self.seq} was acked")
+                continue
+            path = t.uri.replace("`", "``")
+            out.append(f"SELECT * FROM delta.`{path}` VERSION AS OF {t.version};  -- {t.name}")
+        return out
+
+
+def resolve_cut(
+    rows: list[dict[str, Any]], pipeline: str, *, window: int | None = None, as_of: float | None = None
+) -> Cut:
+    """Pure: the cut of the newest complete window (or window `window`, or the newest whose covered
+    commit time is at or before `as_of`) among the checkpoints table's rows."""
+    if window is not None and as_of is not None:
+        raise ConfigError("give either a window or a time (--window or --as-of), not both")
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("pipeline") == pipeline:
+            by_seq.setdefault(int(r["seq"]), []).append(r)
+    # One commit per window makes a partial window impossible; still, never hand one out.
+    complete = {s: rs for s, rs in by_seq.items() if len({r["table_name"] for r in rs}) == int(rs[0]["tables"])}
+    where = f"pipeline {pipeline!r}"
+    if not complete:
+        raise LakeError(
+            f"{where}: the checkpoints table records no window yet; run the pipeline (every non-empty acked window "
+            "is recorded)"
+        )
+    if window is not None:
+        if window not in complete:
+            near = sorted(complete)
+            raise LakeError(
+                f"{where}: window {window} is not recorded (empty windows are not, nor windows acked before this "
+                f"feature); recorded windows: {near[0]}..{near[-1]} ({len(near)}); choose one of them"
+            )
+        chosen = window
+    elif as_of is not None:
+        eligible = [s for s, rs in complete.items() if rs[0]["commit_ts"] is not None and rs[0]["commit_ts"] <= as_of]
+        if not eligible:
+            oldest = min(complete)
+            raise LakeError(
+                f"{where}: no recorded window covers only changes committed at or before {iso_ms(as_of)}; the oldest "
+                f"recorded one is window {oldest} (newest commit {iso_ms(complete[oldest][0]['commit_ts'])})"
+            )
+        chosen = max(eligible)
+    else:
+        chosen = max(complete)
+    rs = complete[chosen]
+    first = rs[0]
+    return Cut(
+        pipeline=pipeline,
+        seq=chosen,
+        kind=str(first["kind"]),
+        cursor=first.get("cursor"),
+        commit_ts=first.get("commit_ts"),
+        acked_at=float(first["acked_at"]),
+        tables={
+            r["table_name"]: TableVersion(
+                r["table_name"], r["table_uri"],
+                None if r.get("delta_version") is None else int(r["delta_version"]), bool(r["changed"]),
+            )
+            for r in rs
+        },
+    )
+
+
+def read_checkpoints(
+    lake_root: str, pipeline: str, *, storage_options: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The checkpoints table's rows (empty when it does not exist yet)."""
+    from cdc_core.lake import delta_state
+
+    uri = checkpoints_uri(lake_root, pipeline)
+    if not delta_state.table_exists(uri, storage_options=storage_options):
+        return []
+    rows: list[dict[str, Any]] = delta_state.read_rows(uri, storage_options=storage_options).to_pylist()
+    return rows
+
+
+def load_cut(
+    lake_root: str, pipeline: str, *, window: int | None = None, as_of: float | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Cut:
+    """The cut for the newest recorded window (or `window`, or at/before `as_of`), read from the lake."""
+    return resolve_cut(
+        read_checkpoints(lake_root, pipeline, storage_options=storage_options), pipeline, window=window, as_of=as_of
+    )
+
+
+def retention_hint(cut: Cut, table: TableVersion, problem: str) -> str:
+    """The message for a version that cannot be read any more, naming the retention to raise."""
+    age_h = max(0.0, (time.time() - cut.acked_at) / 3600)
+    if problem == "log":
+        what = (
+            "its Delta log no longer reaches back to that version (log entries older than "
+            "delta.logRetentionDuration are removed at checkpoints): raise maintenance.log_retention_hours"
+        )
+    else:
+        what = (
+            "its data files were removed by VACUUM (older than delta.deletedFileRetentionDuration): raise "
+            "maintenance.vacuum_retention_hours"
+        )
+    return (
+        f"pipeline {cut.pipeline!r}: cannot read {table.name} at version {table.version} (window {cut.seq}, acked "
+        f"{age_h:.1f} h ago): {what} above {math.ceil(age_h)} h to keep cuts this old readable "
+        "(docs/housekeeping.md), or read a newer cut (cdc versions <pipeline>)"
+    )
+
+
+def _classify(error: BaseException) -> str | None:
+    text = f"{type(error).__name__}: {error}".lower()
+    if any(s in text for s in ("filenotfound", "file not found", "no such file", "does not exist", "not found")):
+        return "log" if ("_delta_log" in text or ("version" in text and "log" in text)) else "files"
+    if "cannot time travel" in text or "versionnotfound" in text or "invalid version" in text:
+        return "log"
+    return None
+
+
+def check_version(cut: Cut, name: str, *, storage_options: dict[str, str] | None = None) -> None:
+    """Open table `name` at the cut's version (its log must still reach back to it), else a LakeError
+    naming the retention to raise. Data files removed by VACUUM show only when the rows are read."""
+    from deltalake import DeltaTable
+
+    from cdc_core.lake import delta_state
+
+    (t,) = cut.pick([name])
+    if t.version is None:
+        raise LakeError(
+            f"pipeline {cut.pipeline!r}: {name} had no Delta table at {t.uri} when window {cut.seq} was acked"
+        )
+    try:
+        DeltaTable(t.uri, version=t.version, storage_options=delta_state.storage_options_for(t.uri, storage_options))
+    except Exception as e:
+        raise LakeError(retention_hint(cut, t, _classify(e) or "log") + f" [{type(e).__name__}: {e}]") from None
+
+
+def read_table(
+    cut: Cut, name: str, *, columns: list[str] | None = None, storage_options: dict[str, str] | None = None
+) -> pa.Table:
+    """One table of the cut, at exactly its version, with delta-rs (no Spark)."""
+    from cdc_core.lake import delta_state
+
+    (t,) = cut.pick([name])
+    check_version(cut, name, storage_options=storage_options)
+    try:
+        return delta_state.read_rows(t.uri, columns=columns, version=t.version, storage_options=storage_options)
+    except LakeError as e:
+        if _classify(e) is not None:
+            raise LakeError(retention_hint(cut, t, "files") + f" [{e}]") from None
+        raise
+
+
+def spark_dataframes(spark: Any, cut: Cut, tables: list[str] | tuple[str, ...] | None = None) -> dict[str, Any]:
+    """{table name: DataFrame at the cut's version} for a SparkSession with Delta (duck-typed: this module
+    imports no pyspark). Evaluation is lazy: a vacuumed version fails on the first action, with Spark's
+    own error (`retention_hint` explains it); the log side is checked here, at once."""
+    out: dict[str, Any] = {}
+    for t in cut.pick(tables):
+        if t.version is None:
+            raise LakeError(
+                f"pipeline {cut.pipeline!r}: {t.name} had no Delta table at {t.uri} when window {cut.seq} was acked"
+            )
+        try:
+            out[t.name] = spark.read.format("delta").option("versionAsOf", t.version).load(t.uri)
+        except Exception as e:
+            kind = _classify(e)
+            if kind is None:
+                raise
+            raise LakeError(retention_hint(cut, t, kind) + f" [{type(e).__name__}: {str(e)[:300]}]") from None
+    return out

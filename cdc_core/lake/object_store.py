@@ -1,0 +1,245 @@
+"""S3-compatible object stores for staging and the lake: one set of credentials for every client.
+
+A pipeline whose `staging_root` or `lake_root` is an `s3://` (or `s3a://`) URL names an Airflow connection
+of type `aws` in `object_store.conn_id`: login = access key id, password = secret access key, extra =
+`{"endpoint_url": "http://minio:9000", "region_name": "us-east-1"}` (endpoint only for a store other than
+AWS; `aws_session_token` for temporary credentials). Without `conn_id` every client uses its own default
+chain (environment, instance role), as on EC2 or EKS.
+
+Three clients read the store, and each gets the same credentials its own way:
+
+- Python (staging via fsspec/s3fs, the lake's state via delta-rs): `activate()` sets fsspec's defaults for
+  the `s3`/`s3a` protocols and the delta-rs options this module hands to `delta_state`; process-wide, so
+  no call site carries credentials.
+- The Spark jobs (spark-submit): the secret travels in the job's environment, in the AWS SDK's own
+  variables (`job_env()`), never on the command line; the endpoint and path style are plain confs
+  (`spark_confs()`). The job itself turns the variables into its session's s3a confs
+  (`session_confs_from_env`), so executors on other hosts get them with the session (Spark redacts
+  `secret`/`access.key` confs in its UI and logs).
+- `s3://` is mapped to Hadoop's S3AFileSystem, so one URL names the same object everywhere.
+
+Atomic staging on a store without rename is `cdc_core.lake.staging`'s business (manifest PUT last).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc_core.model.connections import ConnectionInfo
+from cdc_core.model.errors import ConfigError
+
+S3_SCHEMES = ("s3", "s3a")
+CONN_TYPE = "aws"
+DEFAULT_REGION = "us-east-1"
+
+# The AWS SDKs' own variable names: botocore/s3fs, delta-rs (object_store crate) and Hadoop's
+# EnvironmentVariableCredentialsProvider all read these.
+ENV_KEY = "AWS_ACCESS_KEY_ID"
+ENV_SECRET = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 - a variable name
+ENV_TOKEN = "AWS_SESSION_TOKEN"  # noqa: S105 - a variable name
+ENV_ENDPOINT = "AWS_ENDPOINT_URL"
+ENV_REGION = "AWS_REGION"
+
+
+def is_s3(uri: str) -> bool:
+    return uri.split("://", 1)[0].lower() in S3_SCHEMES if "://" in uri else False
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """Where the store is and who we are there. `repr` hides the secret and the token."""
+
+    conn_id: str
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoint_url: str | None = None  # None: AWS itself
+    region: str = DEFAULT_REGION
+
+    @property
+    def secrets(self) -> list[str]:
+        """Values that must never reach a command line, a log line or a page."""
+        return [s for s in (self.secret_key, self.session_token) if s]
+
+    @property
+    def plain_http(self) -> bool:
+        return bool(self.endpoint_url and self.endpoint_url.lower().startswith("http://"))
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """s3fs keyword arguments."""
+        client: dict[str, Any] = {"region_name": self.region}
+        if self.endpoint_url:
+            client["endpoint_url"] = self.endpoint_url
+        # No listings cache: other processes (the Spark jobs, other tasks) add objects while this one runs, and
+        # a cached listing of a prefix would hide them (a report written by the job, a window staged meanwhile).
+        opts: dict[str, Any] = {"key": self.access_key, "secret": self.secret_key, "client_kwargs": client,
+                                "use_listings_cache": False}
+        if self.session_token:
+            opts["token"] = self.session_token
+        return opts
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """delta-rs `storage_options`. The pipeline's lease makes it the only writer of its tables, so the
+        commit needs no external lock (AWS_S3_ALLOW_UNSAFE_RENAME; docs/object-store.md)."""
+        opts = {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        }
+        if self.session_token:
+            opts["AWS_SESSION_TOKEN"] = self.session_token
+        if self.endpoint_url:
+            opts["AWS_ENDPOINT_URL"] = self.endpoint_url
+            opts["AWS_ALLOW_HTTP"] = "true" if self.plain_http else "false"
+        return opts
+
+    def job_env(self) -> dict[str, str]:
+        """The Spark job's environment entries (never its command line)."""
+        env = {ENV_KEY: self.access_key, ENV_SECRET: self.secret_key, ENV_REGION: self.region}
+        if self.session_token:
+            env[ENV_TOKEN] = self.session_token
+        if self.endpoint_url:
+            env[ENV_ENDPOINT] = self.endpoint_url
+        return env
+
+
+def from_connection(info: ConnectionInfo) -> S3Credentials:
+    """Pure: credentials from an `aws` connection (login, password, extra endpoint_url/region_name)."""
+    where = f"connection {info.conn_id!r} (object_store.conn_id)"
+    if (info.conn_type or "").lower() != CONN_TYPE:
+        raise ConfigError(
+            f"{where} has type {info.conn_type!r}; the object store's connection is of type 'aws': login = access "
+            "key id, password = secret access key, extra = {\"endpoint_url\": ..., \"region_name\": ...}"
+        )
+    extra = dict(info.extra or {})
+    key = info.user or extra.get("aws_access_key_id")
+    secret = info.password or extra.get("aws_secret_access_key")
+    if not key or not secret:
+        raise ConfigError(
+            f"{where} has no access key id (login) or no secret access key (password); set both, or remove "
+            "object_store.conn_id to use the environment's or the instance role's credentials"
+        )
+    endpoint = extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
+    if endpoint is not None and not str(endpoint).lower().startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: extra.endpoint_url {endpoint!r} must start with http:// or https://")
+    return S3Credentials(
+        conn_id=info.conn_id,
+        access_key=str(key),
+        secret_key=str(secret),
+        session_token=extra.get("aws_session_token") or None,
+        endpoint_url=str(endpoint).rstrip("/") if endpoint else None,
+        region=str(extra.get("region_name") or DEFAULT_REGION),
+    )
+
+
+def for_pipeline(config: Any, env: Mapping[str, str] | None = None) -> S3Credentials | None:
+    """The credentials of the connection a pipeline's `object_store.conn_id` names, from the environment
+    (AIRFLOW_CONN_<ID>, as the CLI reads every connection); None when it names none."""
+    from cdc_core.model.connections import resolve_connection
+
+    conn_id = config.object_store.conn_id
+    return from_connection(resolve_connection(conn_id, env)) if conn_id else None
+
+
+def from_env(environ: Mapping[str, str]) -> S3Credentials | None:
+    """Inside a Spark job: the credentials its submitter put in its environment (`job_env`)."""
+    key, secret = environ.get(ENV_KEY), environ.get(ENV_SECRET)
+    if not key or not secret:
+        return None
+    return S3Credentials(
+        conn_id="-",
+        access_key=key,
+        secret_key=secret,
+        session_token=environ.get(ENV_TOKEN) or None,
+        endpoint_url=environ.get(ENV_ENDPOINT) or None,
+        region=environ.get(ENV_REGION) or DEFAULT_REGION,
+    )
+
+
+def spark_confs(creds: S3Credentials | None) -> dict[str, str]:
+    """Plain (secret-free) confs for the Spark side of `s3://`/`s3a://` URLs."""
+    confs = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        # Fail in seconds, not after Hadoop's default of many retries with minutes of backoff.
+        "spark.hadoop.fs.s3a.attempts.maximum": "5",
+        "spark.hadoop.fs.s3a.retry.limit": "5",
+    }
+    if creds is not None:
+        confs["spark.hadoop.fs.s3a.endpoint.region"] = creds.region
+        if creds.endpoint_url:
+            confs["spark.hadoop.fs.s3a.endpoint"] = creds.endpoint_url
+            # Stores other than AWS (MinIO, S3Proxy, Ceph) address buckets by path, not by host name.
+            confs["spark.hadoop.fs.s3a.path.style.access"] = "true"
+            confs["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false" if creds.plain_http else "true"
+    return confs
+
+
+def session_confs_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Inside a Spark job: the s3a credential confs from its environment, for its own session builder, so
+    executors on other hosts authenticate too (their environment does not have the variables)."""
+    creds = from_env(environ)
+    if creds is None:
+        return {}
+    confs = {
+        "spark.hadoop.fs.s3a.access.key": creds.access_key,
+        "spark.hadoop.fs.s3a.secret.key": creds.secret_key,
+    }
+    if creds.session_token:
+        confs["spark.hadoop.fs.s3a.session.token"] = creds.session_token
+        confs["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        )
+    return confs
+
+
+# ------------------------------------------------------------------------- process-wide activation
+
+_lock = threading.Lock()
+_active: S3Credentials | None = None
+
+
+def activate(creds: S3Credentials | None) -> None:
+    """Make `creds` the process's credentials for s3 URLs: fsspec's defaults for the s3/s3a protocols
+    (every `fsspec.core.url_to_fs`) and `delta_rs_options` (every delta_state read and delta-rs write).
+    None leaves the libraries' default chains in place."""
+    global _active  # noqa: PLW0603 - one process-wide setting, like fsspec's own config
+    if creds is None:
+        return
+    import fsspec.config
+
+    with _lock:
+        if _active == creds:
+            return
+        for protocol in S3_SCHEMES:
+            fsspec.config.conf[protocol] = creds.fsspec_options()
+        _active = creds
+    try:  # instances cached with older credentials must not be reused
+        from s3fs import S3FileSystem
+
+        S3FileSystem.clear_instance_cache()
+    except ImportError:
+        raise ConfigError(
+            "staging or lake on s3:// needs the s3fs package (pip install 's3fs'; it is in the project's "
+            "dependencies)"
+        ) from None
+
+
+def active() -> S3Credentials | None:
+    return _active
+
+
+def delta_rs_options(uri: str) -> dict[str, str] | None:
+    """delta-rs storage options for `uri`: the active credentials for s3 URLs (delta-rs knows `s3://`
+    only: `s3a://` tables are opened as `s3://`, see `delta_rs_uri`), None otherwise."""
+    if not is_s3(uri) or _active is None:
+        return None
+    return _active.delta_rs_options()
+
+
+def delta_rs_uri(uri: str) -> str:
+    """The same object under the scheme delta-rs understands."""
+    return "s3://" + uri.split("://", 1)[1] if is_s3(uri) else uri

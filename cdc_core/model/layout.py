@@ -1,0 +1,63 @@
+"""Where everything lives on storage: the one place that builds staging and lake paths.
+
+    <staging_root>/<pipeline>/w<seq:010d>/                  one staged window (manifest.json last)
+    <staging_root>/<pipeline>/w<seq>/tables/<schema>/<table>/   its Parquet files
+    <staging_root>/<pipeline>/reports/                      the Spark jobs' JSON reports
+    <lake_root>/<schema>/<table>                            one Delta table per source table
+    <lake_root>/_cdc_tombstones/<schema>/<table>            hard-delete tombstones
+    <lake_root>/_cdc.meta/<pipeline>/checkpoints            Delta versions per acked window
+
+Schema, table and pipeline names go through `naming.path_component`, so hostile names cannot leave their
+directory; `_cdc_tombstones` and `_cdc.meta` cannot collide with an encoded name. Roots are local paths or
+fsspec URLs (`s3://bucket/prefix`); results keep the root's form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cdc_core.model.naming import path_component, window_dir_name
+
+# The checkout (this file is cdc_core/model/layout.py): default config, Spark jobs and scripts live under it.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+TOMBSTONE_DIR = "_cdc_tombstones"
+META_DIR = "_cdc.meta"  # a dot: no path_component-encoded table name has one
+REPORTS_DIR = "reports"
+
+
+def _join(root: str, *parts: str) -> str:
+    base = root if root.endswith("://") else root.rstrip("/") + "/"
+    return base + "/".join(parts)
+
+
+def table_uri(lake_root: str, schema: str, table: str) -> str:
+    return _join(lake_root, path_component(schema), path_component(table))
+
+
+def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
+    return _join(lake_root, TOMBSTONE_DIR, path_component(schema), path_component(table))
+
+
+def checkpoints_uri(lake_root: str, pipeline: str) -> str:
+    """`<lake_root>/_cdc.meta/<pipeline>/checkpoints` (pipeline names are `[a-z0-9_-]`)."""
+    return _join(lake_root, META_DIR, pipeline, "checkpoints")
+
+
+def window_dir(staging_root: str, pipeline: str, seq: int) -> str:
+    """The window's directory, in the same form as `staging_root` (a path or an fsspec URL)."""
+    return _join(staging_root, path_component(pipeline), window_dir_name(seq))
+
+
+def table_dir_rel(schema: str, table: str) -> str:
+    """A table's directory relative to the window directory."""
+    return f"tables/{path_component(schema)}/{path_component(table)}"
+
+
+def reports_dir(staging_root: str, pipeline: str) -> str:
+    return _join(staging_root, path_component(pipeline), REPORTS_DIR)
+
+
+def merge_report_uri(staging_root: str, pipeline: str, seq: int, token: int) -> str:
+    """One merge report per window and fencing token."""
+    return f"{reports_dir(staging_root, pipeline)}/w{seq:010d}-{token:x}.json"

@@ -1,0 +1,240 @@
+"""Housekeeping decisions as pure functions: retention floors, and what may be deleted.
+
+Nothing here does I/O. `cdc_core.run.housekeeping` gathers the facts (ZooKeeper records, staging
+listings, Delta state) and applies these rules; `cdc_core.model.config` uses the floors to refuse a
+configuration that could delete something a replay still needs; the Spark maintenance job re-checks
+them. docs/housekeeping.md explains the reasoning in prose.
+
+The one horizon everything derives from, the **replay horizon** H (whole hours):
+
+    H = staging_retention_hours + ceil(2 * lease_seconds / 3600)
+
+An acked window's staged copy is kept `staging_retention_hours` after its ack, and until then anyone
+may re-run its merge (an Airflow clear of an old run, an operator, a zombie). Such a re-run starts at
+the latest when the staged copy goes, and runs for about a lease; the window's Delta commit precedes
+its ack by up to about a lease too (merge, then ack, in one run). So for H after a window's commit:
+
+- its Delta transaction identifier (txnAppId=pipeline, txnVersion>=seq) must still be readable, so
+  that the re-run is recognised as "already committed" (`delta.setTransactionRetentionDuration` >= H;
+  both delta-spark and delta-rs drop an expired identifier at *read* time, not only at checkpoints);
+- the data files of the table versions it produced must still exist (VACUUM retention >= H): a merge
+  that read a snapshot must not see its files vanish, and an operator inspecting a window that is
+  still staged can time-travel to the version it produced;
+- the log must reach back at least as far as the files (`delta.logRetentionDuration` >= VACUUM
+  retention; Delta itself refuses the opposite).
+
+An expired identifier is never a correctness problem (the merge only lets newer change versions win
+and keeps tombstones, so re-applying an old window changes nothing): it costs a redundant MERGE. The
+floors keep the normal paths from ever paying it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+HOUR = 3600.0
+
+# Table properties the product manages on every Delta table it writes (set at creation by the merge
+# job, aligned on existing tables by the maintenance job); a per-table override could break a floor.
+PROP_TXN_RETENTION = "delta.setTransactionRetentionDuration"
+PROP_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+PROP_LOG_RETENTION = "delta.logRetentionDuration"
+MANAGED_PROPERTIES = (PROP_TXN_RETENTION, PROP_FILE_RETENTION, PROP_LOG_RETENTION)
+
+_WINDOW_DIR_RE = re.compile(r"^w(\d{10})$")
+_TEMP_DIR_RE = re.compile(r"^\.w(\d{10})\.(tmp|old)-[A-Za-z0-9]+$")
+_REPORT_RE = re.compile(r"^w(\d{10})-[0-9a-f]+\.json$")
+_MAINTENANCE_REPORT_RE = re.compile(r"^maintenance-[0-9a-f]+-\d+\.json$")
+
+
+# ------------------------------------------------------------------------------------------ floors
+
+
+def replay_horizon_hours(staging_retention_hours: int, lease_seconds: int) -> int:
+    """H: how long after a window's Delta commit anything may still replay or re-check it (see above)."""
+    return int(staging_retention_hours) + math.ceil(2 * lease_seconds / HOUR)
+
+
+def interval(hours: int) -> str:
+    """A Delta table-property interval that delta-spark and delta-rs both parse."""
+    return f"interval {int(hours)} hours"
+
+
+def managed_table_properties(vacuum_hours: int, log_hours: int, txn_hours: int) -> dict[str, str]:
+    """The retention properties every table of the pipeline carries (tombstone tables included)."""
+    return {
+        PROP_TXN_RETENTION: interval(txn_hours),
+        PROP_FILE_RETENTION: interval(vacuum_hours),
+        PROP_LOG_RETENTION: interval(log_hours),
+    }
+
+
+def retention_problems(
+    *,
+    staging_retention_hours: int,
+    lease_seconds: int,
+    vacuum_retention_hours: int,
+    log_retention_hours: int,
+    txn_retention_hours: int,
+) -> list[str]:
+    """Every way these settings break a floor, as messages naming the keys and the way out ([] = fine)."""
+    h = replay_horizon_hours(staging_retention_hours, lease_seconds)
+    why = (
+        f"the replay horizon is {h}h (staging_retention_hours {staging_retention_hours} + twice the lease "
+        f"of {lease_seconds}s, rounded up to whole hours)"
+    )
+    out = []
+    if vacuum_retention_hours < h:
+        out.append(
+            f"maintenance.vacuum_retention_hours: {vacuum_retention_hours} is shorter than the replay horizon: "
+            f"VACUUM could delete files that a merge still reading an older snapshot, or time travel to a window "
+            f"that is still staged, needs; {why}. Set it to at least {h} (or lower staging_retention_hours)"
+        )
+    if txn_retention_hours < h:
+        out.append(
+            f"maintenance.txn_retention_hours: {txn_retention_hours} is shorter than the replay horizon: Delta "
+            f"would forget a window's idempotent-write identity while the window can still be replayed; {why}. "
+            f"Set it to at least {h}"
+        )
+    if log_retention_hours < vacuum_retention_hours:
+        out.append(
+            f"maintenance.log_retention_hours: {log_retention_hours} is shorter than "
+            f"maintenance.vacuum_retention_hours ({vacuum_retention_hours}); Delta refuses a log that forgets "
+            f"versions whose files are still kept. Set it to at least {vacuum_retention_hours}"
+        )
+    return out
+
+
+def managed_property_overrides(table_options: dict[str, Any]) -> list[str]:
+    """Per-table `properties` that try to set a managed retention property (they would bypass the floors)."""
+    out = []
+    for name, opts in sorted(table_options.items()):
+        props = (opts or {}).get("properties") or {}
+        for key in sorted(props):
+            if key in MANAGED_PROPERTIES:
+                out.append(
+                    f"table_options[{name!r}].properties: {key} is managed by the product (from "
+                    "maintenance.vacuum_retention_hours / log_retention_hours / txn_retention_hours, which are "
+                    "checked against the replay horizon); remove it and set the maintenance key instead"
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------- staged windows
+
+Verdict = Literal["delete", "keep"]
+
+
+@dataclass(frozen=True)
+class AckFacts:
+    """What ZooKeeper says about one window, as read.
+
+    `state`: the record's state, or None when the record is absent (read, and not there: pruned).
+    `acked_at`: the record's ack time (None when absent or never acked).
+    `acked_by`: an upper bound of the ack time taken from a later record (windows are acked in order,
+    so window s was acked no later than any window after it); used when the record itself is gone.
+    """
+
+    state: str | None
+    acked_at: float | None = None
+    acked_by: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+
+    @property
+    def delete(self) -> bool:
+        return self.verdict == "delete"
+
+
+def staged_window_decision(
+    seq: int, cursor_seq: int, facts: AckFacts, now: float, retention_seconds: float
+) -> Decision:
+    """May window `seq`'s staged artifacts (directory, reports, leftovers) be deleted now?
+
+    Only when it is provably acked and its ack is older than the retention. The cursor's seq is the
+    last acked window; windows are acked in order, one at a time, so `seq <= cursor_seq` means acked,
+    and the record must agree: a record that says "planned" for such a seq is inconsistent and kept.
+    A window after the cursor is pending or was never acked: never deleted.
+    """
+    if seq > cursor_seq:
+        return Decision("keep", "not acked (at or after the pending window)")
+    if facts.state is not None and facts.state != "acked":
+        return Decision("keep", f"record says {facts.state!r} although the cursor passed it: inconsistent, kept")
+    acked = facts.acked_at if facts.state == "acked" else facts.acked_by
+    if acked is None:
+        return Decision("keep", "ack time unknown")
+    age = now - acked
+    if age < retention_seconds:
+        return Decision("keep", f"acked {age / HOUR:.1f}h ago, within the retention")
+    source = "record" if facts.state == "acked" else "record pruned; bound from a later record"
+    return Decision("delete", f"acked {age / HOUR:.1f}h ago ({source})")
+
+
+StagingKind = Literal["window", "temp", "report", "maintenance_report", "other"]
+
+
+def classify_staging_entry(name: str) -> tuple[StagingKind, int | None]:
+    """What a name under `<staging>/<pipeline>/` (or its `reports/`) is, and the window it belongs to."""
+    for kind, regex in (("window", _WINDOW_DIR_RE), ("temp", _TEMP_DIR_RE), ("report", _REPORT_RE)):
+        m = regex.match(name)
+        if m:
+            return kind, int(m.group(1))  # type: ignore[return-value]
+    if _MAINTENANCE_REPORT_RE.match(name):
+        return "maintenance_report", None
+    return "other", None
+
+
+def maintenance_report_name(token: int, started_at: float) -> str:
+    return f"maintenance-{token:x}-{int(started_at)}.json"
+
+
+# ------------------------------------------------------------------------------ ZooKeeper records
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """Whether to prune window records now: by age (records older than the retention) and/or by count."""
+
+    by_age: bool
+    by_count: bool
+
+    @property
+    def any(self) -> bool:
+        return self.by_age or self.by_count
+
+
+def record_prune_plan(
+    *,
+    records: int,
+    oldest_acked_at: float | None,
+    now: float,
+    retention_seconds: float,
+    keep: int,
+    max_records: int,
+    slack_seconds: float = 0.0,
+) -> PrunePlan:
+    """Decide from two cheap facts (the record count and the oldest record's ack time) whether a prune
+    pass is worth its reads.
+
+    With `slack_seconds` > 0 (the after-ack path) a pass runs only once the oldest record is older than
+    the retention plus the slack, so records go in batches instead of one read-everything pass per run.
+    `prune_windows` itself never removes the pending window nor the last acked one.
+    """
+    by_age = (
+        records > keep
+        and oldest_acked_at is not None
+        and oldest_acked_at < now - retention_seconds - max(0.0, slack_seconds)
+    )
+    return PrunePlan(by_age=by_age, by_count=records > max_records)
+
+
+def after_ack_slack_seconds(retention_seconds: float) -> float:
+    """The after-ack path's batching slack: a tenth of the retention, at most an hour."""
+    return min(HOUR, retention_seconds / 10)

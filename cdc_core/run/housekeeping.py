@@ -1,0 +1,606 @@
+"""Housekeeping of a long-running pipeline: staged windows, ZooKeeper window records, Delta table maintenance.
+
+The decisions are pure functions in `cdc_core.model.retention`; this module gathers the facts, applies
+them, and logs every action with what it freed. Where each part runs (docs/housekeeping.md):
+
+- **After every ack** (`Pipeline.ack` -> `cleanup_after_ack`), under the run's lease: staged windows
+  (and their merge reports and staging leftovers) acked longer ago than `staging_retention_hours`,
+  and window records past `maintenance.window_records_retention_hours`. It is cheap by construction:
+  one lease check, one staging listing, and ZooKeeper reads only for the windows it deletes plus one
+  (windows are acked in order, so it stops at the first one still within the retention); records are
+  pruned in batches, only once the oldest is older than the retention plus a slack. It never fails
+  the ack: a problem is logged, and the next ack or the maintenance run tries again.
+- **The maintenance run** (DAG `cdc_<name>_maintenance`, or `cdc maintain <name>`): takes the
+  pipeline's own lease (waiting up to `maintenance.lease_wait_seconds` for a running pipeline run),
+  does a full cleanup pass without batching, then runs the Spark job spark_apps/maintain_tables.py
+  over every table of the pipeline (OPTIMIZE, VACUUM, log tidiness, retention properties) while a
+  `LeaseKeeper` renews the lease, and records the result in ZooKeeper (`<pipeline>/maintenance`,
+  fenced) for the monitor and `cdc status`.
+
+Safety: a staged window is deleted only when ZooKeeper proves it acked (the cursor passed it and its
+record, when still there, says acked) and the ack is older than the retention; the pending window
+and anything after the cursor are never touched; a ZooKeeper error aborts the pass (an unknown answer
+is never "acked"). Acked is final, so even a zombie's cleanup could only delete what the holder
+would; the lease check at the start just keeps zombies from doing work. Record pruning goes through
+`PipelineCoordinator.prune_windows` (fenced multi-ops; never the cursor, the pending window or the
+last acked one).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import logging
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import fsspec
+
+from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
+from cdc_core.coordination.lease_keeper import LeaseKeeper
+from cdc_core.lake import delta_state, staging
+from cdc_core.model import layout, retention
+from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
+from cdc_core.model.layout import PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
+from cdc_core.model.logfmt import kv
+from cdc_core.model.naming import path_component
+
+if TYPE_CHECKING:
+    from cdc_core.capture.source import TableFilter
+    from cdc_core.model.config import MaintenanceConfig
+    from cdc_core.run.pipeline import Pipeline
+
+log = logging.getLogger("cdc.housekeeping")
+
+MAINTENANCE_JOB = PROJECT_ROOT / "spark_apps" / "maintain_tables.py"
+# The merge job's layout (spark_apps/merge_window.py): hard-delete tombstones live beside the schemas.
+# At most this many staged windows per after-ack pass (a backlog goes over the next runs).
+AFTER_ACK_MAX_WINDOWS = 100
+
+
+def _log(event: str, pipeline: str, grant: LeaseGrant | None, **fields: Any) -> None:
+    token = f"{grant.token:#x}" if grant else "-"
+    log.info("%s %s", event, kv(pipeline=pipeline, token=token, **fields))
+
+
+# ------------------------------------------------------------------------------------ staged windows
+
+
+@dataclass(frozen=True)
+class StagingEntry:
+    path: str  # the filesystem's path (no protocol), for fs calls
+    name: str
+    kind: retention.StagingKind
+    seq: int | None
+    mtime: float | None = None
+
+
+def _mtime(info: dict[str, Any]) -> float | None:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        v = info.get(key)
+        if v is None:
+            continue
+        if hasattr(v, "timestamp"):
+            return float(v.timestamp())
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def list_staging(staging_root: str, pipeline: str) -> tuple[Any, list[StagingEntry]]:
+    """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries)."""
+    fs, root = fsspec.core.url_to_fs(staging_root)
+    base = f"{root.rstrip('/')}/{path_component(pipeline)}"
+    entries: list[StagingEntry] = []
+    for directory in (base, f"{base}/{REPORTS_DIR}"):
+        try:
+            listing = fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            continue
+        for info in listing:
+            path = str(info["name"]).rstrip("/")
+            name = path.rpartition("/")[2]
+            if directory == base and name == REPORTS_DIR:
+                continue
+            kind, seq = retention.classify_staging_entry(name)
+            if directory == base and kind in ("report", "maintenance_report"):
+                kind, seq = "other", None  # reports only count inside reports/
+            if directory != base and kind not in ("report", "maintenance_report"):
+                kind, seq = "other", None
+            entries.append(StagingEntry(path, name, kind, seq, _mtime(info)))
+    return fs, entries
+
+
+def _size(fs: Any, path: str) -> tuple[int, int]:
+    """(files, bytes) under `path` (a file or a directory)."""
+    try:
+        if fs.isdir(path):
+            sizes = fs.du(path, total=False)
+            return len(sizes), int(sum(sizes.values()))
+        return 1, int(fs.size(path) or 0)
+    except FileNotFoundError:
+        return 0, 0
+
+
+class _AckFactsReader:
+    """Reads what ZooKeeper says about windows, lazily and with a cache (ascending use is cheapest)."""
+
+    def __init__(self, coordinator: PipelineCoordinator) -> None:
+        self.coordinator = coordinator
+        self.record_seqs = coordinator.window_record_seqs()
+        self._cache: dict[int, tuple[str | None, float | None]] = {}
+
+    def _record(self, seq: int) -> tuple[str | None, float | None]:
+        if seq not in self._cache:
+            rec = self.coordinator.get_window(seq)  # CoordinationError on any doubt: the pass stops
+            self._cache[seq] = (None, None) if rec is None else (rec.state, rec.acked_at)
+        return self._cache[seq]
+
+    def facts(self, seq: int) -> retention.AckFacts:
+        state, acked_at = self._record(seq) if seq in self.record_seqs else (None, None)
+        if state is not None:
+            return retention.AckFacts(state=state, acked_at=acked_at)
+        # The record is gone (pruned: only acked records are): bound the ack time by the next record's.
+        i = bisect.bisect_right(self.record_seqs, seq)
+        while i < len(self.record_seqs):
+            later_state, later_acked = self._record(self.record_seqs[i])
+            if later_state == STATE_ACKED and later_acked is not None:
+                return retention.AckFacts(state=None, acked_by=later_acked)
+            if later_state is not None:
+                break  # the pending window: no bound from it
+            i += 1
+        return retention.AckFacts(state=None)
+
+
+def clean_staging(
+    coordinator: PipelineCoordinator,
+    grant: LeaseGrant,
+    staging_root: str,
+    retention_seconds: float,
+    *,
+    now: float | None = None,
+    stop_at_first_kept: bool = True,
+    max_windows: int | None = None,
+) -> dict[str, Any]:
+    """Delete staged windows (with their merge reports and leftovers) acked longer ago than the retention,
+    and maintenance reports older than it. Returns what was freed; logs every deleted window.
+
+    `max_windows` bounds one pass (the after-ack pass must not turn an ack into a long task after an
+    upgrade or a long pause); the rest goes in the next passes."""
+    pipeline = coordinator.pipeline
+    coordinator.verify(grant)  # a zombie stops here (what it would delete is acked anyway)
+    now = time.time() if now is None else now
+    cursor = coordinator.read_cursor()
+    reader = _AckFactsReader(coordinator)
+    fs, entries = list_staging(staging_root, pipeline)
+    by_seq: dict[int, list[StagingEntry]] = {}
+    for e in entries:
+        if e.seq is not None:
+            by_seq.setdefault(e.seq, []).append(e)
+    out: dict[str, Any] = {
+        "windows_deleted": 0, "reports_deleted": 0, "leftovers_deleted": 0, "files_deleted": 0, "bytes_freed": 0,
+        "windows_kept": 0, "first_kept": None, "unknown_entries": sum(1 for e in entries if e.kind == "other"),
+    }
+    stopped = False
+    for seq in sorted(by_seq):
+        if max_windows is not None and out["windows_deleted"] >= max_windows:
+            stopped = True
+        if stopped:
+            out["windows_kept"] += 1
+            continue
+        decision = retention.staged_window_decision(seq, cursor.seq, reader.facts(seq), now, retention_seconds)
+        if not decision.delete:
+            out["windows_kept"] += 1
+            if out["first_kept"] is None:
+                out["first_kept"] = {"seq": seq, "reason": decision.reason}
+            # Windows are acked in order: once one is too young (or not acked), later ones are too.
+            stopped = stop_at_first_kept
+            continue
+        files = size = 0
+        for e in sorted(by_seq[seq], key=lambda e: e.kind != "window"):  # the window (manifest) first
+            n, b = _size(fs, e.path)
+            if e.kind == "window":
+                staging.delete_window(staging_root, pipeline, seq)  # manifest first: it stops counting at once
+                out["windows_deleted"] += 1
+            else:
+                with contextlib.suppress(FileNotFoundError):  # delete_window may have removed it already
+                    fs.rm(e.path, recursive=True)
+                out["reports_deleted" if e.kind == "report" else "leftovers_deleted"] += 1
+            files += n
+            size += b
+        out["files_deleted"] += files
+        out["bytes_freed"] += size
+        _log("staging.window_deleted", pipeline, grant, seq=seq, files=files, bytes=size, reason=decision.reason)
+    for e in entries:
+        if e.kind == "maintenance_report" and e.mtime is not None and now - e.mtime >= retention_seconds:
+            n, b = _size(fs, e.path)
+            fs.rm(e.path)
+            out["reports_deleted"] += 1
+            out["files_deleted"] += n
+            out["bytes_freed"] += b
+    _log(
+        "staging.cleaned", pipeline, grant, cursor=cursor.seq, windows=out["windows_deleted"],
+        reports=out["reports_deleted"], leftovers=out["leftovers_deleted"], files=out["files_deleted"],
+        bytes=out["bytes_freed"], kept=out["windows_kept"],
+        first_kept=(out["first_kept"] or {}).get("seq", "-"),
+    )
+    return out
+
+
+# ------------------------------------------------------------------------------ ZooKeeper records
+
+
+def prune_records(
+    coordinator: PipelineCoordinator,
+    grant: LeaseGrant,
+    settings: MaintenanceConfig,
+    *,
+    now: float | None = None,
+    slack_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """Remove acked window records past the retention (and beyond the hard bound), fenced on the lease."""
+    pipeline = coordinator.pipeline
+    now = time.time() if now is None else now
+    retention_seconds = settings.window_records_retention_hours * retention.HOUR
+    seqs = coordinator.window_record_seqs()
+    oldest = coordinator.get_window(seqs[0]) if seqs else None
+    oldest_acked = oldest.acked_at if oldest is not None and oldest.state == STATE_ACKED else None
+    plan = retention.record_prune_plan(
+        records=len(seqs), oldest_acked_at=oldest_acked, now=now, retention_seconds=retention_seconds,
+        keep=settings.window_records_keep, max_records=settings.window_records_max, slack_seconds=slack_seconds,
+    )
+    deleted = 0
+    if plan.by_count:
+        deleted += coordinator.prune_windows(grant, keep_last=settings.window_records_max, older_than_seconds=0)
+    if plan.by_age:
+        deleted += coordinator.prune_windows(
+            grant, keep_last=settings.window_records_keep, older_than_seconds=retention_seconds
+        )
+    out = {"records_before": len(seqs), "records_deleted": deleted, "records_after": len(seqs) - deleted,
+           "by_age": plan.by_age, "by_count": plan.by_count}
+    if plan.any or slack_seconds == 0:
+        _log("zk.records_pruned", pipeline, grant, nodes_freed=deleted, before=len(seqs), after=len(seqs) - deleted,
+             by_age=plan.by_age, by_count=plan.by_count)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- cleanup
+
+
+def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
+    """Staged windows, then window records. `batched` (the after-ack path) keeps it cheap."""
+    m = p.config.maintenance
+    staged = clean_staging(
+        p.coordinator, grant, p.staging_root, p.config.staging_retention_hours * retention.HOUR,
+        stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None,
+    )
+    slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
+    records = prune_records(p.coordinator, grant, m, slack_seconds=slack)
+    if batched:
+        return {"staging": staged, "records": records}
+    return {"staging": staged, "records": records, "checkpoints": _maintain_checkpoints(p, grant)}
+
+
+def _maintain_checkpoints(p: Pipeline, grant: LeaseGrant) -> dict[str, Any]:
+    """The full pass compacts and vacuums the lake's checkpoints table (cdc_core.lake.lake_versions); a failure
+    is logged and reported, never fatal (the table stays correct, only larger)."""
+    from cdc_core.lake import lake_versions
+
+    try:
+        p.coordinator.verify(grant)
+        out = lake_versions.maintain(p.lake_root, p.name,
+                                     vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours)
+    except LakeError as e:
+        _log("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
+        return {"error": str(e)}
+    _log("checkpoints.maintained", p.name, grant, **{k: v for k, v in out.items() if k != "uri"})
+    return out
+
+
+def cleanup_after_ack(p: Pipeline, grant: LeaseGrant) -> dict[str, Any] | None:
+    """The after-ack pass. Never raises: the ack already happened; the next pass catches up."""
+    if not p.config.maintenance.cleanup_after_ack:
+        return None
+    try:
+        return cleanup(p, grant, batched=True)
+    except (CdcError, OSError) as e:
+        log.warning("%s", kv(event="housekeeping.skipped", pipeline=p.name, token=f"{grant.token:#x}",
+                              reason=f"{type(e).__name__}: {e}"))
+        return None
+
+
+# ------------------------------------------------------------------------------------ the tables
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """A Delta table of the pipeline: a source table's, or its hard-delete tombstones'."""
+
+    name: str  # schema.table of the source table
+    schema: str
+    table: str
+    uri: str
+    kind: str  # "table" | "tombstones"
+    zorder_by: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "uri": self.uri, "kind": self.kind, "zorder_by": list(self.zorder_by)}
+
+
+def _child_dirs(fs: Any, path: str) -> list[str]:
+    try:
+        listing = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    return sorted(str(i["name"]).rstrip("/").rpartition("/")[2] for i in listing if i.get("type") == "directory")
+
+
+def discover_tables(
+    lake_root: str, table_filter: TableFilter, table_options: dict[str, Any] | None = None
+) -> list[LakeTable]:
+    """The pipeline's Delta tables under `lake_root`: every `<schema>/<table>` holding a Delta log whose
+    name matches the pipeline's table filter, plus its tombstone table when there is one.
+
+    The filter, not the lake, decides ownership: several pipelines may share a lake root, each with its
+    own tables (two pipelines writing one table is not supported anyway).
+    """
+    fs, root = fsspec.core.url_to_fs(lake_root)
+    root = root.rstrip("/")
+    prefix = lake_root.rstrip("/")
+    options = table_options or {}
+    out: list[LakeTable] = []
+    for schema_dir in _child_dirs(fs, root):
+        if schema_dir == TOMBSTONE_DIR or schema_dir.startswith("."):
+            continue
+        schema = unquote(schema_dir)
+        for table_dir in _child_dirs(fs, f"{root}/{schema_dir}"):
+            table = unquote(table_dir)
+            if path_component(schema) != schema_dir or path_component(table) != table_dir:
+                continue  # not a name the merge job would write
+            if not table_filter.matches(schema, table):
+                continue
+            uri = f"{prefix}/{schema_dir}/{table_dir}"
+            if not delta_state.table_exists(uri):
+                continue
+            name = f"{schema}.{table}"
+            zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
+            out.append(LakeTable(name, schema, table, uri, "table", zorder))
+            tomb = f"{prefix}/{TOMBSTONE_DIR}/{schema_dir}/{table_dir}"
+            if delta_state.table_exists(tomb):
+                out.append(LakeTable(name, schema, table, tomb, "tombstones"))
+    return out
+
+
+def table_status(p: Pipeline, maintenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per table of the pipeline: files, size, version, txn version, and its last maintenance."""
+    maintained = {}
+    for t in (maintenance or {}).get("tables") or []:
+        maintained[(t.get("name"), t.get("kind"))] = t
+    last_at = (maintenance or {}).get("finished_at")
+    rows = []
+    for t in discover_tables(p.lake_root, p.table_filter(), p.config.table_options):
+        row: dict[str, Any] = {"name": t.name, "kind": t.kind}
+        try:
+            s = delta_state.table_summary(t.uri, app_id=p.name)
+            row.update(files=s["files"], size_bytes=s["size_bytes"], version=s["version"],
+                       txn_version=s.get("txn_version"), last_commit_at=s["last_commit_at"],
+                       last_operation=s["last_operation"])
+        except LakeError as e:
+            row["error"] = str(e)
+        m = maintained.get((t.name, t.kind))
+        if m is not None:
+            row["last_maintenance"] = {
+                "at": last_at, "status": m.get("status"), "files_before": m.get("files_before"),
+                "files_after": m.get("files_after"),
+                "vacuum_files": (m.get("vacuum") or {}).get("files_deleted"),
+                "vacuum_bytes": (m.get("vacuum") or {}).get("bytes_deleted"),
+            }
+        else:
+            row["last_maintenance"] = None
+        rows.append(row)
+    return rows
+
+
+def maintenance_status(p: Pipeline) -> dict[str, Any]:
+    """What `Pipeline.status()` shows about housekeeping: the last maintenance run and every table."""
+    record = p.coordinator.read_maintenance()
+    last = None
+    if record is not None:
+        last = {k: record.get(k) for k in ("started_at", "finished_at", "holder", "token", "status", "totals",
+                                           "cleanup", "errors")}
+    return {"last": last, "tables": table_status(p, record)}
+
+
+# --------------------------------------------------------------------------------- lease handling
+
+
+def acquire_waiting(
+    p: Pipeline,
+    holder: str,
+    wait_seconds: float,
+    *,
+    poll_seconds: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> LeaseGrant:
+    """The pipeline's lease for maintenance; while a pipeline run holds it, retry for up to `wait_seconds`
+    (that run ends soon), then give up with its LeaseHeld (the caller skips)."""
+    deadline = clock() + max(0.0, wait_seconds)
+    while True:
+        try:
+            return p.acquire(holder)
+        except LeaseHeld as e:
+            left = deadline - clock()
+            if left <= 0:
+                raise
+            log.info("%s", kv(event="maintenance.waiting_for_lease", pipeline=p.name, left=f"{left:.0f}s",
+                               reason=str(e)[:200]))
+            sleep(min(poll_seconds, left))
+
+
+
+
+@contextmanager
+def keep_lease(p: Pipeline, grant: LeaseGrant) -> Iterator[LeaseKeeper]:
+    """Renew `grant` every third of the lease while the block runs."""
+    with LeaseKeeper(lambda: p.renew(grant), p.config.lease_seconds / 3, p.name) as keeper:
+        yield keeper
+
+
+# --------------------------------------------------------------------------- the maintenance job
+
+
+def report_uri(p: Pipeline, grant: LeaseGrant, started_at: float) -> str:
+    return f"{layout.reports_dir(p.staging_root, p.name)}/{retention.maintenance_report_name(grant.token, started_at)}"
+
+
+def maintenance_application_args(
+    p: Pipeline, grant: LeaseGrant, tables: list[LakeTable], report: str, *, optimize: bool = True,
+    vacuum: bool = True,
+) -> list[str]:
+    """Arguments of spark_apps/maintain_tables.py (pure given its inputs; no secrets)."""
+    m = p.config.maintenance
+    args = [
+        "--pipeline", p.name,
+        "--token", str(grant.token),
+        "--tables", json.dumps([t.to_dict() for t in tables], sort_keys=True),
+        "--report", report,
+        "--vacuum-retention-hours", str(m.vacuum_retention_hours),
+        "--log-retention-hours", str(m.log_retention_hours),
+        "--txn-retention-hours", str(m.txn_retention_hours),
+        "--min-retention-hours",
+        str(retention.replay_horizon_hours(p.config.staging_retention_hours, p.config.lease_seconds)),
+        "--zk-hosts", p.config.zookeeper.hosts,
+        "--zk-root", p.config.zookeeper.root,
+    ]
+    if not optimize:
+        args.append("--skip-optimize")
+    if not vacuum:
+        args.append("--skip-vacuum")
+    return args
+
+
+def maintenance_submit_command(p: Pipeline, args: list[str], master: str | None = None) -> list[str]:
+    """The same command the maintenance operator builds, for the CLI (a test can assert it); the master is
+    the pipeline's Spark connection (`spark.conn_id`) unless given."""
+    return p.spark_job(MAINTENANCE_JOB, args, f"cdc-maintain-{p.name}").command(master or p.spark_master())
+
+
+def read_report(uri: str) -> dict[str, Any] | None:
+    """The job's JSON report, or None when it did not write one (it failed before the end)."""
+    try:
+        with fsspec.open(uri, "r") as f:
+            data: dict[str, Any] = json.load(f)
+            return data
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise LakeError(f"cannot read the maintenance report {uri} ({type(e).__name__}: {e})") from None
+
+
+def maintenance_record(
+    *, grant: LeaseGrant, started_at: float, finished_at: float, cleanup_result: dict[str, Any] | None,
+    report: dict[str, Any] | None, error: str | None = None,
+) -> dict[str, Any]:
+    """Pure: the ZooKeeper record of one maintenance run (compact: what the monitor shows)."""
+    tables = []
+    for t in (report or {}).get("tables") or []:
+        tables.append({
+            "name": t.get("name"), "kind": t.get("kind"), "status": t.get("status"), "error": t.get("error"),
+            "files_before": t.get("files_before"), "files_after": t.get("files_after"),
+            "bytes_before": t.get("bytes_before"), "bytes_after": t.get("bytes_after"),
+            "optimize": {k: (t.get("optimize") or {}).get(k) for k in ("mode", "files_removed", "files_added")},
+            "vacuum": {k: (t.get("vacuum") or {}).get(k) for k in ("files_deleted", "bytes_deleted")},
+            "log": {k: (t.get("log") or {}).get(k) for k in ("checkpoint_version", "entries_deleted")},
+        })
+    errors = list((report or {}).get("errors") or [])
+    if error:
+        errors.append(error)
+    status = "ok" if report is not None and not errors else "failed"
+    return {
+        "holder": grant.holder, "token": grant.token, "started_at": started_at, "finished_at": finished_at,
+        "status": status, "errors": errors, "cleanup": cleanup_result,
+        "totals": (report or {}).get("totals"), "tables": tables,
+    }
+
+
+@dataclass
+class MaintenanceRun:
+    """The CLI's maintenance (the DAG runs the same steps as tasks): lease, cleanup, Spark job, record."""
+
+    p: Pipeline
+    holder: str
+    wait_seconds: float | None = None
+    optimize: bool = True
+    vacuum: bool = True
+    tables: bool = True
+    runner: Callable[[list[str], dict[str, str]], subprocess.CompletedProcess[str]] | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> dict[str, Any]:
+        p = self.p
+        wait = p.config.maintenance.lease_wait_seconds if self.wait_seconds is None else self.wait_seconds
+        grant = acquire_waiting(p, self.holder, wait)
+        started = time.time()
+        cleaned: dict[str, Any] | None = None
+        report: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            cleaned = cleanup(p, grant, batched=False)
+            if self.tables:
+                report, error = self._tables(grant, started)
+            record = maintenance_record(grant=grant, started_at=started, finished_at=time.time(),
+                                        cleanup_result=cleaned, report=report, error=error)
+            p.coordinator.record_maintenance(grant, record)
+            _log("maintenance.recorded", p.name, grant, status=record["status"], tables=len(record["tables"]))
+        finally:
+            p.release(grant)
+        if error is not None:
+            raise LakeError(f"pipeline {p.name!r}: maintenance failed: {error}; it is safe to run again")
+        return record
+
+    def _tables(self, grant: LeaseGrant, started: float) -> tuple[dict[str, Any] | None, str | None]:
+        p = self.p
+        tables = discover_tables(p.lake_root, p.table_filter(), p.config.table_options)
+        if not tables:
+            _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
+            return {"tables": [], "totals": {}, "errors": []}, None
+        uri = report_uri(p, grant, started)
+        args = maintenance_application_args(p, grant, tables, uri, optimize=self.optimize, vacuum=self.vacuum)
+        cmd = maintenance_submit_command(p, args)
+        env = p.spark_job_env()  # with the ZooKeeper credential the job's fence check needs
+        _log("maintenance.submitting", p.name, grant, tables=len(tables))
+        t0 = time.time()
+        with keep_lease(p, grant) as keeper:
+            proc = (self.runner or _run_subprocess)(cmd, env)
+        report = read_report(uri)
+        if keeper.lost is not None:
+            raise keeper.lost
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
+            if proc.returncode == Fenced.exit_code:
+                raise Fenced(f"pipeline {p.name!r}: the maintenance job was fenced: {tail}")
+            if proc.returncode == ConfigError.exit_code:
+                raise ConfigError(f"pipeline {p.name!r}: the maintenance job refused its settings:\n{tail}")
+            return report, f"the maintenance job exited {proc.returncode}. Last output:\n{tail}"
+        _log("maintenance.job_done", p.name, grant, secs=f"{time.time() - t0:.1f}")
+        return report, None
+
+
+def _run_subprocess(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+
+__all__ = [
+    "LakeTable", "LeaseKeeper", "MaintenanceRun", "acquire_waiting", "clean_staging", "cleanup", "cleanup_after_ack",
+    "discover_tables", "maintenance_application_args", "maintenance_record", "maintenance_status",
+    "maintenance_submit_command", "prune_records", "read_report", "report_uri", "table_status",
+]

@@ -1,0 +1,1085 @@
+"""The pipeline cycle: the steps one run performs, shared by the CLI and the Airflow tasks.
+
+    acquire -> plan (recover first) -> stage -> merge (Spark) -> ack -> release
+
+Every step is idempotent and fenced, so any step can be retried (an Airflow "clear") and a crash at
+any point converges on the next run:
+
+- `plan` first reconciles ZooKeeper with the lakehouse (BookKeeper's recovery): a planned window whose
+  Delta commits all landed is acked now; a planned window not (fully) merged is returned unchanged, to
+  be replayed exactly. Only then is a new window planned from the cursor.
+- `stage` re-stages the stored plan from the source when the staged copy is missing or corrupt; the
+  result is byte-identical, so a zombie and its successor stage the same thing.
+- `ack` checks, in Delta itself, that every table of the window holds the window (txn version >= seq)
+  before moving the cursor: the cursor can never get ahead of the lake, whatever a task claimed.
+
+State between steps lives in ZooKeeper and the staging area, not in the caller: Airflow clears XComs
+on retry, and the CLI may be killed between steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from cdc_core.capture.binlog import BinlogScanner, read_change_batches
+from cdc_core.capture.resolver import Resolution, resolve_start
+from cdc_core.capture.source import (
+    SourceFacts,
+    SourceParams,
+    TableFilter,
+    check_cdc_ready,
+    check_privileges,
+    connect,
+    describe_tables,
+    inspect_source,
+)
+from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
+from cdc_core.lake import delta_state, object_store, staging
+from cdc_core.lake.spark_conf import (
+    SparkJob,
+    delta_jars,
+    resolve_spark_master,
+    s3a_jars,
+    spark_confs,
+    spark_env,
+)
+from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, windows
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
+from cdc_core.model.layout import PROJECT_ROOT
+from cdc_core.model.logfmt import iso_seconds, kv
+from cdc_core.model.manifest import Manifest
+from cdc_core.model.naming import table_id
+from cdc_core.model.positions import BinlogPosition, StartSpec
+from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
+from cdc_core.model.windows import plan_window
+from cdc_core.run import snapshot_steps
+
+log = logging.getLogger("cdc.pipeline")
+
+MERGE_JOB = PROJECT_ROOT / "spark_apps" / "merge_window.py"
+
+
+@dataclass
+class Pipeline:
+    """One configured pipeline bound to its source, its ZooKeeper subtree and its storage roots."""
+
+    config: PipelineConfig
+    source: SourceParams
+    coordinator: PipelineCoordinator
+    _owns_client: bool = False
+    _client: Any = None
+    _facts: SourceFacts | None = field(default=None, repr=False)
+    _privileges_checked: bool = field(default=False, repr=False)
+    # The object store's credentials (`object_store.conn_id`), None for local roots or ambient credentials.
+    store: object_store.S3Credentials | None = field(default=None, repr=False)
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def from_config(
+        cls,
+        config: PipelineConfig,
+        source: SourceParams,
+        zk_client: Any = None,
+        *,
+        store: object_store.S3Credentials | None = None,
+    ) -> Pipeline:
+        """`store`: the object store's credentials as the caller resolved them (the Airflow glue through
+        Airflow); by default `object_store.conn_id` is looked up in the environment, as the source's is."""
+        if store is None:
+            store = object_store.for_pipeline(config)
+        object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
+        owns = zk_client is None
+        if owns:
+            zk_client = make_zk_client(config.zookeeper.hosts, auth=config.zookeeper.digest(pipeline=config.name))
+        coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
+        return cls(
+            config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store
+        )
+
+    def close(self) -> None:
+        self.coordinator.close()  # stop listening first: closing our own session is not a lost session
+        if self._owns_client and self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def staging_root(self) -> str:
+        return str(self.config.staging_root)
+
+    @property
+    def lake_root(self) -> str:
+        return str(self.config.lake_root)
+
+    def _log(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None:
+        token = f"{grant.token:#x}" if grant else "-"
+        log.info("%s %s", event, kv(pipeline=self.name, token=token, **fields))
+
+    # ------------------------------------------------------------------------------------- source
+
+    def table_filter(self, tables: tuple[str, ...] | None = None) -> TableFilter:
+        t = self.config.tables
+        if tables:
+            return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
+        return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
+
+    def capture_settings(self, tables: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
+        """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
+        f = self.table_filter(tables)
+        return {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+
+    def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
+        """The table filter and full-row-key patterns a stored plan was planned with."""
+        c = plan.capture or self.capture_settings(plan.tables)
+        return TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"])), tuple(c.get("full_row_key", ()))
+
+    def source_facts(self, refresh: bool = False) -> SourceFacts:
+        if self._facts is None or refresh:
+            conn = connect(self.source)
+            try:
+                if not self._privileges_checked:
+                    # First contact: name a missing grant (and the GRANT to run) before some statement
+                    # fails with a bare "access denied", or information_schema silently hides a table.
+                    check_privileges(conn, self.name, self.table_filter().literal_schemas() or ())
+                    self._privileges_checked = True
+                facts = inspect_source(conn)
+                check_cdc_ready(facts, self.name)
+            finally:
+                conn.close()
+            self._facts = facts
+        return self._facts
+
+    def describe(self, tables: tuple[str, ...] | None = None) -> dict[str, Any]:
+        conn = connect(self.source)
+        try:
+            return describe_tables(conn, self.table_filter(tables), self.name, tuple(self.config.tables.full_row_key))
+        finally:
+            conn.close()
+
+    def scanner(self, facts: SourceFacts | None = None) -> BinlogScanner:
+        facts = facts or self.source_facts()
+        return BinlogScanner(self.source, facts.identity)
+
+    def resolve(self, saved: BinlogPosition | None, spec: StartSpec | None = None) -> Resolution:
+        facts = self.source_facts(refresh=True)
+        return resolve_start(
+            saved,
+            spec or self.config.start_spec(),
+            facts,
+            self.scanner(facts),
+            fallback_seconds=self.config.timestamp_fallback_seconds,
+        )
+
+    # ---------------------------------------------------------------------------------- the steps
+
+    def acquire(
+        self, holder: str, *, process: holders.ProcessIdentity | None = None, break_dead: bool = False
+    ) -> LeaseGrant:
+        """Take the lease for `holder`. With `break_dead` (the CLI), a lease held by a process on this host
+        that no longer exists (`cdc_core.model.holders.judge`: PID gone, PID reused, host rebooted) is broken the
+        documented way (`cdc lease break`: the epoch moves on, fencing the holder should it be alive after
+        all), logged as `lease.dead_holder`, and taken. Any other holder raises LeaseHeld as before."""
+        ident = process.to_dict() if process is not None else None
+        try:
+            grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
+        except LeaseHeld:
+            if not break_dead:
+                raise
+            self._break_dead_holder()
+            grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
+        self._log("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
+        faults.point("after_acquire")
+        return grant
+
+    def _break_dead_holder(self) -> None:
+        """Break the current lease if its holder is a dead process on this host; otherwise re-raise LeaseHeld."""
+        info = self.coordinator.read_lease()
+        if info is None:
+            return  # released meanwhile: the next acquire takes it
+        verdict, reason = holders.judge_holder(holders.ProcessIdentity.from_dict(info.process))
+        if verdict != "dead":
+            self._log("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
+            raise LeaseHeld(
+                f"pipeline {self.name!r}: the lease is held by {info.holder!r} until {iso_seconds(info.expires_at)} "
+                f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)"
+            )
+        self._log(
+            "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
+            action="break",
+        )
+        # StateConflict: someone else broke, released or took it meanwhile; the next acquire decides.
+        with contextlib.suppress(StateConflict):
+            self.coordinator.break_lease(info.holder)
+
+    def renew(self, grant: LeaseGrant) -> LeaseGrant:
+        return self.coordinator.renew(grant, self.config.lease_seconds)
+
+    def release(self, grant: LeaseGrant) -> None:
+        self.coordinator.release(grant)
+        self._log("lease.released", grant)
+
+    def plan(self, grant: LeaseGrant) -> dict[str, Any]:
+        """Recover, then return the window to work on: a pending one (replayed exactly) or a new one.
+
+        While a snapshot is active, chunks and binlog windows alternate (`snapshot_state.chunk_turn`); a
+        binlog window with nothing in it gives its turn to the next chunk.
+        """
+        grant = self.renew(grant)
+        recovered = self.recover(grant)
+        pending = self.coordinator.pending_window()
+        if pending is not None:
+            self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
+            faults.point("after_plan")  # the plan to work on is known, replayed or new (crash suite)
+            return self._plan_info(pending.plan, recovered=recovered or "replay")
+        cursor = self.coordinator.read_cursor()
+        first_rule = None
+        if cursor.position is None and cursor.backfill is None:
+            first_rule = self._first_start(grant)
+            cursor = self.coordinator.read_cursor()
+        snap = self.coordinator.read_snapshot()
+        if snapshot_state.chunk_turn(snap, cursor.seq):
+            chunk = snapshot_steps.plan_chunk(self, grant, cursor, snap)
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
+        if cursor.backfill is None:
+            self.check_lake(grant, cursor.seq + 1)  # a deleted/re-created Delta table stops stream windows
+        plan = self._binlog_plan(grant, cursor, first_rule)
+        if plan.is_empty and snap.active:
+            chunk = snapshot_steps.plan_chunk(self, grant, cursor, self.coordinator.read_snapshot())
+            if chunk is not None:
+                return self._store_plan(grant, chunk, recovered, snap)
+        return self._store_plan(grant, plan, recovered, snap)
+
+    def _first_start(self, grant: LeaseGrant) -> str:
+        """A new pipeline: request the initial snapshot (when configured), then set the stream's start.
+
+        In this order, so that the start is at or before every chunk's watermark (see docs/snapshot.md).
+        """
+        snapshot_steps.on_first_start(self, grant)
+        resolution = self.resolve(None)
+        self.coordinator.set_start(grant, resolution.position)
+        self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
+        return resolution.rule
+
+    def _binlog_plan(self, grant: LeaseGrant, cursor: Any, first_rule: str | None = None) -> WindowPlan:
+        """The next stream or backfill window from the cursor (not stored yet)."""
+        facts = self.source_facts(refresh=True)
+        caps = WindowCaps(**self.config.caps.model_dump())
+        seq = cursor.seq + 1
+        if cursor.backfill is not None:
+            bf = cursor.backfill
+            start = bf.position
+            kind = KIND_BACKFILL
+            stop: tuple[str, int] | None = (bf.until.file, bf.until.offset)
+            tables = tuple(bf.tables) if bf.tables else None
+            info: dict[str, Any] = {"backfill_until": bf.until.label()}
+        else:
+            resolution = self.resolve(cursor.position)
+            start = resolution.position
+            if not start.same_point(cursor.position) or start.server != cursor.position.server:
+                # Failover: the same logical point expressed on the new server.
+                self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
+                self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
+            kind = KIND_STREAM
+            stop = None
+            tables = None
+            info = {"rule": first_rule or resolution.rule}
+        scanner = self.scanner(facts)
+        # A window that reaches the source's end (a backfill: its `until`) also takes the events after its
+        # last transaction that carry no row change (rotate, headers, checkpoints): the cursor of a quiet
+        # source reaches the end, so its lag returns to zero, and a backfill whose `until` follows such
+        # events still ends (cdc_core.model.windows).
+        boundaries = scanner.scan_to_end(
+            start.file, start.offset, start.gtid, start.epoch, stop=stop, start_commit_ts=start.commit_ts,
+        )
+        plan = plan_window(self.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+        if plan.info.get("capped") and facts.end is not None:
+            # What "behind" meant when the cap cut the window (see `more_work`).
+            info["source_end"] = {"file": facts.end.file, "offset": facts.end.offset}
+        return WindowPlan(
+            **{**plan.__dict__, "info": {**plan.info, **info, "holder": grant.holder},
+               "capture": self.capture_settings(tables)}
+        )
+
+    def _store_plan(
+        self, grant: LeaseGrant, plan: WindowPlan, recovered: str | None, snap: snapshot_state.SnapshotState
+    ) -> dict[str, Any]:
+        self.coordinator.store_plan(grant, plan)
+        if plan.kind == KIND_SNAPSHOT:
+            snapshot_steps.log_planned(self, grant, plan, snap)
+        else:
+            self._log(
+                "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
+                transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
+            )
+        faults.point("after_plan")
+        return self._plan_info(plan, recovered=recovered)
+
+    def _plan_info(self, plan: WindowPlan, recovered: str | None) -> dict[str, Any]:
+        return {
+            "seq": plan.seq,
+            "kind": plan.kind,
+            "empty": plan.is_empty,
+            "start": plan.start.label(),
+            "end": plan.end.label(),
+            "transactions": plan.transactions,
+            "recovered": recovered,
+            **({"snapshot": snapshot_state.chunk_label(plan)} if plan.kind == KIND_SNAPSHOT else {}),
+        }
+
+    def _window(self, seq: int) -> WindowRecord:
+        record = self.coordinator.get_window(seq)
+        if record is None:
+            raise StateConflict(
+                f"pipeline {self.name!r}: window {seq} is not planned in ZooKeeper; re-run from the plan step"
+            )
+        return record
+
+    def stage(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        """Stage the stored plan (or verify an existing staged copy). Never re-plans."""
+        grant = self.renew(grant)
+        record = self._window(seq)
+        plan = record.plan
+        manifest = self._staged_manifest(plan)
+        if manifest is None and plan.kind == KIND_SNAPSHOT:
+            manifest = snapshot_steps.stage_chunk(self, grant, plan)
+        elif manifest is None:
+            t0 = time.time()
+            table_filter, full_row_key = self.plan_capture(plan)
+            schemas = self.schema_lookup(full_row_key)
+            changes = read_change_batches(
+                self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates
+            )
+            faults.point("mid_stage_before")
+            if faults.armed("mid_stage"):
+                changes = faults.midway(changes, plan.events, "mid_stage")
+            manifest = staging.stage_window(
+                plan, changes, self.staging_root, progress=self._stage_progress(grant, plan)
+            )
+            self._log(
+                "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
+                secs=f"{time.time() - t0:.2f}",
+            )
+        else:
+            self._log("window.already_staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        faults.point("after_stage")
+        return {
+            "seq": seq,
+            "tables": [t.name for t in manifest.tables],
+            "changes": manifest.changes,
+            "window_dir": layout.window_dir(self.staging_root, self.name, seq),
+            "empty": not manifest.tables,
+        }
+
+    def _stage_progress(self, grant: LeaseGrant, plan: WindowPlan) -> Callable[..., None]:
+        last = [time.time()]
+
+        def progress(rows: int, **extra: Any) -> None:
+            now = time.time()
+            if now - last[0] >= 10:
+                last[0] = now
+                self._log("window.staging", grant, seq=plan.seq, rows=rows, **extra)
+                self.renew(grant)  # a long staging keeps the lease alive (and notices a lost one)
+
+        return progress
+
+    def schema_lookup(self, full_row_key: tuple[str, ...]) -> Callable[[str, str], Any]:
+        cache: dict[str, Any] = {}
+
+        def lookup(schema: str, table: str) -> Any:
+            name = table_id(schema, table)
+            if name not in cache:
+                conn = connect(self.source)
+                try:
+                    cache.update(
+                        describe_tables(conn, TableFilter(include=(name,), exclude=()), self.name, full_row_key)
+                    )
+                finally:
+                    conn.close()
+            return cache.get(name)
+
+        return lookup
+
+    def _staged_manifest(self, plan: WindowPlan) -> Manifest | None:
+        manifest = staging.read_manifest(self.staging_root, self.name, plan.seq)
+        if manifest is None:
+            return None
+        if manifest.plan.to_dict() != plan.to_dict():
+            raise StagingError(
+                f"pipeline {self.name!r}: staged window {plan.seq} does not match its stored plan; "
+                f"delete {layout.window_dir(self.staging_root, self.name, plan.seq)} and re-run the stage step"
+            )
+        try:
+            staging.verify_window(self.staging_root, manifest)
+        except StagingError as e:
+            log.warning("%s", kv(event="window.restage", pipeline=self.name, seq=plan.seq, reason=str(e)))
+            return None
+        return manifest
+
+    def manifest(self, seq: int) -> Manifest:
+        manifest = self._staged_manifest(self._window(seq).plan)
+        if manifest is None:
+            raise StagingError(
+                f"pipeline {self.name!r}: window {seq} is not staged; run the stage step (it re-stages the stored plan)"
+            )
+        return manifest
+
+    # ---------------------------------------------------------------------------------------- merge
+
+    def table_uri(self, schema: str, table: str) -> str:
+        return layout.table_uri(self.lake_root, schema, table)
+
+    def reports_dir(self) -> str:
+        """Where merge jobs write their reports: one per window and fencing token."""
+        return layout.reports_dir(self.staging_root, self.name)
+
+    def report_uri(self, seq: int, token: int) -> str:
+        return layout.merge_report_uri(self.staging_root, self.name, seq, token)
+
+    def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
+        """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
+        args = [
+            "--window-dir", layout.window_dir(self.staging_root, self.name, seq),
+            "--lake-root", self.lake_root,
+            "--pipeline", self.name,
+            "--seq", str(seq),
+            "--token", str(grant.token),
+            "--report", self.report_uri(seq, grant.token),
+            "--delete-mode", self.config.delete_mode,
+            "--zk-hosts", self.config.zookeeper.hosts,
+            "--zk-root", self.config.zookeeper.root,
+        ]
+        if self.config.table_options:
+            args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
+        # Tables start with the managed retention properties (cdc_core.model.retention; maintenance aligns old ones).
+        m = self.config.maintenance
+        props = retention.managed_table_properties(
+            m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
+        )
+        args += ["--table-properties", json.dumps(props, sort_keys=True)]
+        args += ["--parallelism", str(self.config.spark.merge_parallelism)]
+        return args
+
+    def zk_auth(self) -> str | None:
+        """The ZooKeeper digest credential (user:password) from the variable `zookeeper.auth_env` names."""
+        digest = self.config.zookeeper.digest(pipeline=self.name)
+        return ":".join(digest) if digest else None
+
+    def merge_secret_env(self) -> dict[str, str]:
+        """Credentials the Spark jobs need, for their environment (never their command line): the ZooKeeper
+        digest identity as CDC_ZK_AUTH, which the job's fence check reads (the lease node is ACL'd)."""
+        value = self.zk_auth()
+        return {"CDC_ZK_AUTH": f"digest:{value}"} if value else {}
+
+    def spark_job_env(self) -> dict[str, str]:
+        """The environment of this pipeline's Spark jobs (merge and maintenance): one function, credentials
+        included when configured (cdc_core.lake.spark_conf.spark_env)."""
+        return {**os.environ, **spark_env(self.zk_auth(), store=self.store)}
+
+    def uses_object_store(self) -> bool:
+        return object_store.is_s3(self.staging_root) or object_store.is_s3(self.lake_root)
+
+    def spark_master(self) -> str:
+        """The --master of this pipeline's Spark connection (`spark.conn_id`), as the DAG's operator uses."""
+        return resolve_spark_master(self.config.spark.conn_id, pipeline=self.name)
+
+    def spark_conf(self) -> dict[str, str]:
+        extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
+        if self.uses_object_store():
+            extra = {**object_store.spark_confs(self.store), **extra}  # the user's spark.conf wins
+        confs = spark_confs(self.config.spark.shuffle_partitions, extra)
+        confs.pop("spark.jars", None)  # passed separately as --jars
+        return confs
+
+    def spark_jars(self) -> str:
+        return ",".join(delta_jars() + (s3a_jars() if self.uses_object_store() else []))
+
+    def spark_job(self, application: object, args: list[str], name: str) -> SparkJob:
+        """One of this pipeline's Spark jobs: its jars, confs and environment (cdc_core.lake.spark_conf.SparkJob)."""
+        return SparkJob(application=str(application), args=[str(a) for a in args], name=name,
+                        jars=self.spark_jars(), conf=self.spark_conf(), env=spark_env(self.zk_auth(), store=self.store))
+
+    def merge_job(self, grant: LeaseGrant, seq: int) -> SparkJob:
+        return self.spark_job(MERGE_JOB, self.merge_application_args(grant, seq), f"cdc-merge-{self.name}-{seq}")
+
+    def spark_submit_command(self, grant: LeaseGrant, seq: int, master: str | None = None) -> list[str]:
+        """The same command SparkSubmitOperator builds, for the CLI (a test can assert it); the master is the
+        pipeline's Spark connection unless given."""
+        return self.merge_job(grant, seq).command(master or self.spark_master())
+
+    def merge_locally(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator)."""
+        manifest = self.manifest(seq)
+        if not manifest.tables:
+            self._log("window.merge_skipped", grant, seq=seq, reason="empty")
+            return {"seq": seq, "skipped": "empty"}
+        self.renew(grant)
+        cmd = self.spark_submit_command(grant, seq)
+        env = self.spark_job_env()
+        self._log("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        t0 = time.time()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            if proc.returncode == Fenced.exit_code:  # the job's own lease check: this run is a zombie
+                raise Fenced(
+                    f"pipeline {self.name!r}: the merge job of window {seq} refused to write: run {grant.holder!r} "
+                    f"(token {grant.token:#x}) no longer holds the lease, so the job stopped writing (what it may have "
+                    "committed before is this same immutable window, idempotently). Stop this run: the lease holder "
+                    f"lands the window. Last output:\n{tail}"
+                )
+            # The job's own error line (`merge_window: <Error>: <what to do>`; spark-submit may put it on stdout)
+            # comes before Spark's shutdown logs.
+            lines = f"{proc.stdout}\n{proc.stderr}".splitlines()
+            said = next((ln for ln in reversed(lines) if ln.startswith("merge_window: ")), None)
+            raise LakeError(
+                f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode})"
+                + (f": {said.removeprefix('merge_window: ')}" if said else "")
+                + f"; the step is safe to retry once that is fixed. Last output:\n{tail}"
+            )
+        self._log("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
+        faults.point("after_merge")
+        return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
+
+    # ------------------------------------------------------------------------------------------ ack
+
+    def landed(self, manifest: Manifest) -> dict[str, int | None]:
+        """Each staged table's last idempotent-write version for this pipeline, read from Delta's log."""
+        return {
+            t.name: delta_state.last_txn_version(self.table_uri(t.schema, t.table), self.name) for t in manifest.tables
+        }
+
+    def ack(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
+        grant = self.renew(grant)
+        record = self._window(seq)
+        if record.state == "acked":
+            return {"seq": seq, "acked": True, "already": True}
+        manifest = self.manifest(seq)
+        landed = self.landed(manifest)
+        missing = {name: v for name, v in landed.items() if v is None or v < seq}
+        if missing:
+            raise LakeError(
+                f"pipeline {self.name!r}: cannot ack window {seq}: Delta does not hold it for "
+                + ", ".join(f"{n} (last version {v})" for n, v in sorted(missing.items()))
+                + "; re-run the merge step (it is idempotent)"
+            )
+        self._record_lake(grant, record.plan, manifest)
+        faults.point("before_ack")
+        result = self._ack_result(seq, manifest)
+        self._record_checkpoint(grant, record.plan, manifest, result)
+        cursor = self.coordinator.ack_window(grant, seq, result)
+        self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        if record.plan.kind == KIND_SNAPSHOT:
+            snapshot_steps.log_acked(self, grant, record.plan)
+        faults.point("after_ack")
+        from cdc_core.run import housekeeping  # staged windows and window records past their retention; never raises
+
+        housekeeping.cleanup_after_ack(self, grant)
+        return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def _ack_result(self, seq: int, manifest: Manifest) -> dict[str, Any]:
+        """What the ack records for the window: per table its changes, Delta version and merge counts."""
+        tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
+        result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
+        merged = self.merge_report(seq)
+        if merged:
+            for name, info in (merged.get("tables") or {}).items():
+                if name in tables and isinstance(info, dict):
+                    tables[name].update(
+                        {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
+                    )
+            result["durations"] = {"merge": merged.get("seconds")}
+        for name, entry in tables.items():
+            if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
+                t = manifest.table(name)
+                entry["delta_version"] = delta_state.window_commit_version(
+                    self.table_uri(t.schema, t.table), self.name, seq
+                )
+        return result
+
+    def _record_checkpoint(
+        self, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest, result: dict[str, Any]
+    ) -> None:
+        """Record the window in the lake's checkpoints table (cdc_core.lake.lake_versions) before the cursor
+        moves: every table of the pipeline at its Delta version as of this window, in one idempotent
+        commit. Fenced: the lease is checked first, and a stale run finds the window recorded (or a
+        table already past it) and writes nothing. Empty windows record nothing."""
+        if not manifest.tables:
+            return
+        from cdc_core import coordination
+        from cdc_core.lake import lake_versions
+
+        if lake_versions.recorded(self.lake_root, self.name, plan.seq):
+            return
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
+        uris = {n: self.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
+        uris.update({t.name: self.table_uri(t.schema, t.table) for t in manifest.tables})
+        now = time.time()
+        after = coordination.cursor_after_ack(self.name, self.coordinator.read_cursor(), plan, now)
+        position = after.position  # the stream cursor after this window (a backfill or a chunk keeps it)
+        covered = position.commit_ts if position else None
+
+        def build() -> Any:
+            versions = lake_versions.current_versions(self.name, plan.seq, uris)
+            changed = result.get("tables") or {}
+            rows = []
+            for name, uri in sorted(uris.items()):
+                info = changed.get(name) or {}
+                rows.append(lake_versions.TableAtWindow(
+                    name, uri, versions[name], name in changed,
+                    inserted=info.get("inserted"), updated=info.get("updated"), deleted=info.get("deleted"),
+                    changes=info.get("changes"),
+                ))
+            return lake_versions.checkpoint_rows(
+                self.name, plan.seq, plan.kind, rows, cursor=position.label() if position else None,
+                commit_ts=covered, acked_at=now,
+            )
+
+        self.coordinator.verify(grant)  # fenced like every other write: a run that lost its lease stops here
+        wrote = lake_versions.write_window(self.lake_root, self.name, plan.seq, build)
+        self._log("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
+        faults.point("after_checkpoint")
+
+    def more_work(self, seq: int) -> dict[str, Any]:
+        """Right after window `seq` was acked: is more work waiting now, and why?
+
+        {"more": bool, "reason": one of `windows.MORE_*`, "detail": text, "seq": seq}. More is waiting
+        while a backfill or a snapshot is in progress, or when the window was cut short by a cap before
+        the source's end (see `windows.more_work`); the DAGs then trigger the next run at once instead
+        of waiting for the schedule (`continue_while_behind`). Reads ZooKeeper only.
+        """
+        record = self.coordinator.get_window(seq)
+        cursor = self.coordinator.read_cursor()
+        answer = windows.more_work(
+            record.plan if record is not None else None,
+            acked=record is not None and record.state == "acked",
+            enabled=self.config.continue_while_behind,
+            backfill_active=cursor.backfill is not None,
+            snapshot_active=self.coordinator.read_snapshot().active,
+        )
+        answer["seq"] = seq
+        self._log("window.more_work", None, seq=seq, more=answer["more"], reason=answer["reason"])
+        return answer
+
+    def merge_report(self, seq: int) -> dict[str, Any] | None:
+        """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
+        try:
+            fs, root = fsspec.core.url_to_fs(self.reports_dir())
+            found = fs.glob(f"{root}/w{seq:010d}-*.json")
+            if not found:
+                return None
+            # One report per fencing token: the newest token is the run that last merged the window.
+            newest = max(found, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0], 16))
+            with fs.open(newest, "r") as f:
+                report: dict[str, Any] = json.load(f)
+            return report
+        except (OSError, ValueError, IndexError) as e:
+            log.warning("%s", kv(event="merge.report_unreadable", pipeline=self.name, seq=seq, reason=str(e)))
+            return None
+
+    def note_failure(self, step: str, error: BaseException, *, seq: int | None = None, holder: str = "") -> None:
+        """Record a failed step for the monitor page (`status()["last_error"]`)."""
+        message = f"{type(error).__name__}: {error}"
+        self._log("step.failed", None, step=step, seq=seq, error=message[:500])
+        self.coordinator.record_error(holder, step, seq, message)
+
+    def recover(self, grant: LeaseGrant) -> str | None:
+        """Ack a pending window whose Delta commits all landed; never ack one that did not."""
+        pending = self.coordinator.pending_window()
+        if pending is None:
+            return None
+        manifest = self._staged_manifest(pending.plan)
+        if manifest is None:
+            return None  # not (validly) staged, so it cannot have been merged: replay it
+        landed = self.landed(manifest)
+        if all(v is not None and v >= pending.plan.seq for v in landed.values()):
+            self._record_lake(grant, pending.plan, manifest)
+            result = {**self._ack_result(pending.plan.seq, manifest), "recovered": True}
+            self._record_checkpoint(grant, pending.plan, manifest, result)
+            self.coordinator.ack_window(grant, pending.plan.seq, result)
+            self._log("window.recovered_ack", grant, seq=pending.plan.seq)
+            return f"acked landed window {pending.plan.seq}"
+        return None
+
+    # --------------------------------------------------------------------- lake table registry
+
+    def check_lake(self, grant: LeaseGrant, next_seq: int) -> None:
+        """Before a new stream window: every Delta table the pipeline landed windows into is still there,
+        and is the same table (cdc_core.model.lake_registry). A deleted or re-created one stops the run with a
+        LakeError naming it and the repairs (snapshot, backfill); nothing is planned. A table a snapshot
+        round is rebuilding does not stop the stream (chunks and stream windows alternate)."""
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
+        if not reg.tables:
+            return
+        ids = {n: delta_state.table_id(self.table_uri(e.schema, e.table)) for n, e in reg.tables.items()}
+        rounds = {t.table: t.round for t in self.coordinator.read_snapshot().tables if not t.done}
+        bad = lake_registry.problems(reg, ids, next_seq, rounds)
+        if not bad:
+            return
+        names = sorted(bad)
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.update_lake(
+            grant, lambda cur: lake_registry.mark_damaged(
+                lake_registry.LakeRegistry.from_dict(cur), names, next_seq).to_dict(),
+        ))
+        for n in names:
+            self._log("lake.table_damaged", grant, table=n, reason=repr(bad[n]))
+        raise LakeError(
+            f"pipeline {self.name!r}: "
+            + "; ".join(f"Delta table {n} ({self.table_uri(reg.tables[n].schema, reg.tables[n].table)}) {bad[n]}"
+                        for n in names)
+            + ". Nothing was planned or changed. " + lake_registry.repair_hint(reg, self.name, names)
+        )
+
+    def _record_lake(self, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest) -> None:
+        """Register the window's tables (with their Delta ids) before it is acked."""
+        cursor = self.coordinator.read_cursor()
+        bf = cursor.backfill
+        completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
+        landed = {
+            t.name: (t.schema, t.table, delta_state.table_id(self.table_uri(t.schema, t.table)))
+            for t in manifest.tables
+        }
+        if plan.kind == KIND_SNAPSHOT:
+            # A chunk that staged no rows still tells whether its round's table is still there.
+            names = [s.table for s in snapshot_state.chunks_of(plan) if s.table not in landed]
+            known = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()).tables if names else {}
+            for name in names:
+                entry = known.get(name)
+                if entry is not None:
+                    now = delta_state.table_id(self.table_uri(entry.schema, entry.table))
+                    landed[name] = (entry.schema, entry.table, now)
+        if not landed and not completes:
+            return
+        recreated: list[str] = []
+
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            new, found = lake_registry.after_ack(
+                lake_registry.LakeRegistry.from_dict(current), plan, landed,
+                completes_backfill=completes, backfill_tables=tuple(bf.tables) if bf is not None else (),
+            )
+            recreated[:] = found
+            return new.to_dict()
+
+        reg = lake_registry.LakeRegistry.from_dict(self.coordinator.update_lake(grant, change))
+        for n in recreated:  # the next stream window refuses to plan until a repair rebuilt it
+            rb = reg.tables[n].rebuild if n in reg.tables else None
+            if rb is not None and rb.broken:
+                self._log("lake.snapshot_round_broken", grant, seq=plan.seq, table=n, round=rb.round,
+                          round_delta_id=rb.delta_id, reason="a chunk landed in another Delta table than chunk 1")
+            else:
+                self._log("lake.table_recreated", grant, seq=plan.seq, table=n)
+
+    # ------------------------------------------------------------------------------------ whole run
+
+    def run_cycle(
+        self,
+        holder: str,
+        *,
+        max_windows: int = 1,
+        merge: Callable[..., Any] | None = None,
+        until_caught_up: bool = False,
+        process: holders.ProcessIdentity | None = None,
+        break_dead: bool = False,
+    ) -> dict[str, Any]:
+        """acquire -> (plan -> stage -> merge -> ack) x N -> release. Used by the CLI and tests.
+
+        At most `max_windows` windows; an empty window always ends the run. With `until_caught_up`
+        (the CLI's default) the run goes on while it is behind the source's end as seen when the run
+        started (a window cut short by a cap), or while a backfill or a snapshot is in progress, and
+        stops once a window reaches that end: new changes arriving meanwhile wait for the next run, so
+        a busy source cannot keep one run going forever. Without it, the first window ends the run
+        unless `max_windows` allows more (the old behaviour: stop at an empty window only).
+        """
+        if max_windows < 1:
+            raise ConfigError(f"pipeline {self.name!r}: max windows must be at least 1, got {max_windows}")
+        grant = self.acquire(holder, process=process, break_dead=break_dead)
+        done: list[dict[str, Any]] = []
+        doing, seq = "plan_window", None
+        stop_reason = "max_windows"
+        try:
+            target = self.source_facts(refresh=True).end if until_caught_up else None
+            for _ in range(max_windows):
+                doing, seq = "plan_window", None
+                step = self.plan(grant)
+                doing, seq = "stage_window", step["seq"]
+                staged = self.stage(grant, step["seq"])
+                if not staged["empty"]:
+                    doing = "merge_window"
+                    (merge or self.merge_locally)(grant, step["seq"])
+                doing = "ack_window"
+                self.ack(grant, step["seq"])
+                done.append({**step, "changes": staged["changes"]})
+                if step["empty"]:
+                    stop_reason = "empty_window"
+                    break
+                if until_caught_up:
+                    behind = self._behind(target)
+                    if behind is None:
+                        stop_reason = "caught_up"
+                        break
+                    self._log("run.continue", grant, seq=step["seq"], reason=behind, windows=len(done))
+            else:
+                if until_caught_up and self._behind(target) is not None:
+                    self._log("run.window_cap", grant, windows=len(done), max_windows=max_windows,
+                              hint="more is waiting: run again, or raise --max-windows")
+        except Exception as e:
+            self.note_failure(doing, e, seq=seq, holder=holder)
+            raise
+        finally:
+            self.release(grant)
+        return {"pipeline": self.name, "windows": done, **({"stopped": stop_reason} if until_caught_up else {})}
+
+    def _behind(self, target: Any) -> str | None:
+        """Why the run should go on (backfill, snapshot, before the source end seen at its start), or None."""
+        cursor = self.coordinator.read_cursor()
+        if cursor.backfill is not None:
+            return "backfill"
+        if self.coordinator.read_snapshot().active:
+            return "snapshot"
+        pos = cursor.position
+        if target is None or pos is None:
+            return None
+        from cdc_core.model.positions import binlog_file_index
+
+        if (binlog_file_index(pos.file), pos.offset) < (binlog_file_index(target.file), target.offset):
+            return "behind_source_end"
+        return None
+
+    # ------------------------------------------------------------------------------------- backfill
+
+    def check_backfill(
+        self,
+        start_ts: Any,
+        end_ts: Any = None,
+        tables: list[str] | tuple[str, ...] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Validate a backfill request (form, CLI flags) without changing anything anywhere.
+
+        Reads the source and the cursor only, so it runs before the lease is taken: invalid input
+        leaves ZooKeeper, staging and the lake exactly as they were. Returns the request normalised
+        ({start_at, end_at, tables, start}); raises a CdcError naming the field, the value and the fix.
+        """
+        from cdc_core.model.config import parse_utc_timestamp
+        from cdc_core.model.naming import parse_table_pattern
+
+        who = f"pipeline {self.name!r}: backfill"
+        if start_ts is None or (isinstance(start_ts, str) and not start_ts.strip()):
+            raise ConfigError(f"{who} start_ts is required: the UTC instant to replay from, e.g. 2026-11-20T08:00:00Z")
+        start_at = parse_utc_timestamp(start_ts, what=f"{who} start_ts")
+        end_at = parse_utc_timestamp(end_ts, what=f"{who} end_ts") if end_ts not in (None, "") else None
+        now = time.time()
+        if start_at > now:
+            raise ConfigError(
+                f"{who} start_ts {iso_seconds(start_at)} is in the future (now {iso_seconds(now)}); "
+                "a backfill replays changes "
+                "already committed: give a past instant"
+            )
+        if end_at is not None and end_at <= start_at:
+            raise ConfigError(
+                f"{who} end_ts {iso_seconds(end_at)} is not after start_ts {iso_seconds(start_at)}; "
+                "give a later end_ts, or none "
+                "to replay up to the pipeline's cursor"
+            )
+        if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
+            raise ConfigError(f"{who} tables must be a list of schema.table names (got {tables!r:.80})")
+        for t in tables or ():
+            try:
+                parse_table_pattern(t)
+            except ValueError as e:
+                raise ConfigError(f"{who} tables: {e}") from None
+        chosen: list[str] = []
+        if tables:
+            captured = self.describe()
+            for t in tables:
+                flt = TableFilter(include=(t,))
+                hits = [name for name, s in captured.items() if flt.matches(s.schema, s.table)]
+                chosen += [h for h in hits if h not in chosen]
+                if not hits:
+                    shown = ", ".join(sorted(captured)[:20]) + (" ..." if len(captured) > 20 else "")
+                    raise ConfigError(
+                        f"{who} table {t!r} is not captured by this pipeline (it does not exist on the source, or "
+                        f"tables.include/exclude leave it out); the pipeline captures: {shown or 'no tables'}. "
+                        "Pick from these, or leave tables empty to replay every captured table"
+                    )
+        cursor = self.coordinator.read_cursor()
+        if cursor.position is None:
+            raise StateConflict(
+                f"pipeline {self.name!r} has never run; a backfill replays what it already landed: run the "
+                "pipeline first"
+            )
+        if cursor.backfill is not None and not dry_run:
+            raise StateConflict(
+                f"{who} cannot start: one is already in progress (next at {cursor.backfill.position.label()}, until "
+                f"{cursor.backfill.until.label()}, requested by {cursor.backfill.requested_by!r}); the pipeline's "
+                "next runs finish it, start another one after that"
+            )
+        start = self.resolve(None, StartSpec(kind="timestamp", at=start_at)).position  # PositionPurged if too old
+        # The concrete captured tables (table ids), never the patterns: a pattern could also match a
+        # table the pipeline does not capture, and the backfill would land it.
+        return {"start_at": start_at, "end_at": end_at, "tables": sorted(chosen), "start": start}
+
+    def begin_backfill(
+        self,
+        grant: LeaseGrant,
+        start_ts: str | float,
+        end_ts: str | float | None = None,
+        tables: list[str] | tuple[str, ...] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        checked = self.check_backfill(start_ts, end_ts, tables, dry_run=dry_run)
+        end_at = checked["end_at"]
+        grant = self.renew(grant)
+        cursor = self.coordinator.read_cursor()
+        if cursor.position is None:
+            raise StateConflict(f"pipeline {self.name!r} has never run; a backfill replays what it already landed")
+        start = checked["start"]
+        tables = checked["tables"] or None
+        lake_registry.check_backfill_start(
+            lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()), self.name, start, tuple(tables or ())
+        )
+        until = cursor.position
+        if end_at is not None:
+            end_pos = (
+                self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
+            )
+            until = min(end_pos, until) if end_pos.server == until.server else until
+        until = max(until, start)
+        report = {
+            "pipeline": self.name,
+            "from": start.label(),
+            "until": until.label(),
+            "tables": list(tables or []),
+            "dry_run": dry_run,
+        }
+        if dry_run:
+            txns = changes = 0
+            scan = self.scanner().scan_transactions(
+                start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)
+            )
+            for b in scan:
+                txns += 1
+                changes += b.events
+            report.update(transactions=txns, events=changes)
+            self._log("backfill.dry_run", grant, **{k: v for k, v in report.items() if k != "pipeline"})
+            return report
+        self.coordinator.start_backfill(grant, start, until, tuple(tables or ()), requested_by=grant.holder)
+        self._log("backfill.started", grant, start=start.label(), until=until.label())
+        return report
+
+    # --------------------------------------------------------------------------------------- status
+
+    def status(self) -> dict[str, Any]:
+        """Everything an operator wants at a glance; never contains secrets."""
+        out: dict[str, Any] = {"pipeline": self.name, "error": None}
+        try:
+            cursor = self.coordinator.read_cursor()
+            lease = self.coordinator.read_lease()
+            out["cursor"] = {
+                "seq": cursor.seq,
+                "position": cursor.position.to_dict() if cursor.position else None,
+                "label": cursor.position.label() if cursor.position else None,
+                "commit_ts": cursor.position.commit_ts if cursor.position else None,
+                "backfill": cursor.backfill.to_dict() if cursor.backfill else None,
+            }
+            out["lease"] = lease.to_dict() if lease else None
+            out["windows"] = [w.to_dict() for w in self.coordinator.recent_windows(10)]
+            last_error = self.coordinator.read_last_error()
+            if last_error is not None:
+                # A window acked after the failure means the pipeline got past it.
+                last_error["resolved"] = bool(
+                    cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0)
+                )
+            out["last_error"] = last_error
+            out["snapshot"] = snapshot_state.progress_view(self.coordinator.read_snapshot())
+        except CdcError as e:
+            out["error"] = str(e)
+            return out
+        try:  # per table: files, size, last maintenance (cdc_core.run.housekeeping)
+            from cdc_core.run import housekeeping
+
+            out["maintenance"] = housekeeping.maintenance_status(self)
+        except Exception as e:  # an object store's own errors too: tables are an add-on, never hide the cursor
+            out["maintenance"] = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            facts = self.source_facts(refresh=True)
+            end = facts.end
+            out["source_end"] = {"file": end.file, "offset": end.offset, "gtid": end.gtid} if end else None
+            out["lag"] = lag(cursor.position, facts)
+        except CdcError as e:
+            out["source_error"] = str(e)
+        return out
+
+
+
+
+def lag(position: BinlogPosition | None, facts: SourceFacts) -> dict[str, Any]:
+    """How far the lake is behind the source: changes not yet landed, in binlog bytes and in seconds.
+
+    `binlog_bytes`: the binlog between the cursor and the source's current end (summed over the files
+    between). `bytes` / `seconds`: the same, and the time since the cursor's last landed commit, but 0
+    when what lies between holds no transaction: on a GTID source whose end state the cursor's GTID
+    state already contains, the bytes are only events without row changes (a rotation's or a restart's
+    headers, checkpoints); the next run moves the cursor over them (cdc_core.model.windows). Without GTIDs
+    such bytes count until that run.
+    """
+    if position is None:
+        return {"bytes": None, "seconds": None, "binlog_bytes": None}
+    behind = 0
+    for f in facts.binlogs:
+        if f.index < position.sort_key()[1]:
+            continue
+        if f.name == position.file:
+            behind += max(0, f.size - position.offset)
+        else:
+            behind += f.size
+    pending = behind if behind == 0 or not _no_transaction_after(position, facts) else 0
+    seconds = None
+    if position.commit_ts is not None:
+        seconds = 0.0 if pending == 0 else max(0.0, time.time() - position.commit_ts)
+    return {"bytes": pending, "seconds": seconds, "binlog_bytes": behind}
+
+
+def _no_transaction_after(position: BinlogPosition, facts: SourceFacts) -> bool:
+    """The cursor's GTID state holds every transaction the source has logged (same server, GTIDs on)."""
+    end = facts.end.gtid if facts.end is not None else None
+    if position.gtid is None or end is None or not position.server.same_server(facts.identity):
+        return False
+    try:
+        if facts.flavor == "mariadb":
+            from cdc_core.capture.source import mariadb_gtid_state
+
+            return bool(mariadb_gtid_state(position.gtid).contains(mariadb_gtid_state(end)))
+        from cdc_core.model.positions import parse_gtid_set
+
+        return bool(parse_gtid_set(position.gtid, facts.flavor).contains(parse_gtid_set(end, facts.flavor)))  # type: ignore[arg-type]
+    except (CdcError, ValueError):
+        return False
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
