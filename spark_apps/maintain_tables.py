@@ -59,9 +59,10 @@ except ImportError:  # spark-submit of a checkout without the package installed
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_core.coordination.fence import zk_fence_check
 from cdc_core.model import retention
 from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError
-from cdc_core.model.logfmt import kv
+from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.naming import quote_spark
 from spark_apps.merge_window import (
     TXN_APP_ID_CONF,
@@ -69,10 +70,8 @@ from spark_apps.merge_window import (
     USER_METADATA_CONF,
     build_session,
     is_commit_conflict,
-    one_line,
     sql_str,
     write_report,
-    zk_fence_check,
 )
 
 log = logging.getLogger("cdc.maintenance")

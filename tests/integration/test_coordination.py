@@ -585,7 +585,8 @@ def test_digest_acl_covers_the_whole_subtree_and_the_merge_jobs_fence_check(
     with CDC_ZK_AUTH, and without it (or with another identity) says it is not authorised and how to fix that."""
     from kazoo.security import OPEN_ACL_UNSAFE
 
-    from spark_apps.merge_window import ZK_AUTH_ENV, zk_fence_check
+    from cdc_core.coordination.fence import zk_fence_check
+    from cdc_core.model.config import ZK_AUTH_ENV
 
     secret = "s3cret-" + str(time.time_ns())
     owner = new_client(auth=("cdc-owner", secret))

@@ -32,6 +32,7 @@ from staged_builder import Col, VersionClock, WindowBuilder
 
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.coordination import PipelineCoordinator
+from cdc_core.coordination.fence import zk_fence_check
 from cdc_core.lake import delta_state
 from cdc_core.lake.spark_conf import spark_env
 from cdc_core.model import layout, retention
@@ -41,7 +42,7 @@ from cdc_core.run import housekeeping
 from cdc_core.run.pipeline import Pipeline
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
-from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri, zk_fence_check
+from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
 
 pytestmark = pytest.mark.integration
 
