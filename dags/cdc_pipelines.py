@@ -46,6 +46,7 @@ The steps are `cdc_core.run.pipeline` calls (plugins/cdc_airflow); this file onl
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TriggerRule
@@ -53,6 +54,9 @@ from cdc_airflow import assets, tasks
 from cdc_airflow.operators import CdcMergeOperator
 
 from cdc_core.model.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from airflow.sdk import XComArg
 
 START_DATE = datetime(2024, 1, 1)
 
@@ -66,7 +70,9 @@ def task_defaults(pc: PipelineConfig) -> dict[str, object]:
     }
 
 
-def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # type: ignore[no-untyped-def]
+def window_steps(
+    pc: PipelineConfig, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None = None
+) -> None:
     """plan -> stage -> merge -> ack after `first_step`, and release as the teardown of `lease`."""
     plan = tasks.plan_window(pc.name, **(plan_kwargs or {}))
     stage = tasks.stage_window(pc.name)
@@ -81,7 +87,8 @@ def window_steps(pc: PipelineConfig, lease, first_step, plan_kwargs=None):  # ty
 
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
-    ack >> release.as_teardown(setups=lease)
+    # Airflow annotates `setups` as operators only; a @task's XComArg is what its docs pass.
+    ack >> release.as_teardown(setups=lease)  # type: ignore[arg-type]
     # After the teardown, so the next run finds the lease released (it may belong to another DAG); ack
     # stays a leaf (its only downstream is the teardown), so a failed window still fails the run.
     release >> more >> carry_on

@@ -292,8 +292,9 @@ class Maintenance:
         """Write a checkpoint of the current version and delete log entries past the log retention."""
         before = self.log_entries(uri)
         self.fence()
-        jvm = self.spark._jvm  # type: ignore[attr-defined]
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, uri)  # type: ignore[attr-defined]
+        jvm = self.spark._jvm
+        assert jvm is not None  # a classic (JVM) session always has its gateway; PySpark asserts the same
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, uri)
         none = jvm.scala.Option.empty()
         snapshot = delta_log.update(False, none, none)
         try:
@@ -360,7 +361,7 @@ class Maintenance:
                 results.append({"name": t["name"], "kind": t["kind"], "uri": t["uri"], "status": "error",
                                 "error": one_line(e)})
                 self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=one_line(e))
-        report = {
+        report: dict[str, Any] = {
             "pipeline": self.pipeline,
             "token": self.token,
             "run": self.run_id,

@@ -207,8 +207,9 @@ def _parse_type(ddl: str, where: str) -> DataType:
 
 def _jvm_last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
     """The table's last txn version for `app_id` from Delta's own snapshot (None: no table or never written)."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    pair = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None  # a classic (JVM) session always has its gateway; PySpark asserts the same
+    pair = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)
     snapshot = pair._2()
     if snapshot.version() < 0:
         return None
@@ -243,8 +244,9 @@ def table_writer_and_txn(spark: SparkSession, uri: str, app_id: str) -> tuple[st
         raise
     except Exception as e:  # e.g. a table feature the standalone reader does not know yet
         log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=one_line(e)))
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)._2()  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    assert jvm is not None  # a classic (JVM) session always has its gateway; PySpark asserts the same
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, uri)._2()
     if snapshot.version() < 0:
         return None
     writer = snapshot.metadata().configuration().get(WRITER_PROPERTY)

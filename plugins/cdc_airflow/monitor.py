@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
@@ -83,7 +83,7 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
     status["config"] = summary
     status["airflow"] = airflow_dag_states(list(summary["dags"]))
-    return mask_secrets(status, secrets)
+    return cast(dict[str, Any], mask_secrets(status, secrets))  # a dict in, a dict out
 
 
 def airflow_dag_states(dag_ids: list[str]) -> dict[str, Any]:
@@ -222,8 +222,9 @@ def _pos_label(pos: Any) -> str:
 
 def window_view(w: Mapping[str, Any]) -> dict[str, Any]:
     """Pure: one window record (ZooKeeper's, as `status()` returns it) flattened for the table."""
-    plan = w.get("plan") if isinstance(w.get("plan"), Mapping) else w
-    result = w.get("result") if isinstance(w.get("result"), Mapping) else {}
+    plan_value, result_value = w.get("plan"), w.get("result")
+    plan: Mapping[str, Any] = plan_value if isinstance(plan_value, Mapping) else w
+    result: Mapping[str, Any] = result_value if isinstance(result_value, Mapping) else {}
     tables: dict[str, dict[str, Any]] = {}
     for source in (result.get("tables"), w.get("tables")):
         if isinstance(source, Mapping):
@@ -301,10 +302,12 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
     lease = s.get("lease") or {}
     lag = s.get("lag") or {}
     rows = []
-    dags = s.get("airflow") if isinstance(s.get("airflow"), Mapping) else {}
+    dag_states = s.get("airflow")
+    dags: Mapping[str, Any] = dag_states if isinstance(dag_states, Mapping) else {}
     if cfg:
         def dag_link(d: str) -> str:
-            st = dags.get(d) if isinstance(dags.get(d), Mapping) else {}
+            dag_state = dags.get(d)
+            st: Mapping[str, Any] = dag_state if isinstance(dag_state, Mapping) else {}
             state = "" if st.get("paused") is None else " (paused)" if st["paused"] else ""
             return f'<a href="/dags/{esc(d)}" target="_top">{esc(d)}</a>{esc(state)}'
 
@@ -331,7 +334,8 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
             )
     if lag or s.get("source_end"):
         secs = lag.get("seconds")
-        cls = "ok" if (secs or 0) < 900 else "warn" if secs < 3600 else "bad"
+        level = secs or 0  # no lag figure counts as none
+        cls = "ok" if level < 900 else "warn" if level < 3600 else "bad"
         rows.append(_row("lag", f'<span class="{cls}">{esc(fmt_seconds(secs))}</span>', "lag_seconds"))
         rows.append(_row("lag bytes", esc(fmt_bytes(lag.get("bytes"))), "lag_bytes"))
         end = s.get("source_end") or {}

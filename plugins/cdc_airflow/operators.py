@@ -34,7 +34,8 @@ PLAN_TASK = "plan_window"
 class _MergeSource(Protocol):
     """What `build_merge_submit` needs from a Pipeline (a stub in unit tests)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def merge_application_args(self, grant: Any, seq: int) -> list[str]: ...
     def spark_conf(self) -> dict[str, str]: ...
