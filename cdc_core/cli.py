@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld, StateConflict
+from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld
 
 
 def _load(config_path: str | None) -> Any:
@@ -148,12 +148,14 @@ def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None
 @click.pass_context
 def status(ctx: click.Context, pipeline: str | None) -> None:
     """Cursor, lag, lease and recent windows (the monitoring page's data), as JSON."""
+    from cdc_core.run.status import pipeline_status
+
     cfg = _load(ctx.obj["config"])
     names = [pipeline] if pipeline else [p.name for p in cfg.pipelines]
     out = []
     for name in names:
         with _pipeline(ctx, name) as p:
-            out.append(p.status())
+            out.append(pipeline_status(p))
     _emit(out if not pipeline else out[0])
 
 
@@ -188,31 +190,27 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
     cancel: bool,
 ) -> None:
     """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward)."""
+    from cdc_core.run import backfill as backfill_steps
+
     if cancel:
         if start_ts or end_ts or tables or dry_run:
             raise click.UsageError("--cancel takes no --from, --until, --table or --dry-run")
         with _pipeline(ctx, pipeline) as p:
             grant = _acquire(p, "backfill")
             try:
-                before = p.coordinator.read_cursor().backfill
-                try:
-                    p.coordinator.cancel_backfill(grant)
-                except StateConflict as e:
-                    raise StateConflict(
-                        f"{e} (`cdc run {pipeline} --once` lands it; then cancel again)"
-                    ) from None
+                cancelled = backfill_steps.cancel_backfill(p, grant)
             finally:
                 p.release(grant)
-        _emit({"pipeline": pipeline, "cancelled": before.to_dict() if before is not None else None})
+        _emit(cancelled)
         return
     if not start_ts:
         raise click.UsageError("--from is required (or --cancel)")
     with _pipeline(ctx, pipeline) as p:
         # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
-        p.check_backfill(start_ts, end_ts, list(tables) or None, dry_run=dry_run)
+        backfill_steps.check_backfill(p, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
         grant = _acquire(p, "backfill")
         try:
-            report = p.begin_backfill(grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
+            report = backfill_steps.begin_backfill(p, grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
             if not dry_run:
                 done = []
                 for _ in range(windows):

@@ -50,6 +50,7 @@ from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, Leas
 from cdc_core.model.layout import PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import path_component
+from cdc_core.run.context import PipelineContext
 
 if TYPE_CHECKING:
     from cdc_core.capture.source import TableFilter
@@ -379,7 +380,7 @@ def discover_tables(
     return out
 
 
-def table_status(p: Pipeline, maintenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def table_status(p: PipelineContext, maintenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per table of the pipeline: files, size, version, txn version, and its last maintenance."""
     maintained = {}
     for t in (maintenance or {}).get("tables") or []:
@@ -409,8 +410,8 @@ def table_status(p: Pipeline, maintenance: dict[str, Any] | None = None) -> list
     return rows
 
 
-def maintenance_status(p: Pipeline) -> dict[str, Any]:
-    """What `Pipeline.status()` shows about housekeeping: the last maintenance run and every table."""
+def maintenance_status(p: PipelineContext) -> dict[str, Any]:
+    """What `status.pipeline_status` shows about housekeeping: the last maintenance run and every table."""
     record = p.coordinator.read_maintenance()
     last = None
     if record is not None:

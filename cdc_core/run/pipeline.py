@@ -56,7 +56,7 @@ from cdc_core.lake.spark_conf import (
 )
 from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, windows
 from cdc_core.model.config import PipelineConfig
-from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
+from cdc_core.model.errors import ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.logfmt import iso_seconds, kv
 from cdc_core.model.manifest import Manifest
@@ -134,7 +134,8 @@ class Pipeline:
     def lake_root(self) -> str:
         return str(self.config.lake_root)
 
-    def _log(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None:
+    def log_event(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None:
+        """One structured log line, with the pipeline and the fencing token (`-` without a lease)."""
         token = f"{grant.token:#x}" if grant else "-"
         log.info("%s %s", event, kv(pipeline=self.name, token=token, **fields))
 
@@ -210,7 +211,7 @@ class Pipeline:
                 raise
             self._break_dead_holder()
             grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
-        self._log("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
+        self.log_event("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
         faults.point("after_acquire")
         return grant
 
@@ -221,12 +222,12 @@ class Pipeline:
             return  # released meanwhile: the next acquire takes it
         verdict, reason = holders.judge_holder(holders.ProcessIdentity.from_dict(info.process))
         if verdict != "dead":
-            self._log("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
+            self.log_event("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
             raise LeaseHeld(
                 f"pipeline {self.name!r}: the lease is held by {info.holder!r} until {iso_seconds(info.expires_at)} "
                 f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)"
             )
-        self._log(
+        self.log_event(
             "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
             action="break",
         )
@@ -239,7 +240,7 @@ class Pipeline:
 
     def release(self, grant: LeaseGrant) -> None:
         self.coordinator.release(grant)
-        self._log("lease.released", grant)
+        self.log_event("lease.released", grant)
 
     def plan(self, grant: LeaseGrant) -> dict[str, Any]:
         """Recover, then return the window to work on: a pending one (replayed exactly) or a new one.
@@ -251,7 +252,7 @@ class Pipeline:
         recovered = self.recover(grant)
         pending = self.coordinator.pending_window()
         if pending is not None:
-            self._log("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
+            self.log_event("window.replay", grant, seq=pending.plan.seq, kind=pending.plan.kind)
             faults.point("after_plan")  # the plan to work on is known, replayed or new (crash suite)
             return self._plan_info(pending.plan, recovered=recovered or "replay")
         cursor = self.coordinator.read_cursor()
@@ -281,7 +282,7 @@ class Pipeline:
         snapshot_steps.on_first_start(self, grant)
         resolution = self.resolve(None)
         self.coordinator.set_start(grant, resolution.position)
-        self._log("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
+        self.log_event("cursor.initialised", grant, rule=resolution.rule, position=resolution.position.label())
         return resolution.rule
 
     def _binlog_plan(self, grant: LeaseGrant, cursor: Any, first_rule: str | None = None) -> WindowPlan:
@@ -302,7 +303,7 @@ class Pipeline:
             if not start.same_point(cursor.position) or start.server != cursor.position.server:
                 # Failover: the same logical point expressed on the new server.
                 self.coordinator.rebase_cursor(grant, start, reason=resolution.rule)
-                self._log("cursor.rebased", grant, rule=resolution.rule, position=start.label())
+                self.log_event("cursor.rebased", grant, rule=resolution.rule, position=start.label())
             kind = KIND_STREAM
             stop = None
             tables = None
@@ -331,7 +332,7 @@ class Pipeline:
         if plan.kind == KIND_SNAPSHOT:
             snapshot_steps.log_planned(self, grant, plan, snap)
         else:
-            self._log(
+            self.log_event(
                 "window.planned", grant, seq=plan.seq, kind=plan.kind, start=plan.start.label(), end=plan.end.label(),
                 transactions=plan.transactions, events=plan.events, bytes=plan.bytes,
             )
@@ -379,12 +380,14 @@ class Pipeline:
             manifest = staging.stage_window(
                 plan, changes, self.staging_root, progress=self._stage_progress(grant, plan)
             )
-            self._log(
+            self.log_event(
                 "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                 secs=f"{time.time() - t0:.2f}",
             )
         else:
-            self._log("window.already_staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+            self.log_event(
+                "window.already_staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes
+            )
         faults.point("after_stage")
         return {
             "seq": seq,
@@ -401,7 +404,7 @@ class Pipeline:
             now = time.time()
             if now - last[0] >= 10:
                 last[0] = now
-                self._log("window.staging", grant, seq=plan.seq, rows=rows, **extra)
+                self.log_event("window.staging", grant, seq=plan.seq, rows=rows, **extra)
                 self.renew(grant)  # a long staging keeps the lease alive (and notices a lost one)
 
         return progress
@@ -534,12 +537,12 @@ class Pipeline:
         """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator)."""
         manifest = self.manifest(seq)
         if not manifest.tables:
-            self._log("window.merge_skipped", grant, seq=seq, reason="empty")
+            self.log_event("window.merge_skipped", grant, seq=seq, reason="empty")
             return {"seq": seq, "skipped": "empty"}
         self.renew(grant)
         cmd = self.spark_submit_command(grant, seq)
         env = self.spark_job_env()
-        self._log("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
         t0 = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
@@ -560,7 +563,7 @@ class Pipeline:
                 + (f": {said.removeprefix('merge_window: ')}" if said else "")
                 + f"; the step is safe to retry once that is fixed. Last output:\n{tail}"
             )
-        self._log("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
+        self.log_event("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
         faults.point("after_merge")
         return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
 
@@ -591,7 +594,7 @@ class Pipeline:
         result = self._ack_result(seq, manifest)
         self._record_checkpoint(grant, record.plan, manifest, result)
         cursor = self.coordinator.ack_window(grant, seq, result)
-        self._log("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
+        self.log_event("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
         if record.plan.kind == KIND_SNAPSHOT:
             snapshot_steps.log_acked(self, grant, record.plan)
         faults.point("after_ack")
@@ -660,7 +663,7 @@ class Pipeline:
 
         self.coordinator.verify(grant)  # fenced like every other write: a run that lost its lease stops here
         wrote = lake_versions.write_window(self.lake_root, self.name, plan.seq, build)
-        self._log("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
+        self.log_event("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
         faults.point("after_checkpoint")
 
     def more_work(self, seq: int) -> dict[str, Any]:
@@ -681,7 +684,7 @@ class Pipeline:
             snapshot_active=self.coordinator.read_snapshot().active,
         )
         answer["seq"] = seq
-        self._log("window.more_work", None, seq=seq, more=answer["more"], reason=answer["reason"])
+        self.log_event("window.more_work", None, seq=seq, more=answer["more"], reason=answer["reason"])
         return answer
 
     def merge_report(self, seq: int) -> dict[str, Any] | None:
@@ -703,7 +706,7 @@ class Pipeline:
     def note_failure(self, step: str, error: BaseException, *, seq: int | None = None, holder: str = "") -> None:
         """Record a failed step for the monitor page (`status()["last_error"]`)."""
         message = f"{type(error).__name__}: {error}"
-        self._log("step.failed", None, step=step, seq=seq, error=message[:500])
+        self.log_event("step.failed", None, step=step, seq=seq, error=message[:500])
         self.coordinator.record_error(holder, step, seq, message)
 
     def recover(self, grant: LeaseGrant) -> str | None:
@@ -720,7 +723,7 @@ class Pipeline:
             result = {**self._ack_result(pending.plan.seq, manifest), "recovered": True}
             self._record_checkpoint(grant, pending.plan, manifest, result)
             self.coordinator.ack_window(grant, pending.plan.seq, result)
-            self._log("window.recovered_ack", grant, seq=pending.plan.seq)
+            self.log_event("window.recovered_ack", grant, seq=pending.plan.seq)
             return f"acked landed window {pending.plan.seq}"
         return None
 
@@ -745,7 +748,7 @@ class Pipeline:
                 lake_registry.LakeRegistry.from_dict(cur), names, next_seq).to_dict(),
         ))
         for n in names:
-            self._log("lake.table_damaged", grant, table=n, reason=repr(bad[n]))
+            self.log_event("lake.table_damaged", grant, table=n, reason=repr(bad[n]))
         raise LakeError(
             f"pipeline {self.name!r}: "
             + "; ".join(f"Delta table {n} ({self.table_uri(reg.tables[n].schema, reg.tables[n].table)}) {bad[n]}"
@@ -787,10 +790,10 @@ class Pipeline:
         for n in recreated:  # the next stream window refuses to plan until a repair rebuilt it
             rb = reg.tables[n].rebuild if n in reg.tables else None
             if rb is not None and rb.broken:
-                self._log("lake.snapshot_round_broken", grant, seq=plan.seq, table=n, round=rb.round,
+                self.log_event("lake.snapshot_round_broken", grant, seq=plan.seq, table=n, round=rb.round,
                           round_delta_id=rb.delta_id, reason="a chunk landed in another Delta table than chunk 1")
             else:
-                self._log("lake.table_recreated", grant, seq=plan.seq, table=n)
+                self.log_event("lake.table_recreated", grant, seq=plan.seq, table=n)
 
     # ------------------------------------------------------------------------------------ whole run
 
@@ -840,10 +843,10 @@ class Pipeline:
                     if behind is None:
                         stop_reason = "caught_up"
                         break
-                    self._log("run.continue", grant, seq=step["seq"], reason=behind, windows=len(done))
+                    self.log_event("run.continue", grant, seq=step["seq"], reason=behind, windows=len(done))
             else:
                 if until_caught_up and self._behind(target) is not None:
-                    self._log("run.window_cap", grant, windows=len(done), max_windows=max_windows,
+                    self.log_event("run.window_cap", grant, windows=len(done), max_windows=max_windows,
                               hint="more is waiting: run again, or raise --max-windows")
         except Exception as e:
             self.note_failure(doing, e, seq=seq, holder=holder)
@@ -867,217 +870,6 @@ class Pipeline:
         if (binlog_file_index(pos.file), pos.offset) < (binlog_file_index(target.file), target.offset):
             return "behind_source_end"
         return None
-
-    # ------------------------------------------------------------------------------------- backfill
-
-    def check_backfill(
-        self,
-        start_ts: Any,
-        end_ts: Any = None,
-        tables: list[str] | tuple[str, ...] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Validate a backfill request (form, CLI flags) without changing anything anywhere.
-
-        Reads the source and the cursor only, so it runs before the lease is taken: invalid input
-        leaves ZooKeeper, staging and the lake exactly as they were. Returns the request normalised
-        ({start_at, end_at, tables, start}); raises a CdcError naming the field, the value and the fix.
-        """
-        from cdc_core.model.config import parse_utc_timestamp
-        from cdc_core.model.naming import parse_table_pattern
-
-        who = f"pipeline {self.name!r}: backfill"
-        if start_ts is None or (isinstance(start_ts, str) and not start_ts.strip()):
-            raise ConfigError(f"{who} start_ts is required: the UTC instant to replay from, e.g. 2026-11-20T08:00:00Z")
-        start_at = parse_utc_timestamp(start_ts, what=f"{who} start_ts")
-        end_at = parse_utc_timestamp(end_ts, what=f"{who} end_ts") if end_ts not in (None, "") else None
-        now = time.time()
-        if start_at > now:
-            raise ConfigError(
-                f"{who} start_ts {iso_seconds(start_at)} is in the future (now {iso_seconds(now)}); "
-                "a backfill replays changes "
-                "already committed: give a past instant"
-            )
-        if end_at is not None and end_at <= start_at:
-            raise ConfigError(
-                f"{who} end_ts {iso_seconds(end_at)} is not after start_ts {iso_seconds(start_at)}; "
-                "give a later end_ts, or none "
-                "to replay up to the pipeline's cursor"
-            )
-        if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
-            raise ConfigError(f"{who} tables must be a list of schema.table names (got {tables!r:.80})")
-        for t in tables or ():
-            try:
-                parse_table_pattern(t)
-            except ValueError as e:
-                raise ConfigError(f"{who} tables: {e}") from None
-        chosen: list[str] = []
-        if tables:
-            captured = self.describe()
-            for t in tables:
-                flt = TableFilter(include=(t,))
-                hits = [name for name, s in captured.items() if flt.matches(s.schema, s.table)]
-                chosen += [h for h in hits if h not in chosen]
-                if not hits:
-                    shown = ", ".join(sorted(captured)[:20]) + (" ..." if len(captured) > 20 else "")
-                    raise ConfigError(
-                        f"{who} table {t!r} is not captured by this pipeline (it does not exist on the source, or "
-                        f"tables.include/exclude leave it out); the pipeline captures: {shown or 'no tables'}. "
-                        "Pick from these, or leave tables empty to replay every captured table"
-                    )
-        cursor = self.coordinator.read_cursor()
-        if cursor.position is None:
-            raise StateConflict(
-                f"pipeline {self.name!r} has never run; a backfill replays what it already landed: run the "
-                "pipeline first"
-            )
-        if cursor.backfill is not None and not dry_run:
-            raise StateConflict(
-                f"{who} cannot start: one is already in progress (next at {cursor.backfill.position.label()}, until "
-                f"{cursor.backfill.until.label()}, requested by {cursor.backfill.requested_by!r}); the pipeline's "
-                "next runs finish it, start another one after that"
-            )
-        start = self.resolve(None, StartSpec(kind="timestamp", at=start_at)).position  # PositionPurged if too old
-        # The concrete captured tables (table ids), never the patterns: a pattern could also match a
-        # table the pipeline does not capture, and the backfill would land it.
-        return {"start_at": start_at, "end_at": end_at, "tables": sorted(chosen), "start": start}
-
-    def begin_backfill(
-        self,
-        grant: LeaseGrant,
-        start_ts: str | float,
-        end_ts: str | float | None = None,
-        tables: list[str] | tuple[str, ...] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        checked = self.check_backfill(start_ts, end_ts, tables, dry_run=dry_run)
-        end_at = checked["end_at"]
-        grant = self.renew(grant)
-        cursor = self.coordinator.read_cursor()
-        if cursor.position is None:
-            raise StateConflict(f"pipeline {self.name!r} has never run; a backfill replays what it already landed")
-        start = checked["start"]
-        tables = checked["tables"] or None
-        lake_registry.check_backfill_start(
-            lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake()), self.name, start, tuple(tables or ())
-        )
-        until = cursor.position
-        if end_at is not None:
-            end_pos = (
-                self.resolve(None, StartSpec(kind="timestamp", at=end_at)).position if end_at < time.time() else until
-            )
-            until = min(end_pos, until) if end_pos.server == until.server else until
-        until = max(until, start)
-        report = {
-            "pipeline": self.name,
-            "from": start.label(),
-            "until": until.label(),
-            "tables": list(tables or []),
-            "dry_run": dry_run,
-        }
-        if dry_run:
-            txns = changes = 0
-            scan = self.scanner().scan_transactions(
-                start.file, start.offset, start.gtid, start.epoch, stop=(until.file, until.offset)
-            )
-            for b in scan:
-                txns += 1
-                changes += b.events
-            report.update(transactions=txns, events=changes)
-            self._log("backfill.dry_run", grant, **{k: v for k, v in report.items() if k != "pipeline"})
-            return report
-        self.coordinator.start_backfill(grant, start, until, tuple(tables or ()), requested_by=grant.holder)
-        self._log("backfill.started", grant, start=start.label(), until=until.label())
-        return report
-
-    # --------------------------------------------------------------------------------------- status
-
-    def status(self) -> dict[str, Any]:
-        """Everything an operator wants at a glance; never contains secrets."""
-        out: dict[str, Any] = {"pipeline": self.name, "error": None}
-        try:
-            cursor = self.coordinator.read_cursor()
-            lease = self.coordinator.read_lease()
-            out["cursor"] = {
-                "seq": cursor.seq,
-                "position": cursor.position.to_dict() if cursor.position else None,
-                "label": cursor.position.label() if cursor.position else None,
-                "commit_ts": cursor.position.commit_ts if cursor.position else None,
-                "backfill": cursor.backfill.to_dict() if cursor.backfill else None,
-            }
-            out["lease"] = lease.to_dict() if lease else None
-            out["windows"] = [w.to_dict() for w in self.coordinator.recent_windows(10)]
-            last_error = self.coordinator.read_last_error()
-            if last_error is not None:
-                # A window acked after the failure means the pipeline got past it.
-                last_error["resolved"] = bool(
-                    cursor.updated_at and cursor.updated_at > float(last_error.get("at") or 0)
-                )
-            out["last_error"] = last_error
-            out["snapshot"] = snapshot_state.progress_view(self.coordinator.read_snapshot())
-        except CdcError as e:
-            out["error"] = str(e)
-            return out
-        try:  # per table: files, size, last maintenance (cdc_core.run.housekeeping)
-            from cdc_core.run import housekeeping
-
-            out["maintenance"] = housekeeping.maintenance_status(self)
-        except Exception as e:  # an object store's own errors too: tables are an add-on, never hide the cursor
-            out["maintenance"] = {"error": f"{type(e).__name__}: {e}"}
-        try:
-            facts = self.source_facts(refresh=True)
-            end = facts.end
-            out["source_end"] = {"file": end.file, "offset": end.offset, "gtid": end.gtid} if end else None
-            out["lag"] = lag(cursor.position, facts)
-        except CdcError as e:
-            out["source_error"] = str(e)
-        return out
-
-
-
-
-def lag(position: BinlogPosition | None, facts: SourceFacts) -> dict[str, Any]:
-    """How far the lake is behind the source: changes not yet landed, in binlog bytes and in seconds.
-
-    `binlog_bytes`: the binlog between the cursor and the source's current end (summed over the files
-    between). `bytes` / `seconds`: the same, and the time since the cursor's last landed commit, but 0
-    when what lies between holds no transaction: on a GTID source whose end state the cursor's GTID
-    state already contains, the bytes are only events without row changes (a rotation's or a restart's
-    headers, checkpoints); the next run moves the cursor over them (cdc_core.model.windows). Without GTIDs
-    such bytes count until that run.
-    """
-    if position is None:
-        return {"bytes": None, "seconds": None, "binlog_bytes": None}
-    behind = 0
-    for f in facts.binlogs:
-        if f.index < position.sort_key()[1]:
-            continue
-        if f.name == position.file:
-            behind += max(0, f.size - position.offset)
-        else:
-            behind += f.size
-    pending = behind if behind == 0 or not _no_transaction_after(position, facts) else 0
-    seconds = None
-    if position.commit_ts is not None:
-        seconds = 0.0 if pending == 0 else max(0.0, time.time() - position.commit_ts)
-    return {"bytes": pending, "seconds": seconds, "binlog_bytes": behind}
-
-
-def _no_transaction_after(position: BinlogPosition, facts: SourceFacts) -> bool:
-    """The cursor's GTID state holds every transaction the source has logged (same server, GTIDs on)."""
-    end = facts.end.gtid if facts.end is not None else None
-    if position.gtid is None or end is None or not position.server.same_server(facts.identity):
-        return False
-    try:
-        if facts.flavor == "mariadb":
-            from cdc_core.capture.source import mariadb_gtid_state
-
-            return bool(mariadb_gtid_state(position.gtid).contains(mariadb_gtid_state(end)))
-        from cdc_core.model.positions import parse_gtid_set
-
-        return bool(parse_gtid_set(position.gtid, facts.flavor).contains(parse_gtid_set(end, facts.flavor)))  # type: ignore[arg-type]
-    except (CdcError, ValueError):
-        return False
 
 
 def configure_logging(level: int = logging.INFO) -> None:

@@ -26,11 +26,11 @@ from cdc_core.model.snapshot_state import (
     with_requests,
 )
 from cdc_core.model.window_plan import WindowPlan
+from cdc_core.run.context import PipelineContext
 
 if TYPE_CHECKING:
     from cdc_core.coordination import Cursor, LeaseGrant
     from cdc_core.model.manifest import Manifest
-    from cdc_core.run.pipeline import Pipeline
 
 log = logging.getLogger("cdc.snapshot")
 
@@ -38,7 +38,7 @@ log = logging.getLogger("cdc.snapshot")
 # ------------------------------------------------------------------------ the pipeline's side
 
 
-def _describe_one(p: Pipeline, name: str, plan: WindowPlan | None = None) -> TableSchema | None:
+def _describe_one(p: PipelineContext, name: str, plan: WindowPlan | None = None) -> TableSchema | None:
     """The table as it is now (None when gone), with the full-row-key settings of `plan` when given."""
     from cdc_core.model.errors import UnknownTable
 
@@ -53,7 +53,7 @@ def _describe_one(p: Pipeline, name: str, plan: WindowPlan | None = None) -> Tab
         return None
 
 
-def _describe_many(p: Pipeline, names: Sequence[str], plan: WindowPlan | None = None) -> dict[str, TableSchema]:
+def _describe_many(p: PipelineContext, names: Sequence[str], plan: WindowPlan | None = None) -> dict[str, TableSchema]:
     """Several tables as they are now, in one information_schema round (absent: gone)."""
     from cdc_core.capture.source import TableFilter, describe_tables
     from cdc_core.model.errors import UnknownTable
@@ -79,7 +79,7 @@ def _describe_many(p: Pipeline, names: Sequence[str], plan: WindowPlan | None = 
 
 
 def request(
-    p: Pipeline,
+    p: PipelineContext,
     grant: LeaseGrant,
     tables: Sequence[str] | None = None,
     chunk_rows: int | None = None,
@@ -107,25 +107,25 @@ def request(
         conn.close()
     by = requested_by or grant.holder
     if not reqs:
-        p._log("snapshot.nothing_to_do", grant, reason="the pipeline captures no existing table")
+        p.log_event("snapshot.nothing_to_do", grant, reason="the pipeline captures no existing table")
         return p.coordinator.read_snapshot()
     state = p.coordinator.update_snapshot(
         grant, "request a snapshot", lambda s: with_requests(s, reqs, time.time(), by), "snapshot.requested",
         tables=",".join(names),
     )
     for r in reqs:
-        p._log("snapshot.table_requested", grant, table=r.table, estimate=r.estimate, chunk_rows=r.chunk_rows)
+        p.log_event("snapshot.table_requested", grant, table=r.table, estimate=r.estimate, chunk_rows=r.chunk_rows)
     return state
 
 
-def cancel(p: Pipeline, grant: LeaseGrant, tables: Sequence[str] | None = None) -> SnapshotState:
+def cancel(p: PipelineContext, grant: LeaseGrant, tables: Sequence[str] | None = None) -> SnapshotState:
     return p.coordinator.update_snapshot(
         grant, "cancel the snapshot", lambda s: cancelled(s, tables, time.time()), "snapshot.cancelled",
         tables=",".join(tables) if tables else "all",
     )
 
 
-def on_first_start(p: Pipeline, grant: LeaseGrant) -> None:
+def on_first_start(p: PipelineContext, grant: LeaseGrant) -> None:
     """A new pipeline (no stream position yet) with `snapshot.on_start`: request every captured table.
 
     Called before the stream's start is set, so the start is at or before every chunk's watermark
@@ -144,7 +144,7 @@ def on_first_start(p: Pipeline, grant: LeaseGrant) -> None:
         request(p, grant, missing, requested_by=f"on_start:{grant.holder}")
 
 
-def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotState) -> WindowPlan | None:
+def plan_chunk(p: PipelineContext, grant: LeaseGrant, cursor: Cursor, state: SnapshotState) -> WindowPlan | None:
     """The next chunk's plan (not stored), or None when no chunk can be planned now."""
     cur = state.current()
     if cur is None or cursor.position is None:
@@ -155,7 +155,7 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
     table = _describe_one(p, cur.table)
     if table is not None and cur.key and tuple(table.key) != tuple(cur.key):
         name = cur.table
-        p._log("snapshot.key_changed", grant, table=name, old=",".join(cur.key), new=",".join(table.key))
+        p.log_event("snapshot.key_changed", grant, table=name, old=",".join(cur.key), new=",".join(table.key))
         state = p.coordinator.update_snapshot(
             grant, "restart a table whose key changed", lambda s: restarted(s, name, time.time(), "key changed"),
             "snapshot.restarted", table=name,
@@ -177,17 +177,19 @@ def plan_chunk(p: Pipeline, grant: LeaseGrant, cursor: Cursor, state: SnapshotSt
     if plan.start < cursor.position:
         # Cannot happen on one server (the watermark is read after the cursor was written); should the
         # server say otherwise, let a binlog window go first rather than fail the plan step.
-        p._log("snapshot.watermark_behind_cursor", grant, watermark=plan.start.label(), cursor=cursor.position.label())
+        p.log_event(
+            "snapshot.watermark_behind_cursor", grant, watermark=plan.start.label(), cursor=cursor.position.label()
+        )
         return None
     return replace(plan, capture=p.capture_settings(plan.tables))  # re-staging describes the table the same way
 
 
-def log_planned(p: Pipeline, grant: LeaseGrant, plan: WindowPlan, state: SnapshotState) -> None:
+def log_planned(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, state: SnapshotState) -> None:
     specs = chunks_of(plan)
     for spec in specs:
         t = state.table(spec.table)
         total = t.chunks_total() if t is not None else spec.chunk
-        p._log(
+        p.log_event(
             "snapshot.chunk_planned", grant, seq=plan.seq, table=spec.table,
             chunk=f"{spec.chunk}/{max(total, spec.chunk)}", lower=json.dumps(spec.lower), upper=json.dumps(spec.upper),
             last=spec.last, watermark=plan.start.label(), version=spec.version,
@@ -195,7 +197,7 @@ def log_planned(p: Pipeline, grant: LeaseGrant, plan: WindowPlan, state: Snapsho
         )
 
 
-def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
+def stage_chunk(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
     """Read and stage the window's chunk(s) (bounded memory); the first chunk of a table declares it, so
     an empty source table still gets its (empty) Delta table."""
     from cdc_core.lake import staging
@@ -217,7 +219,7 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
         now = time.time()
         if now - last[0] >= 10:
             last[0] = now
-            p._log("snapshot.reading", grant, seq=plan.seq, table=current[0], rows=done_rows[0] + rows)
+            p.log_event("snapshot.reading", grant, seq=plan.seq, table=current[0], rows=done_rows[0] + rows)
             p.renew(grant)  # a long chunk keeps the lease alive (and notices a lost one)
 
     current = [specs[0].table]
@@ -227,7 +229,7 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
         table = described.get(spec.table)
         if table is None:
             if not spec.missing:
-                p._log("snapshot.table_gone", grant, seq=plan.seq, table=spec.table)
+                p.log_event("snapshot.table_gone", grant, seq=plan.seq, table=spec.table)
             continue
         readers.append((spec, table))
         if spec.chunk == 1:
@@ -246,7 +248,7 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
             done_rows[0] += n
 
     manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare))
-    p._log(
+    p.log_event(
         "snapshot.chunk_staged", grant, seq=plan.seq, table=specs[0].table, chunk=specs[0].chunk,
         rows=manifest.changes, secs=f"{time.time() - t0:.2f}",
         **({"window_tables": len(specs)} if len(specs) > 1 else {}),
@@ -254,7 +256,7 @@ def stage_chunk(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> Manifest:
     return manifest
 
 
-def log_acked(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> None:
+def log_acked(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> None:
     try:
         state = p.coordinator.read_snapshot()
     except CoordinationError:
@@ -263,9 +265,9 @@ def log_acked(p: Pipeline, grant: LeaseGrant, plan: WindowPlan) -> None:
         t = state.table(spec.table)
         if t is None:
             continue
-        p._log(
+        p.log_event(
             "snapshot.progress", grant, seq=plan.seq, table=t.table, status=t.status,
             chunks=f"{t.chunks}/{t.chunks_total()}", rows=t.rows, estimate=t.estimate,
         )
         if t.status == STATUS_DONE and t.last_seq == plan.seq:
-            p._log("snapshot.table_done", grant, table=t.table, chunks=t.chunks, rows=t.rows)
+            p.log_event("snapshot.table_done", grant, table=t.table, chunks=t.chunks, rows=t.rows)

@@ -6,7 +6,7 @@ file:offset, GTID, commit time), the lag behind the source (seconds and bytes), 
 expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome),
 the snapshot's progress per table (chunks done / estimated total, rows), the last error, and per
 Delta table its files, size and last maintenance (cdc_core.run.housekeeping). The
-data is `Pipeline.status()`, gathered fresh on every request.
+data is `cdc_core.run.status.pipeline_status`, gathered fresh on every request.
 
 Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
 sets); plugin routes are not protected otherwise. Nothing secret is shown: `status()` carries none,
@@ -51,7 +51,7 @@ def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
 
 
 def pipeline_status(pc: Any) -> dict[str, Any]:
-    """`Pipeline.status()` for one configured pipeline, plus its configuration summary; never raises."""
+    """`pipeline_status` for one configured pipeline, plus its configuration summary; never raises."""
     from cdc_airflow.hooks import (
         check_zookeeper_auth,
         object_store_from_connection,
@@ -76,9 +76,10 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         secrets = secrets_of(pc, source, store)
         check_zookeeper_auth(pc)
         from cdc_core.run.pipeline import Pipeline
+        from cdc_core.run.status import pipeline_status
 
         with Pipeline.from_config(pc, source, store=store) as p:
-            status = dict(p.status())
+            status = dict(pipeline_status(p))
     except Exception as e:  # one broken pipeline must not take the page down
         status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
     status["config"] = summary

@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cdc_airflow.operators import LEASE_TASK, PLAN_TASK, pull_grant_and_seq
 from cdc_core.model.errors import ConfigError, Fenced, LeaseHeld
+from cdc_core.run import backfill
 
 ACK_TASK = "ack_window"
 MORE_WORK_TASK = "more_work"  # the short-circuit after release_lease
@@ -127,7 +128,8 @@ def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
     try:
         with open_pipeline(pipeline) as p:
             return dict(
-                p.check_backfill(
+                backfill.check_backfill(
+                    p,
                     form_utc(params.get("start_ts")),
                     form_utc(params.get("end_ts")) or None,
                     list(params.get("tables") or []) or None,
@@ -164,7 +166,8 @@ def begin_backfill(pipeline: str) -> dict[str, Any]:
     params = ctx["params"]
     grant = _grant(ctx["ti"])
     with _step(pipeline, "begin_backfill") as p:
-        report = p.begin_backfill(
+        report = backfill.begin_backfill(
+            p,
             grant,
             form_utc(params["start_ts"]),
             form_utc(params.get("end_ts")) or None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cdc_core.run.status import pipeline_status
 from tests.e2e.e2e_support import CdcCase, binlog_position
 from tests.faults.oracle import Oracle
 from tests.faults.workload import Shadow, Workload
@@ -48,7 +49,7 @@ def test_dag_killed_inside_the_ack_is_recovered_by_the_next_run(
         assert crashed.state != "success" and crashed.tasks.get("merge_window") == "success", crashed.explain()
         oracle.check("DAG run killed inside the ack")
         with case.pipeline() as p:
-            status = p.status()
+            status = pipeline_status(p)
         assert status["cursor"]["seq"] == 0 and status["windows"][0]["state"] == "planned", status
 
         while (lease := oracle.coordinator.read_lease()) is not None and not lease.expired(time.time()):

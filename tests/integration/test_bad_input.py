@@ -31,6 +31,7 @@ from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
 from cdc_core.model.config import load_config
 from cdc_core.model.errors import CdcError, ConfigError, PositionPurged
+from cdc_core.run.backfill import check_backfill
 from cdc_core.run.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
@@ -119,7 +120,7 @@ def bad_forms(db: str) -> list[tuple[dict[str, Any], type[CdcError], str]]:
 
 
 def check(p: Pipeline, form: dict[str, Any]) -> dict[str, Any]:
-    return p.check_backfill(form.get("start_ts"), form.get("end_ts"), form.get("tables"), dry_run=False)
+    return check_backfill(p, form.get("start_ts"), form.get("end_ts"), form.get("tables"), dry_run=False)
 
 
 def test_every_bad_backfill_form_is_refused_specifically_and_changes_nothing(ran: Ran, zk_client: Any) -> None:

@@ -40,6 +40,7 @@ from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import Fenced, LakeError
 from cdc_core.run import housekeeping
 from cdc_core.run.pipeline import Pipeline
+from cdc_core.run.status import pipeline_status
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
 from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
@@ -363,7 +364,7 @@ def test_crash_before_ack_then_cdc_maintain_then_the_next_run_recovers(
     assert tables[(f"{source_db}.orders", "table")]["files_after"] == 1 <= files_before
     assert (f"{source_db}.orders", "tombstones") in tables
     assert maint.coordinator.read_lease() is None  # released
-    status = maint.status()["maintenance"]
+    status = pipeline_status(maint)["maintenance"]
     assert status["last"]["status"] == "ok" and status["last"]["holder"] == "cli/maintain/test"
     row = next(t for t in status["tables"] if t["kind"] == "table")
     assert row["files"] == 1 and row["last_maintenance"]["files_before"] == files_before
