@@ -32,7 +32,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from time import time as _wall_clock
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -127,7 +126,7 @@ class PipelineCoordinator:
         root: str,
         pipeline: str,
         *,
-        clock: Callable[[], float] = _wall_clock,
+        clock: Callable[[], float] = faults.clock,
         before_commit: Callable[[str], None] | None = None,
     ):
         """`clock`: the time leases are granted and checked against. `before_commit`: called with the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -74,3 +75,13 @@ def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:
             point(name)
     if not fired and seen:
         point(name)
+
+
+def clock() -> float:
+    """The time leases are granted and judged by: the wall clock, ahead by `CDC_FAULT_CLOCK_OFFSET` seconds
+    when the crash suite sets it. A test then lets a run take over a lease that a crashed or paused run still
+    holds without sleeping until it expires: exactly what a clock running ahead does, which can only fence
+    the holder early, never let two runs write (docs/zookeeper-layout.md). Unset in production."""
+    offset = os.environ.get("CDC_FAULT_CLOCK_OFFSET")
+    return time.time() + float(offset) if offset else time.time()
+

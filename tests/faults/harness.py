@@ -139,6 +139,16 @@ class Running:
 
 
 @dataclass
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Rig:
     """One scenario's pipeline, source database, shadow, oracle, and the CLI to drive them."""
 
@@ -182,6 +192,7 @@ class Rig:
         self.oracle = Oracle(self.services, self.workload, self.shadow, self.name, self.zk_client, self.zk_root,
                              self.lake, self.staging)
         self._n = 0
+        self._clock_offset = 0.0  # seconds the next run's lease clock runs ahead (let_next_run_take_lease)
 
     def close(self) -> None:
         for running in self._running:  # a test that failed mid-run must not leave a run behind
@@ -263,6 +274,9 @@ class Rig:
             extra.update({"CDC_FAULT": fault, "CDC_FAULT_ONCE": str(marker)})
             if action:
                 extra["CDC_FAULT_ACTION"] = action
+        if self._clock_offset:  # for this run only (let_next_run_take_lease)
+            extra.setdefault("CDC_FAULT_CLOCK_OFFSET", f"{self._clock_offset:.3f}")
+            self._clock_offset = 0.0
         args = [sys.executable, "-m", "tests.faults.cli_shim", "--config", str(self.config_path), *cdc_args]
         running = Running(args, self.env(extra), self.workdir, marker)
         self._running.append(running)
@@ -283,16 +297,21 @@ class Rig:
     def lease(self) -> Any:
         return self.oracle.coordinator.read_lease()
 
-    def wait_lease_free(self, timeout: float = 120) -> None:
-        """Until nobody holds a live lease (a killed run's lease expires after lease_seconds)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            lease = self.lease()
-            if lease is None or lease.expired(time.time()):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"lease still held after {timeout}s: {lease}")
-            time.sleep(max(0.05, min(1.0, lease.expires_at - time.time() + 0.05)))
+    def let_next_run_take_lease(self) -> None:
+        """Make sure the next run can take the lease, without sleeping until a crashed run's lease expires.
+
+        A dead holder (a killed run) needs nothing: the next CLI run breaks its lease itself, as in production
+        (cdc_core.model.holders). A live one (a paused zombie) is taken over by running the next run's clock
+        past the lease's expiry (`CDC_FAULT_CLOCK_OFFSET`, cdc_core.model.faults.clock): what a clock running
+        ahead does, which can only fence the holder early."""
+        self._clock_offset = 0.0
+        lease = self.lease()
+        if lease is None or lease.expired(time.time()):
+            return
+        pid = (lease.process or {}).get("pid")
+        if pid and not _process_alive(int(pid)):
+            return
+        self._clock_offset = lease.expires_at - time.time() + 0.5
 
     def check(self, label: str, *, final: bool = False) -> None:
         deadline = time.monotonic() + 60
@@ -310,7 +329,7 @@ class Rig:
         """
         failures = 0
         for i in range(1, max_runs + 1):
-            self.wait_lease_free()
+            self.let_next_run_take_lease()
             r = self.run()
             self.check(f"{label}: clean run {i} (rc {r.rc})")
             if r.rc == RC_OK:

@@ -61,7 +61,7 @@ def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attem
     for attempt in range(1, attempts + 1):
         if txns or attempt > 1:
             rig.write(max(txns, 3))
-        rig.wait_lease_free()
+        rig.let_next_run_take_lease()
         r = rig.run(fault=point)
         rig.check(f"crash at {point} (attempt {attempt}, rc {r.rc})")
         if r.killed:
@@ -81,7 +81,7 @@ def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attem
 def random_kill(rig: Rig, rng: random.Random, txns: int = 6, max_after: float = 15.0) -> str:
     """SIGKILL the run's process group after a random time."""
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     after = rng.uniform(0.3, max_after)
     r = rig.run(kill_after=after)
     rig.check(f"random kill after {after:.1f}s (rc {r.rc})")
@@ -125,7 +125,7 @@ def zombie(rig: Rig, rng: random.Random, point: str | None = None, txns: int = 5
     With `point`, the run stops itself at that fault point; without, the test stops it at a random time.
     """
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     if point is not None:
         a = rig.start_run(windows=1, fault=point, action="stop")
         a.wait_stopped()
@@ -140,8 +140,8 @@ def zombie(rig: Rig, rng: random.Random, point: str | None = None, txns: int = 5
         a.stop()
         how = "paused at a random time"
     try:
-        # Past the lease's expiry: another run takes over and lands windows (the zombie's included).
-        rig.wait_lease_free()
+        # Another run takes the live zombie's lease over (its clock past the expiry) and lands windows.
+        rig.let_next_run_take_lease()
         rig.write(txns)
         b = rig.run(windows=3)
         _expect(b, (RC_OK,), f"the run taking over from a zombie {how}")
@@ -180,7 +180,7 @@ def _wait_zk(rig: Rig, timeout: float = 60) -> None:
 def zk_restart(rig: Rig, point: str | None = "after_stage", txns: int = 4) -> str:
     """ZooKeeper restarted while a run is in the middle of a window (paused at `point`, or running)."""
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     if point:
         a = rig.start_run(fault=point, action="stop")
         a.wait_stopped()
@@ -204,7 +204,7 @@ def session_expiry(rig: Rig, point: str = "after_stage", txns: int = 4) -> str:
     from kazoo.client import KazooClient
 
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     session_file = rig.workdir / f"zk-session-{time.monotonic_ns()}.json"
     a = rig.start_run(fault=point, action="stop", extra_env={"CDC_TEST_ZK_SESSION_FILE": str(session_file)})
     a.wait_stopped()
@@ -227,7 +227,7 @@ def mariadb_restart_mid_stage(rig: Rig, txns: int = 6) -> str:
     # binlog, and the run would never reach mid_stage: finish it first.
     rig.drain("before the MariaDB restart mid-staging")
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     a = rig.start_run(fault="mid_stage", action="stop")
     a.wait_stopped()
     rig.services.restart_mariadb()
@@ -243,7 +243,7 @@ def mariadb_restart_mid_stage(rig: Rig, txns: int = 6) -> str:
 def mariadb_restart_between(rig: Rig, txns: int = 4) -> str:
     """MariaDB restarted between two windows (the restart rotates the binlog)."""
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     r1 = rig.run(windows=1)
     _expect(r1, (RC_OK,), "the run before the restart")
     rig.services.restart_mariadb()
@@ -260,7 +260,7 @@ def staging_deleted(rig: Rig, rng: random.Random, txns: int = 5) -> str:
     run must re-stage the very same window (the oracle compares the manifest byte for byte)."""
     for _ in range(4):
         rig.write(txns)
-        rig.wait_lease_free()
+        rig.let_next_run_take_lease()
         r = rig.run(fault="after_stage")
         rig.check(f"crash after staging (rc {r.rc})")
         if r.killed:
@@ -278,7 +278,7 @@ def staging_deleted(rig: Rig, rng: random.Random, txns: int = 5) -> str:
         shutil.rmtree(wdir)
         what = "the whole window"
     rig.oracle.forget_staged(seq)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     r2 = rig.run()
     _expect(r2, (RC_OK,), "the run after the staged files were deleted")
     rig.check(f"staged window {seq} deleted ({what}) and re-staged")
@@ -297,7 +297,7 @@ def lake_table_deleted(rig: Rig, rng: random.Random, txns: int = 6) -> str:
     rig.oracle.damaged(table)
     for _ in range(6):  # until a window touches the table (others land normally)
         rig.write(txns)
-        rig.wait_lease_free()
+        rig.let_next_run_take_lease()
         r = rig.run()
         rig.check(f"lake table {table} deleted (rc {r.rc})")
         if r.rc == RC_LAKE:
@@ -308,7 +308,7 @@ def lake_table_deleted(rig: Rig, rng: random.Random, txns: int = 6) -> str:
     if table not in r.stderr or "cdc backfill" not in r.stderr:
         raise AssertionError(f"the error does not name the table and the backfill:\n{r.explain()}")
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rig.created_at - 2))
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     b = rig.cli("backfill", rig.name, "--from", since, "--table", f"{rig.database}.{table}")
     _expect(b, (RC_OK,), "the backfill that repairs the deleted table")
     rig.oracle.repaired(table)
@@ -318,7 +318,7 @@ def lake_table_deleted(rig: Rig, rng: random.Random, txns: int = 6) -> str:
 
 def run_cleanly(rig: Rig, txns: int = 5) -> str:
     rig.write(txns)
-    rig.wait_lease_free()
+    rig.let_next_run_take_lease()
     r = rig.run()
     _expect(r, (RC_OK, RC_SKIPPED), "a clean run")
     rig.check(f"clean run (rc {r.rc})")

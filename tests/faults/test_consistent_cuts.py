@@ -132,7 +132,7 @@ def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig, merge_
     r.write_config(spark={"merge_parallelism": 1})
     families = Families(r.conn, r.database, 2101)
     families.write(3)
-    r.wait_lease_free()
+    r.let_next_run_take_lease()
     assert r.run().rc == RC_OK  # the first window creates both tables
 
     lake = str(r.lake)
@@ -147,7 +147,7 @@ def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig, merge_
     try:
         for fault in faults:
             families.write(4)
-            r.wait_lease_free()
+            r.let_next_run_take_lease()
             result = r.run(fault=fault) if fault else r.run()
             if fault:
                 assert result.killed and fault in result.fired, result.explain()
@@ -158,7 +158,7 @@ def test_consistent_cuts_hold_across_tables_through_merges_and_kills(rig, merge_
                 bad = violations(delta_state.read_rows(parent_uri, columns=["id", "n_children"]),
                                  delta_state.read_rows(child_uri, columns=["parent_id"]))
                 latest_anomalies += bad
-        r.wait_lease_free()
+        r.let_next_run_take_lease()
         assert r.run().rc == RC_OK  # recovers whatever the last kill left
         deadline = time.monotonic() + 120
         while reader.cuts_checked < 20 and time.monotonic() < deadline:

@@ -38,7 +38,6 @@ from cdc_core.capture.source import SourceParams, TableFilter, connect, describe
 from cdc_core.lake import staging
 from cdc_core.model import layout, snapshot_state
 from cdc_core.model.config import PipelineConfig
-from cdc_core.model.errors import LeaseHeld
 from cdc_core.run import snapshot_steps
 from cdc_core.run.pipeline import Pipeline
 from cdc_core.run.verify import compare_table
@@ -448,16 +447,10 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert staging.read_manifest(p.staging_root, p.name, pending.seq) is None
     execute(root_db, "UPDATE k SET v = -v WHERE id IN (7, 2100, 4193)", "DELETE FROM k WHERE id IN (14, 2107)")
 
-    # The next run takes the dead run's lease over once it expires, replays chunk 2 exactly, merges it,
-    # and crashes before the ack (simulated: it stops there and gives the lease back).
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            grant = p.acquire("second")
-            break
-        except LeaseHeld:
-            assert time.monotonic() < deadline, "the dead run's lease never expired"
-            time.sleep(0.5)
+    # The next run breaks the dead run's lease (its process is gone: cdc_core.model.holders, as `cdc run` does),
+    # replays chunk 2 exactly, merges it, and crashes before the ack (simulated: it stops there and gives
+    # the lease back).
+    grant = p.acquire("second", break_dead=True)
     step = p.plan(grant)
     assert step["seq"] == pending.seq and step["recovered"] == "replay"
     assert p.coordinator.get_window(pending.seq).plan == pending.plan  # type: ignore[union-attr]
@@ -516,14 +509,7 @@ def test_a_multi_table_snapshot_window_killed_mid_merge_then_completed(  # type:
     execute(root_db, "INSERT INTO b5 VALUES (99, 'late')")
 
     # The next run replays the window exactly (the tables that committed are skipped), then the rest.
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            p.release(p.acquire("probe"))
-            break
-        except LeaseHeld:
-            assert time.monotonic() < deadline, "the dead run's lease never expired"
-            time.sleep(0.5)
+    p.release(p.acquire("probe", break_dead=True))  # the killed run's lease: broken, its process is gone
     run_until_caught_up(p, in_process_merge(spark, p), case.services, holder="second")
     record = p.coordinator.get_window(pending.seq)
     assert record is not None and record.state == "acked" and record.plan == pending.plan
