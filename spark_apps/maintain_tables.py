@@ -60,6 +60,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake.job_specs import SPEC_FLAG, MaintenanceJobSpec
 from cdc_core.model import retention
 from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -93,19 +94,19 @@ def parse_tables(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     try:
         tables = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--tables is not valid JSON ({e}); expected a list of {{name, uri, kind}}") from None
+        raise ConfigError(f"tables is not valid JSON ({e}); expected a list of {{name, uri, kind}}") from None
     if not isinstance(tables, list):
-        raise ConfigError("--tables must be a JSON list of {name, uri, kind, zorder_by}")
+        raise ConfigError("tables must be a JSON list of {name, uri, kind, zorder_by}")
     out = []
     for i, t in enumerate(tables):
         if not isinstance(t, dict) or not isinstance(t.get("uri"), str) or not isinstance(t.get("name"), str):
-            raise ConfigError(f"--tables[{i}] must be an object with string 'name' and 'uri'")
+            raise ConfigError(f"tables[{i}] must be an object with string 'name' and 'uri'")
         kind = t.get("kind", "table")
         if kind not in KINDS:
-            raise ConfigError(f"--tables[{i}].kind must be one of {KINDS}, got {kind!r}")
+            raise ConfigError(f"tables[{i}].kind must be one of {KINDS}, got {kind!r}")
         zorder = t.get("zorder_by") or []
         if not isinstance(zorder, list) or not all(isinstance(c, str) and c for c in zorder):
-            raise ConfigError(f"--tables[{i}].zorder_by must be a list of column names")
+            raise ConfigError(f"tables[{i}].zorder_by must be a list of column names")
         out.append({"name": t["name"], "uri": t["uri"], "kind": kind, "zorder_by": list(zorder)})
     return out
 
@@ -395,21 +396,14 @@ def totals(results: Sequence[dict[str, Any]]) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> MaintenanceJobSpec:
+    """The job's one argument, `--spec <json>` (cdc_core.lake.job_specs.MaintenanceJobSpec), checked."""
     p = argparse.ArgumentParser(prog="maintain_tables.py", description="Maintain a pipeline's Delta tables")
-    p.add_argument("--pipeline", required=True)
-    p.add_argument("--token", required=True, type=lambda s: int(s, 0), help="fencing token (lease czxid)")
-    p.add_argument("--tables", required=True, help='JSON [{"name", "uri", "kind", "zorder_by"}]')
-    p.add_argument("--report", required=True, help="where to write the JSON report (path or fsspec URL)")
-    p.add_argument("--vacuum-retention-hours", required=True, type=int)
-    p.add_argument("--log-retention-hours", required=True, type=int)
-    p.add_argument("--txn-retention-hours", required=True, type=int)
-    p.add_argument("--min-retention-hours", required=True, type=int, help="the replay horizon (a floor)")
-    p.add_argument("--skip-optimize", action="store_true")
-    p.add_argument("--skip-vacuum", action="store_true")
-    p.add_argument("--zk-hosts", default=None)
-    p.add_argument("--zk-root", default=None)
-    return p.parse_args(argv)
+    p.add_argument(SPEC_FLAG, dest="spec", required=True, help="the job's spec: a JSON object (MaintenanceJobSpec)")
+    spec = MaintenanceJobSpec.from_json(p.parse_args(argv).spec)
+    if spec.zk_hosts and not spec.zk_root:
+        raise ConfigError("spec zk_hosts needs zk_root (the pipeline's ZooKeeper root)")
+    return spec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -436,14 +430,12 @@ def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dic
     spark: SparkSession | None = None
     try:
         args = parse_args(argv)
-        if args.zk_hosts and not args.zk_root:
-            raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
         tables = parse_tables(args.tables)
         check_retentions(
             args.vacuum_retention_hours, args.log_retention_hours, args.txn_retention_hours, args.min_retention_hours
         )
         fence = None
-        if args.zk_hosts:
+        if args.zk_hosts and args.zk_root:  # parse_args refused hosts without a root
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for a Spark start when already fenced
         if session is None:
@@ -453,7 +445,7 @@ def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dic
             session or spark, args.pipeline, args.token,  # type: ignore[arg-type]
             vacuum_hours=args.vacuum_retention_hours, log_hours=args.log_retention_hours,
             txn_hours=args.txn_retention_hours, min_hours=args.min_retention_hours,
-            fence=fence, optimize=not args.skip_optimize, vacuum=not args.skip_vacuum,
+            fence=fence, optimize=args.optimize, vacuum=args.vacuum,
         )
         report = job.run(tables)
         write_report(args.report, report)

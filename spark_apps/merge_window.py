@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake.job_specs import SPEC_FLAG, MergeJobSpec
 from cdc_core.model.logfmt import one_line
 
 try:
@@ -382,9 +383,9 @@ def parse_table_options(raw: str | dict[str, Any] | None) -> dict[str, TableOpti
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ConfigError(f'--table-options is not valid JSON ({e}); expected {{"schema.table": {{...}}}}') from e
+            raise ConfigError(f'table_options is not valid JSON ({e}); expected {{"schema.table": {{...}}}}') from e
     if not isinstance(raw, dict):
-        raise ConfigError('--table-options must be a JSON object {"schema.table": {...}}')
+        raise ConfigError('table_options must be a JSON object {"schema.table": {...}}')
     return {name: v if isinstance(v, TableOptions) else TableOptions.from_dict(name, v) for name, v in raw.items()}
 
 
@@ -1113,39 +1114,29 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
 # ------------------------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> MergeJobSpec:
+    """The job's one argument, `--spec <json>` (cdc_core.lake.job_specs.MergeJobSpec), checked."""
     p = argparse.ArgumentParser(prog="merge_window.py", description="MERGE one staged window into Delta, exactly once")
-    p.add_argument("--window-dir", required=True, help="staged window directory (holds manifest.json)")
-    p.add_argument("--lake-root", required=True)
-    p.add_argument("--pipeline", required=True)
-    p.add_argument("--seq", required=True, type=int)
-    p.add_argument("--token", required=True, type=lambda s: int(s, 0), help="fencing token (lease czxid)")
-    p.add_argument("--report", required=True, help="where to write the JSON report (path or fsspec URL)")
-    p.add_argument("--delete-mode", choices=DELETE_MODES, default=DELETE_HARD)
-    p.add_argument("--table-options", default=None, help='JSON {"schema.table": {"partition_by": [...], ...}}')
-    p.add_argument("--zk-hosts", default=None)
-    p.add_argument("--zk-root", default=None)
-    p.add_argument(
-        "--table-properties", default=None, help='JSON {"delta.*": value} set on every table this job creates'
-    )
-    p.add_argument(
-        "--parallelism",
-        type=int,
-        default=DEFAULT_PARALLELISM,
-        help=f"tables merged at the same time, one Spark session each (default {DEFAULT_PARALLELISM})",
-    )
-    return p.parse_args(argv)
+    p.add_argument(SPEC_FLAG, dest="spec", required=True, help="the job's spec: a JSON object (MergeJobSpec)")
+    spec = MergeJobSpec.from_json(p.parse_args(argv).spec)
+    if spec.delete_mode not in DELETE_MODES:
+        raise ConfigError(f"spec delete_mode must be one of {', '.join(DELETE_MODES)}, got {spec.delete_mode!r}")
+    if spec.zk_hosts and not spec.zk_root:
+        raise ConfigError("spec zk_hosts needs zk_root (the pipeline's ZooKeeper root)")
+    if spec.parallelism < 1:
+        raise ConfigError(f"spec parallelism must be >= 1, got {spec.parallelism}")
+    return spec
 
 
-def parse_table_properties(raw: str | None) -> dict[str, str]:
+def parse_table_properties(raw: str | dict[str, Any] | None) -> dict[str, str]:
     if not raw:
         return {}
     try:
-        props = json.loads(raw)
+        props = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as e:
-        raise ConfigError(f'--table-properties is not valid JSON ({e}); expected {{"delta.key": "value"}}') from e
+        raise ConfigError(f'table_properties is not valid JSON ({e}); expected {{"delta.key": "value"}}') from e
     if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
-        raise ConfigError('--table-properties must be a JSON object of strings {"delta.key": "value"}')
+        raise ConfigError('table_properties must be a JSON object of strings {"delta.key": "value"}')
     return props
 
 
@@ -1211,15 +1202,11 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
     spark: SparkSession | None = None
     try:
         args = parse_args(argv)
-        if args.zk_hosts and not args.zk_root:
-            raise ConfigError("--zk-hosts needs --zk-root (the pipeline's ZooKeeper root)")
-        if args.parallelism < 1:
-            raise ConfigError(f"--parallelism must be >= 1, got {args.parallelism}")
         options = parse_table_options(args.table_options)
         properties = parse_table_properties(args.table_properties)
         manifest = read_manifest(args.window_dir)
         fence = None
-        if args.zk_hosts:
+        if args.zk_hosts and args.zk_root:  # parse_args refused hosts without a root
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for anything when already fenced
         t_session = time.monotonic()

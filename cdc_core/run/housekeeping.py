@@ -45,6 +45,7 @@ import fsspec
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.coordination.lease_keeper import LeaseKeeper
 from cdc_core.lake import delta_state, staging
+from cdc_core.lake.job_specs import MaintenanceJobSpec
 from cdc_core.model import layout, retention
 from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
 from cdc_core.model.layout import PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
@@ -467,26 +468,22 @@ def maintenance_application_args(
     p: Pipeline, grant: LeaseGrant, tables: list[LakeTable], report: str, *, optimize: bool = True,
     vacuum: bool = True,
 ) -> list[str]:
-    """Arguments of spark_apps/maintain_tables.py (pure given its inputs; no secrets)."""
+    """Arguments of spark_apps/maintain_tables.py: its `--spec` (pure given its inputs; no secrets)."""
     m = p.config.maintenance
-    args = [
-        "--pipeline", p.name,
-        "--token", str(grant.token),
-        "--tables", json.dumps([t.to_dict() for t in tables], sort_keys=True),
-        "--report", report,
-        "--vacuum-retention-hours", str(m.vacuum_retention_hours),
-        "--log-retention-hours", str(m.log_retention_hours),
-        "--txn-retention-hours", str(m.txn_retention_hours),
-        "--min-retention-hours",
-        str(retention.replay_horizon_hours(p.config.staging_retention_hours, p.config.lease_seconds)),
-        "--zk-hosts", p.config.zookeeper.hosts,
-        "--zk-root", p.config.zookeeper.root,
-    ]
-    if not optimize:
-        args.append("--skip-optimize")
-    if not vacuum:
-        args.append("--skip-vacuum")
-    return args
+    return MaintenanceJobSpec(
+        pipeline=p.name,
+        token=grant.token,
+        tables=[t.to_dict() for t in tables],
+        report=report,
+        vacuum_retention_hours=m.vacuum_retention_hours,
+        log_retention_hours=m.log_retention_hours,
+        txn_retention_hours=m.txn_retention_hours,
+        min_retention_hours=retention.replay_horizon_hours(p.config.staging_retention_hours, p.config.lease_seconds),
+        optimize=optimize,
+        vacuum=vacuum,
+        zk_hosts=p.config.zookeeper.hosts,
+        zk_root=p.config.zookeeper.root,
+    ).args()
 
 
 def maintenance_submit_command(p: Pipeline, args: list[str], master: str | None = None) -> list[str]:

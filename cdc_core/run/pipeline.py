@@ -46,6 +46,7 @@ from cdc_core.capture.source import (
 )
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.lake import delta_state, object_store, staging
+from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import (
     SparkJob,
     delta_jars,
@@ -462,29 +463,32 @@ class Pipeline:
     def report_uri(self, seq: int, token: int) -> str:
         return layout.merge_report_uri(self.staging_root, self.name, seq, token)
 
-    def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
-        """Arguments of spark_apps/merge_window.py for this window. No secrets: ZooKeeper auth goes by env."""
-        args = [
-            "--window-dir", layout.window_dir(self.staging_root, self.name, seq),
-            "--lake-root", self.lake_root,
-            "--pipeline", self.name,
-            "--seq", str(seq),
-            "--token", str(grant.token),
-            "--report", self.report_uri(seq, grant.token),
-            "--delete-mode", self.config.delete_mode,
-            "--zk-hosts", self.config.zookeeper.hosts,
-            "--zk-root", self.config.zookeeper.root,
-        ]
-        if self.config.table_options:
-            args += ["--table-options", json.dumps(self.config.table_options, sort_keys=True)]
-        # Tables start with the managed retention properties (cdc_core.model.retention; maintenance aligns old ones).
+    def merge_spec(self, grant: LeaseGrant, seq: int) -> MergeJobSpec:
+        """What spark_apps/merge_window.py does for this window (its one `--spec` argument). No secrets:
+        ZooKeeper auth and object-store credentials go by env."""
         m = self.config.maintenance
-        props = retention.managed_table_properties(
-            m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
+        return MergeJobSpec(
+            window_dir=layout.window_dir(self.staging_root, self.name, seq),
+            lake_root=self.lake_root,
+            pipeline=self.name,
+            seq=seq,
+            token=grant.token,
+            report=self.report_uri(seq, grant.token),
+            delete_mode=self.config.delete_mode,
+            zk_hosts=self.config.zookeeper.hosts,
+            zk_root=self.config.zookeeper.root,
+            table_options=dict(self.config.table_options or {}),
+            # Tables start with the managed retention properties (cdc_core.model.retention; maintenance aligns
+            # old ones).
+            table_properties=retention.managed_table_properties(
+                m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
+            ),
+            parallelism=self.config.spark.merge_parallelism,
         )
-        args += ["--table-properties", json.dumps(props, sort_keys=True)]
-        args += ["--parallelism", str(self.config.spark.merge_parallelism)]
-        return args
+
+    def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
+        """The merge job's application arguments for this window: `--spec <json>`."""
+        return self.merge_spec(grant, seq).args()
 
     def zk_auth(self) -> str | None:
         """The ZooKeeper digest credential (user:password) from the variable `zookeeper.auth_env` names."""

@@ -21,6 +21,7 @@ import pytest
 from delta.tables import DeltaTable
 from staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
+from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import delta_jars, spark_confs, spark_env
 from cdc_core.model.errors import Fenced, SchemaConflict
 from cdc_core.model.layout import PROJECT_ROOT
@@ -734,25 +735,11 @@ def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_pa
     report_path = tmp_path / "reports" / "w1.json"
 
     def submit(tok: int) -> subprocess.CompletedProcess[str]:
-        args = [
-            str(PROJECT_ROOT / "spark_apps" / "merge_window.py"),
-            "--window-dir",
-            wdir,
-            "--lake-root",
-            str(lake_dir),
-            "--pipeline",
-            PIPE,
-            "--seq",
-            "1",
-            "--token",
-            str(tok),
-            "--report",
-            str(report_path),
-            "--zk-hosts",
-            services.zk_hosts,
-            "--zk-root",
-            zk_root,
-        ]
+        spec = MergeJobSpec(
+            window_dir=wdir, lake_root=str(lake_dir), pipeline=PIPE, seq=1, token=tok, report=str(report_path),
+            zk_hosts=services.zk_hosts, zk_root=zk_root,
+        )
+        args = [str(PROJECT_ROOT / "spark_apps" / "merge_window.py"), *spec.args()]
         env = {**os.environ, **spark_env()}
         return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, check=False, cwd=tmp_path)
 
@@ -786,11 +773,11 @@ def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark
     for k, v in sorted(confs.items()):
         cmd += ["--conf", f"{k}={v}"]
     report_path = tmp_path / "reports" / "w1.json"
-    args = [
-        str(PROJECT_ROOT / "spark_apps" / "merge_window.py"),
-        "--window-dir", wdir, "--lake-root", str(lake_dir), "--pipeline", PIPE, "--seq", "1",
-        "--token", str(TOKEN), "--report", str(report_path), "--parallelism", "3",
-    ]
+    spec = MergeJobSpec(
+        window_dir=wdir, lake_root=str(lake_dir), pipeline=PIPE, seq=1, token=TOKEN, report=str(report_path),
+        parallelism=3,
+    )
+    args = [str(PROJECT_ROOT / "spark_apps" / "merge_window.py"), *spec.args()]
 
     def submit(fault: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **spark_env(), "CDC_FAULT": fault}

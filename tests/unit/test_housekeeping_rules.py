@@ -219,6 +219,7 @@ GRANT = LeaseGrant(pipeline="orders", holder="cdc_orders_maintenance/run1", toke
 
 
 def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
+    from cdc_core.lake.job_specs import MaintenanceJobSpec
     from cdc_core.run import housekeeping
 
     p = _StubPipeline(tmp_path)
@@ -226,17 +227,19 @@ def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
     report = housekeeping.report_uri(p, GRANT, 1_800_000_000)  # type: ignore[arg-type]
     assert report == "s3://bucket/staging/orders/reports/maintenance-1a2b-1800000000.json"
     args = housekeeping.maintenance_application_args(p, GRANT, tables, report, vacuum=False)  # type: ignore[arg-type]
-    got = dict(zip(args[0::2], args[1::2], strict=False))
-    assert got["--pipeline"] == "orders" and got["--token"] == str(0x1A2B)
-    assert json.loads(got["--tables"]) == [
+    assert args[0] == "--spec" and len(args) == 2  # one JSON argument (cdc_core.lake.job_specs)
+    got = MaintenanceJobSpec.from_json(args[1])
+    assert got.pipeline == "orders" and got.token == 0x1A2B
+    assert got.tables == [
         {"name": "shop.orders", "uri": "s3://bucket/lake/shop/orders", "kind": "table", "zorder_by": ["id"]}
     ]
-    assert (got["--vacuum-retention-hours"], got["--log-retention-hours"], got["--txn-retention-hours"]) == (
-        "168", "720", "720"
-    )
-    assert got["--min-retention-hours"] == "73"
-    assert got["--zk-root"] == "/binlog-delta-cdc"
-    assert args[-1] == "--skip-vacuum"
+    assert (got.vacuum_retention_hours, got.log_retention_hours, got.txn_retention_hours) == (168, 720, 720)
+    assert got.min_retention_hours == 73
+    assert got.zk_root == "/binlog-delta-cdc"
+    assert (got.optimize, got.vacuum) == (True, False)
+    from spark_apps.maintain_tables import parse_args
+
+    assert parse_args(args) == got  # what the job reads back
     cmd = housekeeping.maintenance_submit_command(p, args, master="spark://m1:7077")  # type: ignore[arg-type]
     assert cmd[:9] == [
         "spark-submit", "--master", "spark://m1:7077", "--deploy-mode", "client", "--name", "cdc-maintain-orders",

@@ -53,7 +53,7 @@ def test_the_cli_spark_submit_command_has_no_secret_and_the_job_gets_zk_auth_by_
 ) -> None:
     p = pipeline(tmp_path, monkeypatch)
     cmd = " ".join(p.spark_submit_command(GRANT, 7))
-    assert "--zk-hosts" in cmd and "--token" in cmd
+    assert '"zk_hosts": "' in cmd and '"token": ' in cmd  # the merge job's spec
     assert SOURCE_PW not in cmd and ZK_PW not in cmd and "cdc:" not in cmd
     assert p.merge_secret_env() == {"CDC_ZK_AUTH": f"digest:cdc:{ZK_PW}"}  # the job's environment, not its argv
     assert SOURCE_PW not in repr(p) and SOURCE_PW not in repr(p.source)
