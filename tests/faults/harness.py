@@ -138,7 +138,6 @@ class Running:
                          fired, self.timer_killed)
 
 
-@dataclass
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -149,6 +148,7 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+@dataclass
 class Rig:
     """One scenario's pipeline, source database, shadow, oracle, and the CLI to drive them."""
 
