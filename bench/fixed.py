@@ -3,7 +3,7 @@
 - CLI: `cdc --config X run <pipeline>` (acquire, plan, stage, merge with spark-submit when the window
   has changes, ack, release), as an operator runs it, timed from process start to exit.
 - DAG: `airflow dags test cdc_<pipeline>` against a throwaway Airflow (SQLite, the repo's dags/ and
-  plugins/, tests/e2e/e2e_support.py), timed likewise; the reference is `airflow dags test` of an empty
+  plugins/, tests/support/e2e.py), timed likewise; the reference is `airflow dags test` of an empty
   DAG (one task that does nothing) and of a DAG of the same shape as ours whose tasks do nothing.
 - Context: a trivial `spark-submit` (JVM start, no session) and a Spark session start.
 
@@ -48,7 +48,7 @@ with DAG(dag_id="bench_same_shape", schedule=None, start_date=datetime(2024, 1, 
 
 
 class _Services:
-    """What tests/e2e/e2e_support.CdcCase reads from the `services` fixture, for the bench's server."""
+    """What tests/support/e2e.CdcCase reads from the `services` fixture, for the bench's server."""
 
     def __init__(self, si: SourceInfo) -> None:
         self.si = si
@@ -111,8 +111,7 @@ def spark_context_figures(repeats: int) -> dict[str, Any]:
 
 
 def run(si: SourceInfo, workdir: Path, repeats: int, dag: bool = True) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from e2e_support import AirflowHome, CdcCase, airflow_env, binlog_position  # type: ignore[import-not-found]
+    from tests.support.e2e import AirflowHome, CdcCase, airflow_env, binlog_position
 
     out: dict[str, Any] = {"errors": []}
     services = _Services(si)

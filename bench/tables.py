@@ -96,12 +96,8 @@ class _Schema:
 
 
 def _case(si: SourceInfo, workdir: Path, name: str, db: str) -> Any:
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from e2e_support import AirflowHome, CdcCase, airflow_env  # type: ignore[import-not-found]
-
     from bench.fixed import _Services
+    from tests.support.e2e import AirflowHome, CdcCase, airflow_env
 
     home = workdir / "airflow"
     home.mkdir(parents=True, exist_ok=True)

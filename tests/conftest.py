@@ -143,8 +143,8 @@ def private_services():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Services):  # type: ignore[no-untyped-def]
     """One throwaway Airflow (SQLite, the repo's dags/ and plugins/) per test session, for tests/e2e and the
-    fault suite's DAG scenario (tests/e2e/e2e_support.py)."""
-    from tests.e2e.e2e_support import AirflowHome, airflow_env
+    fault suite's DAG scenario (tests/support/e2e.py)."""
+    from tests.support.e2e import AirflowHome, airflow_env
 
     home = tmp_path_factory.mktemp("airflow")
     af = AirflowHome(home=home, env=airflow_env(home))

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import cdc, cli_pipeline, write
-from spark_cluster_support import Cluster, running_cluster
 
 from cdc_core.lake import delta_state
 from cdc_core.model.naming import path_component
+from tests.support.cli import cdc, cli_pipeline, write
+from tests.support.spark_cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: one pipeline of its own per test (helpers in e2e_support.py); the throwaway
+"""End-to-end fixtures: one pipeline of its own per test (helpers in tests/support/e2e.py); the throwaway
 Airflow of the test session (`airflow_home`) is in tests/conftest.py, shared with tests/faults."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import AirflowHome, CdcCase
+
+from tests.support.e2e import AirflowHome, CdcCase
 
 
 @pytest.fixture

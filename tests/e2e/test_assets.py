@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e_support import ROOT, CdcCase, binlog_position, sql
+
+from tests.support.e2e import ROOT, CdcCase, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """A real ack triggers downstream DAGs under a real scheduler (issue 21): not `airflow dags test`, but the API
-server, scheduler and DAG processor of tests/e2e/real_airflow.py.
+server, scheduler and DAG processor of tests/support/real_airflow.py.
 
 The DAGs folder holds the pipeline DAGs, the documented downstream example (docs/examples/cdc_downstream.py:
 one DAG on `orders`, one on `orders & items`) and a DAG on a table the window does not change. One
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import ROOT, binlog_position, sql
-from real_airflow import RealAirflow, real_airflow
+
+from tests.support.e2e import ROOT, binlog_position, sql
+from tests.support.real_airflow import RealAirflow, real_airflow
 
 pytestmark = pytest.mark.e2e
 

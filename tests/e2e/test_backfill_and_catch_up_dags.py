@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from e2e_support import (
+
+from tests.support.e2e import (
     WINDOW_TASKS,
     CdcCase,
     assert_all,

@@ -16,11 +16,11 @@ import time
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from e2e_support import CdcCase, binlog_position
 
 from cdc_core.coordination import PipelineCoordinator
 from cdc_core.model.positions import BinlogPosition, ServerIdentity
 from cdc_core.model.window_plan import WindowPlan
+from tests.support.e2e import CdcCase, binlog_position
 
 pytestmark = pytest.mark.e2e
 

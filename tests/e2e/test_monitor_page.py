@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_support import ROOT, VENV_BIN, CdcCase, binlog_position, sql
+
+from tests.support.e2e import ROOT, VENV_BIN, CdcCase, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
 

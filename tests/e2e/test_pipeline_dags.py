@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import (
+
+from tests.support.e2e import (
     CdcCase,
     assert_all,
     assert_lake_equals_source,

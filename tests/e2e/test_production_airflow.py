@@ -3,7 +3,7 @@ Spark standalone cluster with staging and lake on an S3-compatible object store,
 process boundaries, and the lake ends equal to the source with every window acked once.
 
 - Airflow: PostgreSQL (Debian's package, scripts/postgres.sh) as the metadata database, LocalExecutor, and the
-  API server, scheduler, DAG processor and triggerer as separate processes (tests/e2e/real_airflow.py). The
+  API server, scheduler, DAG processor and triggerer as separate processes (tests/support/real_airflow.py). The
   pipeline DAG is unpaused; its scheduled run is created and run by the scheduler itself.
 - Spark: a master and two workers (scripts/spark_cluster.sh); the DAG's SparkSubmitOperator submits there.
 - Object store: S3Proxy (scripts/object_store.sh); credentials only in the aws-type Airflow connection.
@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import ROOT, binlog_position, sql
-from object_store_support import ObjectStore, running_object_store
-from real_airflow import RealAirflow, free_port, real_airflow
-from spark_cluster_support import Cluster, running_cluster
 
 from cdc_core.lake import delta_state, object_store
 from cdc_core.model.connections import parse_connection
 from cdc_core.model.naming import path_component
+from tests.support.e2e import ROOT, binlog_position, sql
+from tests.support.object_store import ObjectStore, running_object_store
+from tests.support.real_airflow import RealAirflow, free_port, real_airflow
+from tests.support.spark_cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.e2e
 

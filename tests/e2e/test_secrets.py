@@ -22,9 +22,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e_support import ROOT, CdcCase, assert_lake_equals_source, binlog_position, sql
 from kazoo.client import KazooClient
-from security_support import (
+
+from tests.support.e2e import ROOT, CdcCase, assert_lake_equals_source, binlog_position, sql
+from tests.support.security import (
     find_secrets_in_files,
     find_secrets_in_text,
     least_privilege_grants,

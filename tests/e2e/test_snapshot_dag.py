@@ -6,7 +6,8 @@ progress shows in the pipeline's status."""
 from __future__ import annotations
 
 import pytest
-from e2e_support import CdcCase, assert_lake_equals_source, binlog_position, sql
+
+from tests.support.e2e import CdcCase, assert_lake_equals_source, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_airflow import STARTED, RealAirflow, real_airflow
 
 from cdc_core.cli import main
+from tests.support.real_airflow import STARTED, RealAirflow, real_airflow
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from cdc_core.run.status import pipeline_status
-from tests.e2e.e2e_support import CdcCase, binlog_position
 from tests.faults.oracle import Oracle
 from tests.faults.workload import Shadow, Workload
+from tests.support.e2e import CdcCase, binlog_position
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 

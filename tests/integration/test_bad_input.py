@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -25,7 +24,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from security_support import dir_tree, zk_tree
 
 from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
@@ -33,14 +31,12 @@ from cdc_core.model.config import load_config
 from cdc_core.model.errors import CdcError, ConfigError, PositionPurged
 from cdc_core.run.backfill import check_backfill
 from cdc_core.run.pipeline import Pipeline
+from tests.support.security import dir_tree, zk_tree
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-int-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 
 CONN_ID = "cdc_source_badinput"
 PAST = time.time() - 3600

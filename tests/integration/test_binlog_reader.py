@@ -12,7 +12,6 @@ from contextlib import closing
 from typing import Any
 
 import pytest
-from source_facts import facts_now
 
 from cdc_core.capture.binlog import BinlogScanner, SchemaChangeEvent, read_changes
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
@@ -21,6 +20,7 @@ from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
 from cdc_core.model.positions import BinlogPosition, binlog_file_index, change_version
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import TxnBoundary, plan_window
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 

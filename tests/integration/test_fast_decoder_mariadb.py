@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from source_facts import facts_now
 
 from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
@@ -25,6 +24,7 @@ from cdc_core.lake import staging
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,10 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from security_support import (
+
+from cdc_core.model.naming import path_component, quote_mysql
+from cdc_core.run.verify import compare_table
+from tests.support.security import (
     HOSTILE_TABLES,
     create_database,
     drop_database,
@@ -39,9 +42,6 @@ from security_support import (
     mariadb_user,
     zk_tree,
 )
-
-from cdc_core.model.naming import path_component, quote_mysql
-from cdc_core.run.verify import compare_table
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
-from staged_builder import SERVER, Col, WindowBuilder
 
 from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import PipelineCoordinator
@@ -29,6 +28,7 @@ from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import WindowPlan
 from cdc_core.run import housekeeping
 from cdc_core.run.pipeline import Pipeline
+from tests.support.staged_builder import SERVER, Col, WindowBuilder
 
 pytestmark = pytest.mark.integration
 

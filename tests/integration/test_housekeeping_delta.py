@@ -28,7 +28,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
-from staged_builder import Col, VersionClock, WindowBuilder
 
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.coordination import PipelineCoordinator
@@ -44,6 +43,7 @@ from cdc_core.run.status import pipeline_status
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
 from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
+from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration
 

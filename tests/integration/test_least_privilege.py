@@ -11,10 +11,10 @@ import re
 from typing import Any
 
 import pytest
-from security_support import least_privilege_grants, mariadb_user
 
 from cdc_core.capture.source import SourceParams, check_privileges, connect
 from cdc_core.model.errors import SourceError
+from tests.support.security import least_privilege_grants, mariadb_user
 
 pytestmark = pytest.mark.integration
 

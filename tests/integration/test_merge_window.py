@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
-from staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import delta_jars, spark_confs, spark_env
@@ -43,6 +42,7 @@ from spark_apps.merge_window import (
     table_uri,
     tombstone_uri,
 )
+from tests.support.staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
 pytestmark = pytest.mark.integration
 

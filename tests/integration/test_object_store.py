@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import cdc, cli_pipeline, write
-from object_store_support import ObjectStore, fs_for, running_object_store
+
+from tests.support.cli import cdc, cli_pipeline, write
+from tests.support.object_store import ObjectStore, fs_for, running_object_store
 
 pytestmark = pytest.mark.integration
 

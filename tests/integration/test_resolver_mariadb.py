@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from source_facts import facts_now
 
 from cdc_core.capture.binlog import BinlogScanner, read_changes
 from cdc_core.capture.resolver import resolve_start
@@ -33,6 +32,7 @@ from cdc_core.model.errors import ConfigError, PositionPurged, SourceError
 from cdc_core.model.positions import BinlogPosition, MariadbGtidList, StartSpec, binlog_file_index
 from cdc_core.model.window_plan import WindowPlan
 from cdc_core.model.windows import TxnBoundary
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 

@@ -42,12 +42,12 @@ from cdc_core.run import snapshot_steps
 from cdc_core.run.pipeline import Pipeline
 from cdc_core.run.verify import compare_table
 from spark_apps.merge_window import merge_window
+from tests.support import all_types_mariadb as types_fixture  # the every-type table and rows
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_staging_roundtrip_mariadb as types_fixture  # noqa: E402  (the every-type table and rows)
 
 CONN_ID = "cdc_source_snapshot_it"
 
@@ -205,10 +205,10 @@ def test_every_type_stages_from_a_chunk_exactly_as_from_the_binlog(
     params: SourceParams, root_db: Any, source_db: str, staging_dir: Path
 ) -> None:
     execute(root_db, types_fixture.DDL)
-    before = types_fixture.facts_now(params)
+    before = facts_now(params)
     for row in types_fixture.ROWS:
         types_fixture.insert(root_db, row)
-    after = types_fixture.facts_now(params)
+    after = facts_now(params)
     name = f"{source_db}.all_types"
 
     binlog_plan = types_fixture.window(params, before, after)

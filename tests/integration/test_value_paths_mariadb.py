@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from source_facts import facts_now
 
 from cdc_core.capture import snapshot_reads
 from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
@@ -41,6 +40,7 @@ from cdc_core.model import layout, snapshot_state
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 

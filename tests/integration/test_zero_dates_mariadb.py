@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from source_facts import facts_now
 
 from cdc_core.capture import snapshot_reads
 from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
@@ -32,6 +31,7 @@ from cdc_core.model.naming import path_component
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
+from tests.support.source_facts import facts_now
 
 pytestmark = pytest.mark.integration
 

@@ -4,20 +4,15 @@ no secrets), that its routes demand a login, and that the plugin registers the w
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 
 from cdc_airflow import monitor, operators, tasks  # noqa: E402
 

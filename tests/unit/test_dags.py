@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import tempfile
 import textwrap
 from datetime import timedelta
@@ -21,8 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # caller already chose (never the user's ~/airflow).
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts the plugins folder on sys.path itself
 
 CONFIG = """
 defaults:

@@ -216,7 +216,7 @@ def test_spark_cluster_of_the_test_tier_matches_compose(services: dict[str, dict
     assert m, "docker-compose.yaml defines no AIRFLOW_CONN_SPARK_CLUSTER"
     conn = json.loads(m.group(1))
     assert conn["conn_type"] == "spark" and conn["host"].startswith("spark://") and conn["port"] == 7077
-    tier = (ROOT / "tests" / "spark_cluster_support.py").read_text()
+    tier = (ROOT / "tests" / "support" / "spark_cluster.py").read_text()
     assert '{"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.port}' in tier
 
 

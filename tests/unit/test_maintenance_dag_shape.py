@@ -5,7 +5,6 @@ setup/teardown, one run at a time, and the Spark operator."""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -18,8 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 
 CONFIG = """
 defaults:

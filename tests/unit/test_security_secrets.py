@@ -16,11 +16,8 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 
 from cdc_airflow.hooks import secrets_of  # noqa: E402
 from cdc_airflow.operators import ZK_AUTH_ENV, build_merge_submit  # noqa: E402

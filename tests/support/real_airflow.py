@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import ROOT, VENV_BIN, airflow_env
+
+from tests.support.e2e import ROOT, VENV_BIN, airflow_env
 
 # Task instance states that mean "the executor took it" (not queued or scheduled forever).
 STARTED = {"running", "success", "failed", "up_for_retry", "skipped", "upstream_failed", "up_for_reschedule"}

@@ -1,0 +1,1 @@
+"""Shared test helpers, imported by test modules as tests.support.<module>."""
