@@ -22,7 +22,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 if str(ROOT / "plugins") not in sys.path:
     sys.path.insert(0, str(ROOT / "plugins"))
 
-from cdc_airflow.hooks import secrets_of  # noqa: E402
+from cdc_airflow.hooks import CdcPipelineHook  # noqa: E402
 from cdc_airflow.operators import ZK_AUTH_ENV, build_merge_submit  # noqa: E402
 
 from cdc_core.config import load_config  # noqa: E402
@@ -61,7 +61,7 @@ def test_the_cli_spark_submit_command_has_no_secret_and_the_job_gets_zk_auth_by_
 
 def test_the_dags_merge_submit_has_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = pipeline(tmp_path, monkeypatch)
-    secrets = secrets_of(p.config, p.source)
+    secrets = CdcPipelineHook.secrets(p)
     assert set(secrets) == {SOURCE_PW, ZK_PW}
     submit = build_merge_submit(p, GRANT, 7, application="/app.py", python=sys.executable, path="/usr/bin",
                                 secrets=secrets, zk_auth=f"cdc:{ZK_PW}")
@@ -75,5 +75,5 @@ def test_a_credential_in_a_spark_conf_is_refused_without_echo(tmp_path: Path, mo
     p = pipeline(tmp_path, monkeypatch, spark_conf={"spark.hadoop.fs.s3a.access.token": SOURCE_PW})
     with pytest.raises(ConfigError) as e:
         build_merge_submit(p, GRANT, 7, application="/app.py", python=sys.executable, path="/usr/bin",
-                           secrets=secrets_of(p.config, p.source))
+                           secrets=CdcPipelineHook.secrets(p))
     assert "contain a credential" in str(e.value) and SOURCE_PW not in str(e.value)
