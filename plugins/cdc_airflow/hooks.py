@@ -58,13 +58,13 @@ class CdcPipelineHook(BaseHook):
         self, pipeline: str, config: PipelineConfig | None = None, environ: Mapping[str, str] | None = None
     ) -> None:
         super().__init__()
-        self.pipeline = pipeline
+        self.pipeline_name = pipeline
         self._config = config
         self._environ = environ
 
     @cached_property
     def config(self) -> PipelineConfig:
-        return self._config if self._config is not None else pipeline_config(self.pipeline)
+        return self._config if self._config is not None else pipeline_config(self.pipeline_name)
 
     # ----------------------------------------------------------------------------- connections
 
@@ -117,9 +117,9 @@ class CdcPipelineHook(BaseHook):
         zk = self.config.zookeeper
         if zk.conn_id:
             conn = self.connection_info(zk.conn_id, "zookeeper.conn_id", "generic")
-            digest: tuple[str, str] | None = zk.digest_from_login(conn.user, conn.password, pipeline=self.pipeline)
+            digest: tuple[str, str] | None = zk.digest_from_login(conn.user, conn.password, pipeline=self.pipeline_name)
         else:
-            digest = zk.digest(self._environ, pipeline=self.pipeline)
+            digest = zk.digest(self._environ, pipeline=self.pipeline_name)
         if digest:
             self._mask(digest[1], ":".join(digest))
         return digest

@@ -438,6 +438,19 @@ def test_hook_opens_the_pipeline_with_what_it_resolved(monkeypatch: pytest.Monke
     assert hooks.CdcPipelineHook("orders", config=pc).get_conn() == "pipeline"
     assert seen == {"config": pc, "source": "source", "store": None, "zk_digest": ("u", "p")}
 
+    class Opened:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    opened = Opened()
+    monkeypatch.setattr(pipeline.Pipeline, "from_config", staticmethod(lambda *a, **kw: opened))
+    hook = hooks.CdcPipelineHook("orders", config=pc)
+    with hook.pipeline() as p:  # what every task does
+        assert p is opened and not p.closed
+    assert opened.closed and hook.pipeline_name == "orders"
+
 
 def test_zookeeper_connection_from_the_environment_for_the_cli() -> None:
     """Without Airflow (the cdc CLI) the same `zookeeper.conn_id` is read from AIRFLOW_CONN_<ID>."""
