@@ -198,7 +198,8 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
         with _pipeline(ctx, pipeline) as p:
             grant = _acquire(p, "backfill")
             try:
-                cancelled = backfill_steps.cancel_backfill(p, grant)
+                land = f"`cdc run {pipeline} --once` lands it"
+                cancelled = backfill_steps.cancel_backfill(p, grant, how_to_land=land)
             finally:
                 p.release(grant)
         _emit(cancelled)

@@ -19,7 +19,7 @@ explains retention floors and where each cleanup runs.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.sdk import DAG
 from cdc_airflow import tasks
@@ -38,12 +38,7 @@ def maintenance_dag(pc: PipelineConfig) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args={
-            "owner": "cdc",
-            "retries": pc.retries,
-            "retry_exponential_backoff": 2.0,
-            "max_retry_delay": timedelta(seconds=max(30, pc.lease_seconds // 2)),
-        },
+        default_args=tasks.task_defaults(pc),
         tags=["cdc", f"cdc:{pc.name}", "maintenance"],
         doc_md=__doc__,
         # Manual only (schedule null): ready when triggered from the UI. Scheduled: Airflow's default
@@ -51,11 +46,12 @@ def maintenance_dag(pc: PipelineConfig) -> DAG:
         is_paused_upon_creation=False if pc.maintenance.schedule is None else None,
     ) as dag:
         lease = acquire_maintenance_lease(pc.name)
-        cleanup = clean_up(pc.name)
-        maintain = CdcMaintenanceOperator(task_id="maintain_tables", pipeline=pc.name, conn_id=pc.spark.conn_id)
-        release = tasks.release_lease(pc.name)
-        # Airflow annotates `setups` as operators only; a @task's XComArg is what its docs pass.
-        lease >> cleanup >> maintain >> release.as_teardown(setups=lease)  # type: ignore[arg-type]
+        cleanup = clean_up(pc.name, grant=lease)
+        maintain = CdcMaintenanceOperator(
+            task_id="maintain_tables", pipeline=pc.name, conn_id=pc.spark.conn_id, grant=lease, cleaned=cleanup
+        )
+        release = tasks.release_lease(pc.name, grant=lease)
+        lease >> cleanup >> maintain >> release.as_teardown(setups=lease)
     return dag
 
 

@@ -3,8 +3,12 @@
 cdc_<name>            scheduled (the pipeline's `schedule`), one run at a time, no catch-up:
                       acquire_lease -> plan_window -> stage_window -> merge_window -> ack_window
                       (+ release_lease, the teardown of acquire_lease)
-cdc_<name>_backfill   manual, with a form (start_ts, end_ts, tables, dry_run):
-                      acquire_lease -> begin_backfill -> plan_window -> ... -> ack_window (+ release_lease)
+cdc_<name>_backfill   manual, with a form (start_ts, end_ts, tables, dry_run; or cancel):
+                      acquire_lease -> begin_backfill -> plan_window -> ... -> ack_window (+ release_lease).
+                      With `cancel` ticked (and nothing else), begin_backfill cancels the active backfill
+                      instead (as `cdc backfill <name> --cancel`: what it replayed stays, the stream goes on;
+                      refused, without retries, while a backfill window is planned and not acked) and the
+                      window steps skip.
 cdc_<name>_snapshot   manual, with a form (tables, chunk_rows): request a lock-free snapshot of existing rows
                       (a table added to the include list later, or one to rebuild), then run the first window:
                       acquire_lease -> begin_snapshot -> plan_window -> ... -> ack_window (+ release_lease).
@@ -27,6 +31,11 @@ a run triggered from the form starts at once. cdc_<name> is created paused, as A
 is paused, the runs `continue_run` triggers stay queued; the monitor page says so.
 
 The steps are `cdc_core.run.pipeline` calls (plugins/cdc_airflow); this file only says how they connect.
+- The lease grant (acquire_lease's result) and the planned window (plan_window's, carrying the grant it
+  was planned under) travel as TaskFlow arguments, to the steps and to the merge operator's templated
+  field.
+- Every task's failure (and failed try) is noted for the monitor page by one callback in default_args
+  (`cdc_airflow.tasks.failure_note`).
 - ack_window's outlet (and inlet) is the AssetAlias `cdc_<name>_tables`: the ack emits one asset event per
   lake table the window changed (plugins/cdc_airflow/assets.py; docs/downstream.md), so downstream DAGs
   can be scheduled on a table's Asset (`cdc_airflow.assets.table_asset(name, "schema.table")`).
@@ -45,7 +54,7 @@ The steps are `cdc_core.run.pipeline` calls (plugins/cdc_airflow); this file onl
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -61,34 +70,25 @@ if TYPE_CHECKING:
 START_DATE = datetime(2024, 1, 1)
 
 
-def task_defaults(pc: PipelineConfig) -> dict[str, object]:
-    return {
-        "owner": "cdc",
-        "retries": pc.retries,
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(seconds=max(30, pc.lease_seconds // 2)),
-    }
-
-
 def window_steps(
     pc: PipelineConfig, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None = None
 ) -> None:
     """plan -> stage -> merge -> ack after `first_step`, and release as the teardown of `lease`."""
-    plan = tasks.plan_window(pc.name, **(plan_kwargs or {}))
-    stage = tasks.stage_window(pc.name)
-    merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id)
+    plan = tasks.plan_window(pc.name, grant=lease, **(plan_kwargs or {}))
+    stage = tasks.stage_window(pc.name, window=plan)
+    merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id, window=plan)
     alias = assets.tables_alias(pc.name)  # the ack emits one asset event per lake table the window changed
     ack = tasks.ack_window.override(
         trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, outlets=[alias], inlets=[alias]
-    )(pc.name)
-    release = tasks.release_lease(pc.name)
+    )(pc.name, window=plan)
+    release = tasks.release_lease(pc.name, grant=lease)
     more = tasks.more_work()
     carry_on = continue_run(pc)
 
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
     # Airflow annotates `setups` as operators only; a @task's XComArg is what its docs pass.
-    ack >> release.as_teardown(setups=lease)  # type: ignore[arg-type]
+    ack >> release.as_teardown(setups=lease)
     # After the teardown, so the next run finds the lease released (it may belong to another DAG); ack
     # stays a leaf (its only downstream is the teardown), so a failed window still fails the run.
     release >> more >> carry_on
@@ -123,7 +123,7 @@ def pipeline_dag(pc: PipelineConfig) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args=task_defaults(pc),
+        default_args=tasks.task_defaults(pc),
         tags=["cdc", f"cdc:{pc.name}"],
         doc_md=__doc__,
     ) as dag:
@@ -141,7 +141,7 @@ def manual_dag(pc: PipelineConfig, kind: str, description: str, params: dict[str
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        default_args=task_defaults(pc),
+        default_args=tasks.task_defaults(pc),
         tags=["cdc", f"cdc:{pc.name}", kind],
         doc_md=__doc__,
         params=params,
@@ -159,10 +159,12 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
         f"CDC {pc.name}: replay the binlog from a timestamp into Delta",
         params={
             "start_ts": Param(
-                type="string",
+                None,
+                type=["null", "string"],
                 format="date-time",
                 title="Replay from (UTC)",
-                description="Replay every change committed at or after this instant, e.g. 2026-11-20T08:00:00Z.",
+                description="Replay every change committed at or after this instant, e.g. 2026-11-20T08:00:00Z "
+                "(required unless cancelling).",
             ),
             "end_ts": Param(
                 None,
@@ -184,12 +186,19 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
                 title="Dry run",
                 description="Only report the resolved positions and the number of changes.",
             ),
+            "cancel": Param(
+                False,
+                type="boolean",
+                title="Cancel the active backfill",
+                description="Stop the backfill in progress (what it replayed stays; the stream goes on). "
+                "Leave the other fields empty. Refused while a backfill window is planned and not landed: "
+                f"a run of cdc_{pc.name} lands it, then cancel again.",
+            ),
         },
     ) as dag:
         lease = tasks.acquire_lease(pc.name, check_backfill=True)  # validates the form before the lease
-        begin = tasks.begin_backfill(pc.name)
-        lease >> begin
-        window_steps(pc, lease, first_step=begin, plan_kwargs={"skip_if_dry_run": True})
+        begin = tasks.begin_backfill(pc.name, grant=lease)
+        window_steps(pc, lease, first_step=begin, plan_kwargs={"skip_unless_replaying": True})
     return dag
 
 
@@ -216,8 +225,7 @@ def snapshot_dag(pc: PipelineConfig) -> DAG:
         },
     ) as dag:
         lease = tasks.acquire_lease(pc.name)
-        begin = tasks.begin_snapshot(pc.name)
-        lease >> begin
+        begin = tasks.begin_snapshot(pc.name, grant=lease)
         window_steps(pc, lease, first_step=begin)
     return dag
 

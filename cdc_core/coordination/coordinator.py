@@ -451,7 +451,10 @@ class PipelineCoordinator:
                 raise LeaseHeld(
                     f"pipeline {self.pipeline!r}: the lease is held by {cur.holder!r} until {iso_ms(cur.expires_at)} "
                     f"(token {stat.czxid:#x}); another run is working on this pipeline: skip this run "
-                    "(the next scheduled run picks up where it stops)"
+                    "(the next scheduled run picks up where it stops)",
+                    holder=cur.holder,
+                    expires_at=cur.expires_at,
+                    token=stat.czxid,
                 )
             if decision == "reenter":
                 assert current is not None
@@ -521,7 +524,9 @@ class PipelineCoordinator:
         )
         return Fenced(
             f"pipeline {self.pipeline!r}: run {grant.holder!r} (token {grant.token:#x}) no longer holds the lease: "
-            f"{reason}. Refused {what}; nothing was changed. Stop this run: the lease holder replays the stored window"
+            f"{reason}. Refused {what}; nothing was changed. Stop this run: the lease holder replays the stored window",
+            holder=grant.holder,
+            token=grant.token,
         )
 
     def _ours(self, grant: LeaseGrant, what: str) -> tuple[LeaseRecord, ZnodeStat]:

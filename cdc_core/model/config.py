@@ -204,6 +204,9 @@ class ZooKeeperConfig(_Model):
     hosts: str = "127.0.0.1:22181"
     root: str = "/binlog-delta-cdc"
     auth_env: str | None = None  # NAME of an env var holding "user:password"; never the secret itself
+    # Or an Airflow connection whose login and password are the digest identity: resolved by Airflow in
+    # the DAGs (metadata database, AIRFLOW_CONN_* or a secrets backend), from AIRFLOW_CONN_<ID> by the CLI.
+    conn_id: str | None = None
 
     @field_validator("hosts")
     @classmethod
@@ -227,9 +230,15 @@ class ZooKeeperConfig(_Model):
         return v
 
     def digest(self, environ: Mapping[str, str] | None = None, *, pipeline: str = "-") -> tuple[str, str] | None:
-        """The digest identity (user, password) from the variable `auth_env` names; None when no auth is
-        configured; a ConfigError naming the variable when it is configured but unset or malformed. The one
-        place the credential is read (the CLI, the Airflow tasks, the monitor page)."""
+        """The digest identity (user, password) from the variable `auth_env` names, or from the connection
+        `conn_id` names as the CLI reads connections (AIRFLOW_CONN_<ID> in `environ`); None when no auth is
+        configured; a ConfigError naming the variable or connection when it is unset or malformed. Inside
+        Airflow the glue resolves `conn_id` through Airflow itself (`digest_from_login`)."""
+        if self.conn_id:
+            from cdc_core.model.connections import resolve_connection
+
+            info = resolve_connection(self.conn_id, environ)
+            return self.digest_from_login(info.user, info.password, pipeline=pipeline)
         if not self.auth_env:
             return None
         raw = (os.environ if environ is None else environ).get(self.auth_env, "")
@@ -241,6 +250,28 @@ class ZooKeeperConfig(_Model):
                 "scheduler, the workers and the API server)"
             )
         return user, password
+
+    def digest_from_login(self, user: str | None, password: str | None, *, pipeline: str = "-") -> tuple[str, str]:
+        """Pure: the digest identity from the login and password of the connection `conn_id` names."""
+        if not user or ":" in user or not password:
+            raise ConfigError(
+                f"pipeline {pipeline!r}: zookeeper.conn_id names the connection {self.conn_id!r}, whose login and "
+                "password must be ZooKeeper's digest user (without ':') and password; set both in that connection"
+            )
+        return user, password
+
+    @field_validator("conn_id")
+    @classmethod
+    def _conn_id(cls, v: str | None) -> str | None:
+        if v is not None and not _CONN_ID_RE.match(v):
+            raise ValueError("must be an Airflow connection id (letters, digits, _ . -)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_credential_source(self) -> ZooKeeperConfig:
+        if self.auth_env and self.conn_id:
+            raise ValueError("set zookeeper.auth_env or zookeeper.conn_id, not both (one place for the credentials)")
+        return self
 
     @field_validator("auth_env")
     @classmethod

@@ -20,7 +20,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from cdc_core.model.errors import ConfigError
 
 DEFAULT_PORTS = {"mysql": 3306, "mariadb": 3306}
-HOSTLESS_TYPES = ("aws",)  # an object store's connection: the endpoint (if any) lives in its extra
+# An object store's connection (its endpoint, if any, lives in its extra); a ZooKeeper credential
+# (`zookeeper.conn_id`: only its login and password matter, the hosts are in the configuration).
+HOSTLESS_TYPES = ("aws", "generic", "zookeeper")
 _JSON_KEYS = ("conn_type", "host", "port", "login", "password", "schema", "extra", "description")
 _JSON_EXAMPLE = '{"conn_type":"mysql","host":"db1","port":3306,"login":"cdc","password":"..."}'
 _JSON_WRONG_NAMES = {"user": "login", "username": "login", "database": "schema", "type": "conn_type"}

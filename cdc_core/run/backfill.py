@@ -139,13 +139,14 @@ def begin_backfill(
     return report
 
 
-def cancel_backfill(p: PipelineContext, grant: LeaseGrant) -> dict[str, Any]:
-    """Stop the active backfill (what it replayed stays; the stream goes on). Refused while a backfill window
-    is planned but not acked: that window must land first (`cdc run <pipeline> --once`), then cancel again."""
+def cancel_backfill(p: PipelineContext, grant: LeaseGrant, *, how_to_land: str) -> dict[str, Any]:
+    """Stop the active backfill (what it replayed stays; the stream goes on): `cdc backfill --cancel` and the
+    backfill form's cancel. Refused while a backfill window is planned but not acked: that window must land
+    first (`how_to_land` says how, for the caller's surface), then cancel again."""
     before = p.coordinator.read_cursor().backfill
     try:
         p.coordinator.cancel_backfill(grant)
     except StateConflict as e:
-        raise StateConflict(f"{e} (`cdc run {p.name} --once` lands it; then cancel again)") from None
-    p.log_event("backfill.cancelled", grant, was=before.position.label() if before is not None else None)
+        raise StateConflict(f"{e} ({how_to_land}; then cancel again)") from None
+    p.log_event("backfill.cancelled", grant, had_backfill=before is not None)
     return {"pipeline": p.name, "cancelled": before.to_dict() if before is not None else None}

@@ -585,7 +585,11 @@ class MaintenanceRun:
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
             if proc.returncode == Fenced.exit_code:
-                raise Fenced(f"pipeline {p.name!r}: the maintenance job was fenced: {tail}")
+                raise Fenced(
+                    f"pipeline {p.name!r}: the maintenance job was fenced: {tail}",
+                    holder=grant.holder,
+                    token=grant.token,
+                )
             if proc.returncode == ConfigError.exit_code:
                 raise ConfigError(f"pipeline {p.name!r}: the maintenance job refused its settings:\n{tail}")
             return report, f"the maintenance job exited {proc.returncode}. Last output:\n{tail}"

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -69,6 +69,8 @@ from cdc_core.run import snapshot_steps
 
 log = logging.getLogger("cdc.pipeline")
 
+_FROM_CONFIG: Any = object()  # `Pipeline.from_config`'s default: read the credential from the configuration
+
 MERGE_JOB = PROJECT_ROOT / "spark_apps" / "merge_window.py"
 
 
@@ -85,6 +87,9 @@ class Pipeline:
     _privileges_checked: bool = field(default=False, repr=False)
     # The object store's credentials (`object_store.conn_id`), None for local roots or ambient credentials.
     store: object_store.S3Credentials | None = field(default=None, repr=False)
+    # ZooKeeper's digest identity as the caller resolved it (the Airflow glue, through Airflow); unset: read
+    # from the configuration's `zookeeper.auth_env` / `conn_id` as the CLI does (`ZooKeeperConfig.digest`).
+    _zk_digest: Any = field(default=_FROM_CONFIG, repr=False)
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -96,18 +101,23 @@ class Pipeline:
         zk_client: Any = None,
         *,
         store: object_store.S3Credentials | None = None,
+        zk_digest: Any = _FROM_CONFIG,
     ) -> Pipeline:
-        """`store`: the object store's credentials as the caller resolved them (the Airflow glue through
-        Airflow); by default `object_store.conn_id` is looked up in the environment, as the source's is."""
+        """`store`, `zk_digest`: the object store's credentials and ZooKeeper's digest identity as the caller
+        resolved them (the Airflow glue, through Airflow); by default `object_store.conn_id` is looked up in
+        the environment, as the source's is, and ZooKeeper's identity by `ZooKeeperConfig.digest`."""
         if store is None:
             store = object_store.for_pipeline(config)
         object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
+        if zk_digest is _FROM_CONFIG:
+            zk_digest = config.zookeeper.digest(pipeline=config.name)
         owns = zk_client is None
         if owns:
-            zk_client = make_zk_client(config.zookeeper.hosts, auth=config.zookeeper.digest(pipeline=config.name))
+            zk_client = make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
         coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
         return cls(
-            config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store
+            config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store,
+            _zk_digest=zk_digest,
         )
 
     def close(self) -> None:
@@ -226,7 +236,10 @@ class Pipeline:
             self.log_event("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
             raise LeaseHeld(
                 f"pipeline {self.name!r}: the lease is held by {info.holder!r} until {iso_seconds(info.expires_at)} "
-                f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)"
+                f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)",
+                holder=info.holder,
+                expires_at=info.expires_at,
+                token=info.token,
             )
         self.log_event(
             "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
@@ -491,9 +504,12 @@ class Pipeline:
         return self.merge_spec(grant, seq).args()
 
     def zk_auth(self) -> str | None:
-        """The ZooKeeper digest credential (user:password) from the variable `zookeeper.auth_env` names."""
-        digest = self.config.zookeeper.digest(pipeline=self.name)
-        return ":".join(digest) if digest else None
+        """The ZooKeeper digest credential (user:password): as resolved by `from_config`'s caller, else from
+        the configuration (`zookeeper.auth_env` or `zookeeper.conn_id`)."""
+        digest = self._zk_digest
+        if digest is _FROM_CONFIG:
+            digest = self.config.zookeeper.digest(pipeline=self.name)
+        return ":".join(cast("tuple[str, str]", digest)) if digest else None
 
     def merge_secret_env(self) -> dict[str, str]:
         """Credentials the Spark jobs need, for their environment (never their command line): the ZooKeeper
@@ -556,7 +572,9 @@ class Pipeline:
                     f"pipeline {self.name!r}: the merge job of window {seq} refused to write: run {grant.holder!r} "
                     f"(token {grant.token:#x}) no longer holds the lease, so the job stopped writing (what it may have "
                     "committed before is this same immutable window, idempotently). Stop this run: the lease holder "
-                    f"lands the window. Last output:\n{tail}"
+                    f"lands the window. Last output:\n{tail}",
+                    holder=grant.holder,
+                    token=grant.token,
                 )
             # The job's own error line (`merge_window: <Error>: <what to do>`; spark-submit may put it on stdout)
             # comes before Spark's shutdown logs.

@@ -1,18 +1,23 @@
-"""Where the Airflow side gets a pipeline from: its configuration, its source credentials, its ZooKeeper.
+"""`CdcPipelineHook`: the Airflow side's one way to a pipeline and the outside systems it talks to.
 
-The configuration file names an Airflow connection (`source.conn_id`), never credentials. Inside
-Airflow the connection is resolved by Airflow itself (`BaseHook.get_connection`: the metadata
-database, `AIRFLOW_CONN_*` variables or a secrets backend), so the same DAG works with any of them.
-ZooKeeper digest credentials come from the environment variable named by `zookeeper.auth_env`
-(`Pipeline.from_config` reads it); they are checked here first so a missing variable fails the task
-with a message instead of an authentication error deep in kazoo.
+The configuration file names Airflow connections, never credentials: the source (`source.conn_id`,
+mysql), the object store (`object_store.conn_id`, aws, optional) and ZooKeeper's digest identity
+(`zookeeper.conn_id`: login and password; or the older `zookeeper.auth_env`, the NAME of an environment
+variable holding user:password). The hook resolves every connection through Airflow's own lookup
+(`BaseHook.get_connection`: the metadata database, `AIRFLOW_CONN_*` variables or a secrets backend), so
+the same DAG works with any of them, registers each secret with Airflow's log masker, and opens the
+`cdc_core.run.pipeline.Pipeline` with what it resolved. A missing connection or variable fails with a
+message naming it, instead of an authentication error deep in pymysql or kazoo.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
 
 from cdc_core.model.config import load_config
 from cdc_core.model.connections import ConnectionInfo
@@ -25,89 +30,127 @@ if TYPE_CHECKING:
     from cdc_core.run.pipeline import Pipeline
 
 
-def connection_info(conn_id: str, role: str = "source.conn_id", conn_type: str = "mysql") -> ConnectionInfo:
-    """The Airflow connection `conn_id` as a `ConnectionInfo` (its repr hides the password)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        raise ConfigError(
-            f"Airflow connection {conn_id!r} ({role}) is not defined; create it in the Airflow UI "
-            f"(Admin > Connections, type {conn_type}) or set AIRFLOW_CONN_{conn_id.upper()} to its JSON or URI form"
-        ) from None
-    return ConnectionInfo.from_fields(
-        conn_id,
-        conn_type=conn.conn_type,
-        host=conn.host,
-        port=conn.port,
-        login=conn.login,
-        password=conn.password,
-        schema=conn.schema,
-        extra=conn.extra,
-        where=f"Airflow connection {conn_id!r}",
-    )
-
-
-def source_params_from_info(info: ConnectionInfo) -> SourceParams:
-    """Pure: the replication source's parameters from a resolved connection."""
-    from cdc_core.capture.source import SourceParams
-
-    return SourceParams.from_connection(info)
-
-
-def source_params_from_connection(conn_id: str) -> SourceParams:
-    """The source's connection parameters from the Airflow connection `conn_id`."""
-    return source_params_from_info(connection_info(conn_id))
-
-
-def object_store_from_connection(pc: PipelineConfig) -> S3Credentials | None:
-    """The object store's credentials from the Airflow connection `object_store.conn_id` names (None when
-    unset), registered with Airflow's log masker."""
-    from airflow.sdk.log import mask_secret
-
-    from cdc_core.lake import object_store
-
-    if not pc.object_store.conn_id:
-        return None
-    creds = object_store.from_connection(connection_info(pc.object_store.conn_id, "object_store.conn_id", "aws"))
-    for secret in creds.secrets:
-        mask_secret(secret)
-    return creds
-
-
-def check_zookeeper_auth(pc: PipelineConfig, environ: dict[str, str] | None = None) -> None:
-    """Fail early, naming the variable, when `zookeeper.auth_env` is configured but not set."""
-    pc.zookeeper.digest(environ, pipeline=pc.name)
-
-
 def pipeline_config(name: str) -> PipelineConfig:
     """One pipeline's configuration, read fresh from $CDC_CONFIG (edits apply at the next task)."""
     return load_config().pipeline(name)
 
 
-def secrets_of(pc: PipelineConfig, source: Any, store: S3Credentials | None = None) -> list[str]:
-    """Values that must never appear in a command line, a log line or the monitor page."""
-    found = [getattr(source, "password", None)]
-    with suppress(ConfigError):  # an unset variable is reported by check_zookeeper_auth, not here
-        found.append((pc.zookeeper.digest() or ("", ""))[1])
+def secrets_of(source: Any, zk_auth: str | None = None, store: S3Credentials | None = None) -> list[str]:
+    """Pure: values that must never appear in a command line, a log line or the monitor page (`zk_auth`:
+    ZooKeeper's user:password)."""
+    found = [getattr(source, "password", None), (zk_auth or "").partition(":")[2]]
     if store is not None:
         found += store.secrets
     return [s for s in found if s]
 
 
-@contextmanager
-def open_pipeline(name: str) -> Iterator[Pipeline]:
-    """A `Pipeline` for one task (its own ZooKeeper session), closed when the block ends."""
-    from cdc_core.run.pipeline import Pipeline
+class CdcPipelineHook(BaseHook):
+    """Owns one pipeline's connections (source, ZooKeeper credentials, object store) and opens it.
 
-    pc = pipeline_config(name)
-    check_zookeeper_auth(pc)
-    p = Pipeline.from_config(
-        pc, source_params_from_connection(pc.source.conn_id), store=object_store_from_connection(pc)
-    )
-    try:
-        yield p
-    finally:
-        p.close()
+    :param pipeline: the pipeline's name in the configuration file ($CDC_CONFIG).
+    :param config: its configuration, when the caller already has it (default: read fresh).
+    :param environ: where `zookeeper.auth_env` is read (default: the process environment).
+    """
+
+    hook_name = "CDC pipeline"
+
+    def __init__(
+        self, pipeline: str, config: PipelineConfig | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__()
+        self.pipeline_name = pipeline
+        self._config = config
+        self._environ = environ
+
+    @cached_property
+    def config(self) -> PipelineConfig:
+        return self._config if self._config is not None else pipeline_config(self.pipeline_name)
+
+    # ----------------------------------------------------------------------------- connections
+
+    def connection_info(self, conn_id: str, role: str, conn_type: str) -> ConnectionInfo:
+        """The Airflow connection `conn_id` as a `ConnectionInfo` (its repr hides the password)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise ConfigError(
+                f"Airflow connection {conn_id!r} ({role}) is not defined; create it in the Airflow UI "
+                f"(Admin > Connections, type {conn_type}) or set AIRFLOW_CONN_{conn_id.upper()} to its JSON or URI form"
+            ) from None
+        return ConnectionInfo.from_fields(
+            conn_id,
+            conn_type=conn.conn_type,
+            host=conn.host,
+            port=conn.port,
+            login=conn.login,
+            password=conn.password,
+            schema=conn.schema,
+            extra=conn.extra,
+            where=f"Airflow connection {conn_id!r}",
+        )
+
+    def source_params(self) -> SourceParams:
+        """The replication source's connection parameters (`source.conn_id`)."""
+        from cdc_core.capture.source import SourceParams
+
+        return SourceParams.from_connection(self.connection_info(self.config.source.conn_id, "source.conn_id", "mysql"))
+
+    def object_store(self) -> S3Credentials | None:
+        """The object store's credentials (`object_store.conn_id`; None when unset), masked in logs."""
+        from cdc_core.lake import object_store
+
+        conn_id = self.config.object_store.conn_id
+        if not conn_id:
+            return None
+        creds = object_store.from_connection(self.connection_info(conn_id, "object_store.conn_id", "aws"))
+        self._mask(*creds.secrets)
+        return creds
+
+    def zookeeper_digest(self) -> tuple[str, str] | None:
+        """ZooKeeper's digest identity (user, password), masked in logs; None when none is configured.
+
+        `zookeeper.conn_id`: the connection's login and password, through Airflow's lookup (so a secrets
+        backend serves it too). `zookeeper.auth_env`: the variable it names, as the CLI reads it.
+        """
+        zk = self.config.zookeeper
+        if zk.conn_id:
+            conn = self.connection_info(zk.conn_id, "zookeeper.conn_id", "generic")
+            digest: tuple[str, str] | None = zk.digest_from_login(conn.user, conn.password, pipeline=self.pipeline_name)
+        else:
+            digest = zk.digest(self._environ, pipeline=self.pipeline_name)
+        if digest:
+            self._mask(digest[1], ":".join(digest))
+        return digest
+
+    @staticmethod
+    def _mask(*secrets: str) -> None:
+        from airflow.sdk.log import mask_secret
+
+        for secret in secrets:
+            if secret:
+                mask_secret(secret)
+
+    # -------------------------------------------------------------------------------- pipeline
+
+    def get_conn(self) -> Pipeline:
+        """A `Pipeline` with its own ZooKeeper session; the caller closes it (or use `pipeline()`)."""
+        from cdc_core.run.pipeline import Pipeline
+
+        digest = self.zookeeper_digest()  # first: a missing credential is named before anything connects
+        return Pipeline.from_config(self.config, self.source_params(), store=self.object_store(), zk_digest=digest)
+
+    @contextmanager
+    def pipeline(self) -> Iterator[Pipeline]:
+        """The pipeline for one task, closed when the block ends."""
+        p = self.get_conn()
+        try:
+            yield p
+        finally:
+            p.close()
+
+    @staticmethod
+    def secrets(p: Pipeline) -> list[str]:
+        """Every credential value the open pipeline `p` uses (to keep off command lines and pages)."""
+        return secrets_of(p.source, p.zk_auth(), p.store)

@@ -51,13 +51,10 @@ def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
 
 
 def pipeline_status(pc: Any) -> dict[str, Any]:
-    """`pipeline_status` for one configured pipeline, plus its configuration summary; never raises."""
-    from cdc_airflow.hooks import (
-        check_zookeeper_auth,
-        object_store_from_connection,
-        secrets_of,
-        source_params_from_connection,
-    )
+    """`cdc_core.run.status.pipeline_status` for one configured pipeline, plus its configuration summary;
+    never raises."""
+    from cdc_airflow.hooks import CdcPipelineHook, secrets_of
+    from cdc_core.run import status as run_status
 
     summary = {
         "schedule": pc.schedule,
@@ -69,17 +66,19 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         "lease_seconds": pc.lease_seconds,
     }
     secrets: list[str] = []
+    hook = CdcPipelineHook(pc.name, config=pc)
     try:
-        source = source_params_from_connection(pc.source.conn_id)
-        secrets = secrets_of(pc, source)
-        store = object_store_from_connection(pc)
-        secrets = secrets_of(pc, source, store)
-        check_zookeeper_auth(pc)
+        # One connection at a time, so that whatever was resolved is masked even if a later one fails.
+        source = hook.source_params()
+        secrets = secrets_of(source)
+        store = hook.object_store()
+        secrets = secrets_of(source, None, store)
+        digest = hook.zookeeper_digest()
+        secrets = secrets_of(source, ":".join(digest) if digest else None, store)
         from cdc_core.run.pipeline import Pipeline
-        from cdc_core.run.status import pipeline_status
 
-        with Pipeline.from_config(pc, source, store=store) as p:
-            status = dict(pipeline_status(p))
+        with Pipeline.from_config(pc, source, store=store, zk_digest=digest) as p:
+            status = dict(run_status.pipeline_status(p))
     except Exception as e:  # one broken pipeline must not take the page down
         status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
     status["config"] = summary

@@ -1,34 +1,37 @@
-"""`CdcMergeOperator`: SparkSubmitOperator for one staged window, configured at execute time.
+"""`CdcMergeOperator`: spark-submit of spark_apps/merge_window.py for the run's staged window.
 
-What to submit is only known once the run has planned and staged its window, so the operator reads
-the lease grant and the window's sequence number from XCom, asks the pipeline for the job's
-arguments, Spark confs and Delta jars, and then lets SparkSubmitOperator do the rest (connection,
-`spark-submit`, logs, kill on timeout). An empty window (no captured table has changes) never starts
-Spark: the task is skipped, and the ack step still runs.
+What to submit is only known once the run has planned and staged its window: the operator gets the
+window (with the lease grant it was planned under) as a TaskFlow result (its templated `window` field,
+rendered by Airflow from plan_window's XCom), asks the pipeline for the job's arguments, Spark confs and
+Delta jars (`build_job_submit`, pure), and hands them to a `SparkSubmitHook` built for this one
+submission (`spark_submit_hook`); the operator's own fields never change at execute time. An empty
+window (no captured table has changes) never starts Spark: the task is skipped, and the ack step still
+runs.
 
 Credentials never reach the command line: the job's arguments carry paths, names and the fencing
-token only (`build_merge_submit` refuses any argument or conf that contains a known secret). ZooKeeper
-credentials, when configured (`zookeeper.auth_env` names a variable holding user:password), reach the
-job in its environment as CDC_ZK_AUTH=digest:user:password, the variable the job reads, and are
-registered with Airflow's log masker.
+token only (`build_job_submit` refuses any argument or conf that contains a known secret). ZooKeeper
+credentials, when configured (`zookeeper.conn_id` or `zookeeper.auth_env`), reach the job in its
+environment as CDC_ZK_AUTH=digest:user:password, the variable the job reads, and are registered with
+Airflow's log masker (`CdcPipelineHook`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
 
 from cdc_core.lake.spark_conf import spark_env
 from cdc_core.model.config import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
-from cdc_core.model.errors import ConfigError
+from cdc_core.model.errors import CdcError, ConfigError
 
-LEASE_TASK = "acquire_lease"
-PLAN_TASK = "plan_window"
+if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 
 class _MergeSource(Protocol):
@@ -43,8 +46,8 @@ class _MergeSource(Protocol):
 
 
 @dataclass(frozen=True)
-class MergeSubmit:
-    """Everything SparkSubmitOperator needs for one window, as plain values."""
+class JobSubmit:
+    """Everything one spark-submit needs (the merge's or the maintenance job's), as plain values."""
 
     application: str
     application_args: list[str]
@@ -52,6 +55,9 @@ class MergeSubmit:
     conf: dict[str, str]
     env_vars: dict[str, str] = field(repr=False)
     name: str
+
+
+MergeSubmit = JobSubmit  # the merge's submission (the name the tests and docs used first)
 
 
 def spark_submit_env(
@@ -66,10 +72,46 @@ def spark_submit_env(
     CDC_ZK_AUTH when configured, SPARK_LOCAL_IP only when the worker's environment sets it, the object
     store's credentials (AWS_* variables) when the pipeline has them.
 
-    SparkSubmitOperator runs plain `spark-submit` from PATH (the hook merges these into a copy of the
-    worker's environment), so the venv that has pyspark must come first.
+    The hook runs plain `spark-submit` from PATH (it merges these into a copy of the worker's
+    environment), so the venv that has pyspark must come first.
     """
     return spark_env(zk_auth, python=python, path=path, environ=environ, store=store)
+
+
+def build_job_submit(
+    *,
+    pipeline: str,
+    job: str,
+    name: str,
+    application: str,
+    args: Sequence[Any],
+    conf: Mapping[str, Any],
+    jars: str,
+    python: str,
+    path: str,
+    secrets: Sequence[str] = (),
+    zk_auth: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    store: Any = None,
+) -> JobSubmit:
+    """Pure: one spark-submit's pieces, refusing to put a secret on the command line (a ConfigError:
+    fails the task without retries)."""
+    str_args = [str(a) for a in args]
+    str_conf = {str(k): str(v) for k, v in conf.items()}
+    leaked = [s for s in secrets if s and any(s in a for a in (*str_args, *str_conf.values()))]
+    if leaked:
+        raise ConfigError(
+            f"pipeline {pipeline!r}: the {job}'s arguments or Spark confs contain a credential; "
+            "credentials must come from connections or environment variables, never the command line"
+        )
+    return JobSubmit(
+        application=application,
+        application_args=str_args,
+        jars=jars,
+        conf=str_conf,
+        env_vars=spark_submit_env(python, path, zk_auth, environ, store=store),
+        name=name,
+    )
 
 
 def build_merge_submit(
@@ -83,97 +125,113 @@ def build_merge_submit(
     secrets: Sequence[str] = (),
     zk_auth: str | None = None,
     environ: Mapping[str, str] | None = None,
-) -> MergeSubmit:
+) -> JobSubmit:
     """Pure: the spark-submit pieces for window `seq`, refusing to put a secret on the command line."""
-    args = [str(a) for a in p.merge_application_args(grant, seq)]
-    conf = {str(k): str(v) for k, v in p.spark_conf().items()}
-    leaked = [s for s in secrets if s and any(s in a for a in (*args, *conf.values()))]
-    if leaked:
-        raise ConfigError(
-            f"pipeline {p.name!r}: the merge job's arguments or Spark confs contain a credential; "
-            "credentials must come from connections or environment variables, never the command line"
-        )
-    return MergeSubmit(
-        application=application,
-        application_args=args,
-        jars=p.spark_jars(),
-        conf=conf,
-        env_vars=spark_submit_env(python, path, zk_auth, environ, store=getattr(p, "store", None)),
+    return build_job_submit(
+        pipeline=p.name,
+        job="merge job",
         name=f"cdc-merge-{p.name}-{seq}",
+        application=application,
+        args=p.merge_application_args(grant, seq),
+        conf=p.spark_conf(),
+        jars=p.spark_jars(),
+        python=python,
+        path=path,
+        secrets=secrets,
+        zk_auth=zk_auth,
+        environ=environ,
+        store=getattr(p, "store", None),
     )
 
 
-def pull_grant_and_seq(ti: Any, lease_task: str = LEASE_TASK, plan_task: str = PLAN_TASK) -> tuple[dict[str, Any], int]:
-    """The run's lease grant and window seq from XCom; a clear error when a step did not run."""
-    grant = ti.xcom_pull(task_ids=lease_task)
-    step = ti.xcom_pull(task_ids=plan_task)
-    if not isinstance(grant, Mapping) or not isinstance(step, Mapping) or "seq" not in step:
-        # Not retryable: only clearing the run from the lease step brings the XComs back.
-        raise AirflowFailException(
-            f"task {ti.task_id!r}: no lease grant from {lease_task!r} or no window from {plan_task!r} in XCom; "
-            f"clear the run from the {lease_task!r} task"
-        )
-    return dict(grant), int(step["seq"])
+def spark_submit_hook_kwargs(conn_id: str, submit: JobSubmit) -> dict[str, Any]:
+    """Pure: the `SparkSubmitHook` arguments for one submission (then `hook.submit(submit.application)`)."""
+    return {
+        "conn_id": conn_id,
+        "conf": dict(submit.conf),
+        "jars": submit.jars,
+        "name": submit.name,
+        "application_args": list(submit.application_args),
+        "env_vars": dict(submit.env_vars),
+    }
 
 
-class CdcMergeOperator(SparkSubmitOperator):
+def spark_submit_hook(conn_id: str, submit: JobSubmit) -> SparkSubmitHook:
+    """A `SparkSubmitHook` for one submission: the Spark provider's supported way to run spark-submit
+    (connection, logs, kill) with arguments computed at execute time."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    return SparkSubmitHook(**spark_submit_hook_kwargs(conn_id, submit))
+
+
+class SparkJobOperator(BaseOperator):
+    """Base of the CDC Spark operators: runs one `JobSubmit` through a `SparkSubmitHook`, and kills it
+    with the task (`on_kill`)."""
+
+    def __init__(self, *, pipeline: str, conn_id: str = "spark_local", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.conn_id = conn_id
+        self._running: SparkSubmitHook | None = None  # the submission in flight, for on_kill only
+
+    def run_job(self, submit: JobSubmit) -> None:
+        hook = spark_submit_hook(self.conn_id, submit)
+        self._running = hook
+        try:
+            hook.submit(submit.application)
+        finally:
+            self._running = None
+
+    def on_kill(self) -> None:
+        if self._running is not None:
+            self._running.on_kill()
+
+
+class CdcMergeOperator(SparkJobOperator):
     """MERGE the run's staged window into Delta with spark_apps/merge_window.py.
 
     :param pipeline: the pipeline's name in the configuration file.
+    :param window: the planned window with its lease grant (`plan_window`'s result; templated: pass the
+        TaskFlow result).
     :param conn_id: the Spark connection (the configuration's `spark.conn_id`).
     """
 
+    template_fields: Sequence[str] = ("window",)
     ui_color = "#f4a460"
 
-    def __init__(
-        self,
-        *,
-        pipeline: str,
-        conn_id: str = "spark_local",
-        lease_task: str = LEASE_TASK,
-        plan_task: str = PLAN_TASK,
-        **kwargs: Any,
-    ) -> None:
-        kwargs.setdefault("name", f"cdc-merge-{pipeline}")
-        # A retried merge must submit again (it is idempotent in Delta); never "resume" an old job.
-        kwargs.setdefault("durable", False)
-        super().__init__(conn_id=conn_id, **kwargs)
-        self.pipeline = pipeline
-        self.lease_task = lease_task
-        self.plan_task = plan_task
+    def __init__(self, *, window: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.window = window
 
     def execute(self, context: Any) -> None:
-        import sys
-
-        from airflow.sdk.log import mask_secret
-
-        from cdc_airflow.hooks import open_pipeline, secrets_of
-        from cdc_core.coordination import LeaseGrant
+        from cdc_airflow.hooks import CdcPipelineHook
+        from cdc_airflow.states import raise_for
+        from cdc_airflow.tasks import window_lease
         from cdc_core.run.pipeline import MERGE_JOB
 
-        grant_dict, seq = pull_grant_and_seq(context["ti"], self.lease_task, self.plan_task)
-        grant = LeaseGrant.from_dict(grant_dict)
-        with open_pipeline(self.pipeline) as p:
-            manifest = p.manifest(seq)  # the staged window, verified against its stored plan
-            if not manifest.tables:
-                raise AirflowSkipException(
-                    f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
-                    "nothing to merge (the ack step records the empty window)"
+        grant, seq = window_lease(self.window, self.task_id)
+        hook = CdcPipelineHook(self.pipeline)
+        try:
+            with hook.pipeline() as p:
+                manifest = p.manifest(seq)  # the staged window, verified against its stored plan
+                if not manifest.tables:
+                    raise AirflowSkipException(
+                        f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
+                        "nothing to merge (the ack step records the empty window)"
+                    )
+                p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
+                submit = build_merge_submit(
+                    p,
+                    grant,
+                    seq,
+                    application=str(MERGE_JOB),
+                    python=sys.executable,
+                    path=os.environ.get("PATH", ""),
+                    secrets=hook.secrets(p),
+                    zk_auth=p.zk_auth(),  # the same lookup as the CLI's (Pipeline.spark_job_env)
                 )
-            p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
-            zk_auth = p.zk_auth()  # the same lookup as the CLI's (Pipeline.spark_job_env)
-            if zk_auth:
-                mask_secret(zk_auth)
-            submit = build_merge_submit(
-                p,
-                grant,
-                seq,
-                application=str(MERGE_JOB),
-                python=sys.executable,
-                path=os.environ.get("PATH", ""),
-                secrets=secrets_of(p.config, p.source, p.store),
-                zk_auth=zk_auth,
-            )
+        except CdcError as e:
+            raise_for(e, self.pipeline)
         self.log.info(
             "window.merge pipeline=%s seq=%s tables=%s changes=%s",
             self.pipeline,
@@ -181,18 +239,4 @@ class CdcMergeOperator(SparkSubmitOperator):
             len(manifest.tables),
             manifest.changes,
         )
-        self.application = submit.application
-        self.application_args = submit.application_args
-        self.jars = submit.jars
-        self.conf = submit.conf
-        self.env_vars = submit.env_vars
-        self.name = submit.name
-        self._hook = None  # built from the values above
-        try:
-            super().execute(context)
-        except Exception as e:
-            from cdc_airflow.tasks import holder_for
-
-            with open_pipeline(self.pipeline) as p:
-                p.note_failure(self.task_id, e, seq=seq, holder=holder_for(context["ti"].dag_id, context["run_id"]))
-            raise
+        self.run_job(submit)

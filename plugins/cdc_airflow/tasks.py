@@ -1,17 +1,22 @@
 """The DAG steps as TaskFlow tasks: each opens the pipeline, calls one `cdc_core.run.pipeline` step, returns.
 
-State between steps travels as two small XComs (the lease grant from `acquire_lease`, the window
-step from `plan_window`; no secrets in either); everything else lives in ZooKeeper and the staging
-area, so any single step can be retried or cleared. Each step renews the lease before acting (inside
-`Pipeline.plan/stage/ack`), and a lost lease fails the step without retries: retrying with a fenced
-grant can never succeed.
+State between steps travels as TaskFlow arguments: the lease grant `acquire_lease` returns goes to the
+steps before the plan, and the window `plan_window` returns (with the grant it was planned under, under
+"lease") to the steps after it (no secrets in either). The steps after the plan take the grant from the
+window, not from `acquire_lease`, because a setup task's direct downstream must use the ALL_SUCCESS
+trigger rule and ack_window does not. Everything else lives in ZooKeeper and the staging area, so any
+single step can be retried or cleared. Each step
+renews the lease before acting (inside `Pipeline.plan/stage/ack`).
 
-Task states map CDC outcomes:
+Task states come from the error, in one place (`cdc_airflow.states.task_state`):
 - another run holds the lease -> `acquire_lease` is skipped (message names the holder and expiry),
   and so is everything downstream, `release_lease` included: it only ever releases a grant this run
   acquired.
 - a configuration error or a lost lease -> failed without retries (`AirflowFailException`).
 - anything else (source, ZooKeeper, staging, lake hiccups) -> failed, retried with back-off.
+
+A failed step is noted for the monitor page by one callback, `failure_note` (the DAGs set it as
+`on_failure_callback` and `on_retry_callback` in their default_args).
 
 After the teardown, `more_work` (a short-circuit) lets `continue_run` trigger the next run only when
 this run's ack succeeded and `Pipeline.more_work` said more is waiting (its answer travels in the ack's
@@ -21,7 +26,7 @@ XCom, with the continuation's run id).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -29,10 +34,12 @@ from typing import Any
 from airflow.sdk import TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from cdc_airflow.operators import LEASE_TASK, PLAN_TASK, pull_grant_and_seq
-from cdc_core.model.errors import ConfigError, Fenced, LeaseHeld
+from cdc_airflow.states import RequestRefused, raise_for
+from cdc_core.model.errors import CdcError, ConfigError, Fenced
 from cdc_core.run import backfill
 
+LEASE_TASK = "acquire_lease"
+PLAN_TASK = "plan_window"
 ACK_TASK = "ack_window"
 MORE_WORK_TASK = "more_work"  # the short-circuit after release_lease
 CONTINUE_TASK = "continue_run"  # the TriggerDagRunOperator after it
@@ -43,24 +50,6 @@ log = logging.getLogger("cdc.airflow")
 def holder_for(dag_id: str, run_id: str) -> str:
     """Who holds the lease, as shown on the monitor page: the DAG run."""
     return f"{dag_id}/{run_id}"
-
-
-def _fmt_ts(value: Any) -> str:
-    try:
-        return datetime.fromtimestamp(float(value), tz=UTC).isoformat(timespec="seconds")
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def lease_held_message(pipeline: str, err: LeaseHeld) -> str:
-    holder = getattr(err, "holder", None)
-    until = getattr(err, "until", None)
-    if holder is None:
-        return f"pipeline {pipeline!r}: skipped, the lease is held by another run ({err})"
-    return (
-        f"pipeline {pipeline!r}: skipped, the lease is held by {holder} until {_fmt_ts(until)}; "
-        "the next scheduled run continues where that one stops"
-    )
 
 
 def form_utc(value: Any) -> Any:
@@ -80,64 +69,81 @@ def form_utc(value: Any) -> Any:
 
 
 @contextmanager
-def _step(pipeline: str, step: str, seq: int | None = None) -> Iterator[Any]:
-    """Open the pipeline for one step; note a failure for the monitor page; map errors that retrying
-    cannot fix to a failure without retries."""
-    from cdc_airflow.hooks import open_pipeline
+def _step(pipeline: str) -> Iterator[Any]:
+    """Open the pipeline for one step (through `CdcPipelineHook`); map a CDC error to the task state it
+    calls for (`cdc_airflow.states`)."""
+    from cdc_airflow.hooks import CdcPipelineHook
 
-    ctx = get_current_context()
     try:
-        with open_pipeline(pipeline) as p:
-            try:
-                yield p
-            except (AirflowSkipException, LeaseHeld):
-                raise
-            except Exception as e:
-                p.note_failure(step, e, seq=seq, holder=holder_for(ctx["ti"].dag_id, ctx["run_id"]))
-                raise
-    except (ConfigError, Fenced) as e:
-        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+        with CdcPipelineHook(pipeline).pipeline() as p:
+            yield p
+    except CdcError as e:
+        raise_for(e, pipeline)
 
 
-def _grant(ti: Any) -> Any:
+def lease_grant(grant: Any, task_id: str = "") -> Any:
+    """The run's lease grant from `acquire_lease`'s result; a clear error when there is none."""
     from cdc_core.coordination import LeaseGrant
 
-    data = ti.xcom_pull(task_ids=LEASE_TASK)
-    if not data:
+    if not isinstance(grant, Mapping) or not grant:
+        # Not retryable: only clearing the run from the lease step brings the grant back.
         raise AirflowFailException(
-            f"task {ti.task_id!r}: no lease grant from {LEASE_TASK!r} in XCom; clear the run from {LEASE_TASK!r}"
+            f"task {task_id!r}: no lease grant from {LEASE_TASK!r}; clear the run from {LEASE_TASK!r}"
         )
-    return LeaseGrant.from_dict(data)
+    return LeaseGrant.from_dict(dict(grant))
 
 
-def _grant_and_seq(ti: Any) -> tuple[Any, int]:
-    from cdc_core.coordination import LeaseGrant
+def window_lease(window: Any, task_id: str = "") -> tuple[Any, int]:
+    """The lease grant and the window's seq from `plan_window`'s result; a clear error when there is none."""
+    if not isinstance(window, Mapping) or "seq" not in window or not window.get("lease"):
+        # Not retryable: only clearing the run from the lease step brings the window back.
+        raise AirflowFailException(
+            f"task {task_id!r}: no lease grant from {LEASE_TASK!r} or no window from {PLAN_TASK!r}; "
+            f"clear the run from the {LEASE_TASK!r} task"
+        )
+    return lease_grant(window["lease"], task_id), int(window["seq"])
 
-    grant, seq = pull_grant_and_seq(ti)
-    return LeaseGrant.from_dict(grant), seq
+
+# ----------------------------------------------------------------------------------- backfill form
+
+
+def backfill_request(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: the backfill form as a request: {"cancel": True} or {start_ts, end_ts, tables, dry_run};
+    a ConfigError for a form that mixes the two (as `cdc backfill --cancel` refuses other flags)."""
+    others = {k: params.get(k) for k in ("start_ts", "end_ts", "tables", "dry_run") if params.get(k)}
+    if params.get("cancel"):
+        if others:
+            raise ConfigError(
+                f"backfill cancel takes no {', '.join(sorted(others))}: leave the other fields empty to cancel "
+                "the active backfill, or untick cancel to start one"
+            )
+        return {"cancel": True}
+    return {
+        "start_ts": form_utc(params.get("start_ts")),
+        "end_ts": form_utc(params.get("end_ts")) or None,
+        "tables": list(params.get("tables") or []) or None,
+        "dry_run": bool(params.get("dry_run")),
+    }
 
 
 def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
     """Validate the backfill form before the lease is taken: bad input fails the run's first task, without
-    retries, and changes nothing (`Pipeline.check_backfill` only reads; outside `_step`, so not even the
-    monitor's last-error note is written: the task's own log says what is wrong). Other errors (source or
+    retries, and changes nothing (`backfill.check_backfill` only reads; a refused request is not noted
+    as the monitor's last error: the task's own log says what is wrong). Other errors (source or
     ZooKeeper unreachable) propagate and are retried."""
-    from cdc_airflow.hooks import open_pipeline
-    from cdc_core.model.errors import PositionPurged, StateConflict, UnknownTable
+    from cdc_airflow.hooks import CdcPipelineHook
 
     try:
-        with open_pipeline(pipeline) as p:
-            return dict(
-                backfill.check_backfill(
-                    p,
-                    form_utc(params.get("start_ts")),
-                    form_utc(params.get("end_ts")) or None,
-                    list(params.get("tables") or []) or None,
-                    dry_run=bool(params.get("dry_run")),
-                )
-            )
-    except (ConfigError, PositionPurged, UnknownTable, StateConflict) as e:
-        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+        request = backfill_request(params)
+        if request.get("cancel"):
+            return request
+        with CdcPipelineHook(pipeline).pipeline() as p:
+            return dict(backfill.check_backfill(p, **request))
+    except CdcError as e:
+        raise_for(e, pipeline, checking_request=True)
+
+
+# ------------------------------------------------------------------------------------------ tasks
 
 
 @task(task_id=LEASE_TASK)
@@ -151,81 +157,91 @@ def acquire_lease(pipeline: str, check_backfill: bool = False) -> dict[str, Any]
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
     if check_backfill:
         check_backfill_form(pipeline, ctx["params"])
-    with _step(pipeline, LEASE_TASK) as p:
-        try:
-            grant = p.acquire(holder)
-        except LeaseHeld as e:
-            raise AirflowSkipException(lease_held_message(pipeline, e)) from e
+    with _step(pipeline) as p:
+        grant = p.acquire(holder)
     return dict(grant.to_dict())
 
 
 @task(task_id="begin_backfill")
-def begin_backfill(pipeline: str) -> dict[str, Any]:
-    """Start a backfill from the run's params (start_ts, end_ts, tables, dry_run); return its report."""
+def begin_backfill(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
+    """Start a backfill from the run's params (start_ts, end_ts, tables, dry_run) and return its report;
+    or, with `cancel`, cancel the active one (`cdc backfill <pipeline> --cancel`)."""
     ctx = get_current_context()
-    params = ctx["params"]
-    grant = _grant(ctx["ti"])
-    with _step(pipeline, "begin_backfill") as p:
-        report = backfill.begin_backfill(
-            p,
-            grant,
-            form_utc(params["start_ts"]),
-            form_utc(params.get("end_ts")) or None,
-            list(params.get("tables") or []) or None,
-            dry_run=bool(params.get("dry_run")),
-        )
+    lease = lease_grant(grant, "begin_backfill")
+    request = backfill_request(ctx["params"])
+    if request.get("cancel"):
+        return cancel_backfill(pipeline, lease)
+    with _step(pipeline) as p:
+        report = backfill.begin_backfill(p, lease, **request)
     log.info("backfill report: %s", report)
     return dict(report)
 
 
+def cancel_backfill(pipeline: str, grant: Any) -> dict[str, Any]:
+    """Drop the active backfill (what it replayed stays; the stream goes on), with the same cdc_core call
+    as `cdc backfill --cancel`. A backfill window planned and not acked must land first: refused, without
+    retries (this run holds the lease, so retrying could never let that window land)."""
+    from cdc_airflow.hooks import CdcPipelineHook
+
+    try:
+        with CdcPipelineHook(pipeline).pipeline() as p:
+            return backfill.cancel_backfill(
+                p, grant, how_to_land=f"a run of cdc_{pipeline} lands it: trigger it or let its schedule run it"
+            )
+    except CdcError as e:
+        raise_for(e, pipeline, checking_request=True)
+
+
 @task(task_id="begin_snapshot")
-def begin_snapshot(pipeline: str) -> dict[str, Any]:
+def begin_snapshot(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
     """Request a snapshot of the form's tables (default: every captured table); return the progress."""
-    ctx = get_current_context()
-    params = ctx["params"]
-    grant = _grant(ctx["ti"])
     from cdc_core.model import snapshot_state
     from cdc_core.run import snapshot_steps
 
+    params = get_current_context()["params"]
+    lease = lease_grant(grant, "begin_snapshot")
     tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
     chunk_rows = params.get("chunk_rows")
-    with _step(pipeline, "begin_snapshot") as p:
-        state = snapshot_steps.request(p, grant, tables, int(chunk_rows) if chunk_rows else None)
+    with _step(pipeline) as p:
+        state = snapshot_steps.request(p, lease, tables, int(chunk_rows) if chunk_rows else None)
     view = snapshot_state.progress_view(state)
     log.info("snapshot requested: %s", view)
     return dict(view)
 
 
 @task(task_id=PLAN_TASK)
-def plan_window(pipeline: str, skip_if_dry_run: bool = False) -> dict[str, Any]:
-    """Recover, then plan (or replay) the next window; returns {seq, kind, empty, start, end, ...}."""
-    ctx = get_current_context()
-    if skip_if_dry_run and ctx["params"].get("dry_run"):
-        raise AirflowSkipException(f"pipeline {pipeline!r}: dry run; the report is begin_backfill's result")
-    grant = _grant(ctx["ti"])
-    with _step(pipeline, PLAN_TASK) as p:
-        return dict(p.plan(grant))
+def plan_window(pipeline: str, grant: dict[str, Any], skip_unless_replaying: bool = False) -> dict[str, Any]:
+    """Recover, then plan (or replay) the next window; returns {seq, kind, empty, start, end, ...}.
+
+    `skip_unless_replaying` (the backfill DAG): a dry run or a cancel lands no window."""
+    params = get_current_context()["params"]
+    if skip_unless_replaying and (params.get("dry_run") or params.get("cancel")):
+        what = "cancel" if params.get("cancel") else "dry run"
+        raise AirflowSkipException(f"pipeline {pipeline!r}: {what}; the report is begin_backfill's result")
+    lease = lease_grant(grant, PLAN_TASK)
+    with _step(pipeline) as p:
+        window = dict(p.plan(lease))
+    return {**window, "lease": dict(grant)}  # the steps after the plan work under this grant
 
 
 @task(task_id="stage_window")
-def stage_window(pipeline: str) -> dict[str, Any]:
+def stage_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     """Stage the planned window's row changes (Parquet + manifest), or verify an existing staged copy."""
-    ctx = get_current_context()
-    grant, seq = _grant_and_seq(ctx["ti"])
-    with _step(pipeline, "stage_window", seq) as p:
-        return dict(p.stage(grant, seq))
+    lease, seq = window_lease(window, "stage_window")
+    with _step(pipeline) as p:
+        return dict(p.stage(lease, seq))
 
 
 @task(task_id=ACK_TASK)
-def ack_window(pipeline: str) -> dict[str, Any]:
+def ack_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     """Move the cursor past the window once Delta holds it for every staged table (and the lake's
     checkpoints table records it); emit an asset event per table it changed (plugins/cdc_airflow/assets.py,
     through the outlet alias the DAG gives this task); say whether more work is waiting
     (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
     ctx = get_current_context()
-    grant, seq = _grant_and_seq(ctx["ti"])
-    with _step(pipeline, ACK_TASK, seq) as p:
-        result = dict(p.ack(grant, seq))
+    lease, seq = window_lease(window, ACK_TASK)
+    with _step(pipeline) as p:
+        result = dict(p.ack(lease, seq))
         more = dict(p.more_work(seq))
         # One asset event per table the window (and any window acked by recovery before it) changed,
         # recorded by Airflow when this task succeeds; windows already announced are left out.
@@ -234,7 +250,7 @@ def ack_window(pipeline: str) -> dict[str, Any]:
         result["asset_events"], before = emit(pipeline, seq, ctx, p)
         log.info("assets.emitted pipeline=%s seq=%s events=%s announced_before=%s",
                  pipeline, seq, len(result["asset_events"]), before)
-    more["trigger_run_id"] = continue_run_id(seq, grant.token)
+    more["trigger_run_id"] = continue_run_id(seq, lease.token)
     result["more_work"] = more
     return result
 
@@ -257,6 +273,10 @@ def more_work() -> dict[str, Any] | bool:
     state), and reads the ack's result from XCom: a run whose ack did not succeed (failed merge,
     skipped run, dry run) has none, so it never continues. Returns the answer (truthy) to continue,
     False to skip the trigger.
+
+    The one step that pulls an XCom by task id instead of taking a TaskFlow argument, on purpose: an
+    argument would make ack_window its upstream, so ack_window would no longer be a leaf and a failed
+    ack would no longer fail the run (this task, ALL_DONE, would succeed after it).
     """
     ctx = get_current_context()
     ack = ctx["ti"].xcom_pull(task_ids=ACK_TASK)
@@ -269,20 +289,75 @@ def more_work() -> dict[str, Any] | bool:
 
 
 @task(task_id="release_lease")
-def release_lease(pipeline: str) -> None:
+def release_lease(pipeline: str, grant: dict[str, Any] | None) -> None:
     """Give the lease back (teardown: runs whatever happened after a successful acquire)."""
-    ctx = get_current_context()
-    data = ctx["ti"].xcom_pull(task_ids=LEASE_TASK)
-    if not data:
+    if not grant:
         # Not ours to release: this run never acquired a lease (skipped or failed acquire).
         raise AirflowSkipException(f"pipeline {pipeline!r}: this run holds no lease")
-    from cdc_airflow.hooks import open_pipeline
-    from cdc_core.coordination import LeaseGrant
+    from cdc_airflow.hooks import CdcPipelineHook
 
-    grant = LeaseGrant.from_dict(data)
-    with open_pipeline(pipeline) as p:
+    lease = lease_grant(grant, "release_lease")
+    with CdcPipelineHook(pipeline).pipeline() as p:
         try:
-            p.release(grant)
+            p.release(lease)
         except Fenced as e:
             # The lease expired and someone else holds it now: theirs, not ours to touch.
             log.warning("lease.not_released pipeline=%s reason=%s", pipeline, e)
+
+
+# ------------------------------------------------------------------------------ failure callback
+
+
+def task_defaults(pc: Any) -> dict[str, object]:
+    """default_args of every task of a pipeline's DAGs: retries with exponential back-off, starting from
+    Airflow's `[core] default_task_retry_delay` and capped at half the lease (a retry comes while the
+    lease is still ours), and the one failure callback (a failed step, and each failed try, noted for
+    the monitor page)."""
+    from datetime import timedelta
+
+    note = failure_note(pc.name)
+    return {
+        "owner": "cdc",
+        "retries": pc.retries,
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(seconds=max(30, pc.lease_seconds // 2)),
+        "on_failure_callback": note,
+        "on_retry_callback": note,
+    }
+
+
+def failure_note(pipeline: str) -> Callable[[Mapping[str, Any]], None]:
+    """The one failure callback of a pipeline's tasks (`on_failure_callback` and `on_retry_callback` in
+    the DAGs' default_args): note the failed step for the monitor page (`Pipeline.note_failure`:
+    `status()["last_error"]`, with the window's seq when the step had one). Not for a refused request
+    (the backfill form: nothing changed) or a skip. Best effort: it never fails the task further."""
+
+    def note_failure(context: Mapping[str, Any]) -> None:
+        error = context.get("exception")
+        if error is None or isinstance(error, RequestRefused | AirflowSkipException):
+            return
+        if not isinstance(error, BaseException):  # Airflow may hand over only a message
+            error = RuntimeError(str(error))
+        ti = context["ti"]
+        seq = rendered_window_seq(context.get("task"))
+        try:
+            from cdc_airflow.hooks import CdcPipelineHook
+
+            with CdcPipelineHook(pipeline).pipeline() as p:
+                p.note_failure(ti.task_id, error, seq=seq, holder=holder_for(ti.dag_id, context["run_id"]))
+        except Exception as e:  # ZooKeeper unreachable, say: the task's own log has the failure
+            log.warning("step.failure_not_noted pipeline=%s step=%s reason=%s: %s",
+                        pipeline, ti.task_id, type(e).__name__, e)
+
+    return note_failure
+
+
+def rendered_window_seq(task_obj: Any) -> int | None:
+    """Pure: the seq of the window a task worked on, from its rendered `window` argument (TaskFlow
+    op_kwargs or an operator's field); None for a step before the plan (or when it was not rendered)."""
+    window = getattr(task_obj, "window", None)
+    if window is None:
+        window = (getattr(task_obj, "op_kwargs", None) or {}).get("window")
+    if isinstance(window, Mapping) and isinstance(window.get("seq"), int):
+        return int(window["seq"])
+    return None

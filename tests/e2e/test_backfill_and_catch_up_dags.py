@@ -111,3 +111,44 @@ def test_backfill_from_a_timestamp_repairs_a_damaged_table(cdc_case: CdcCase) ->
     from cdc_core.model.positions import BinlogPosition
 
     assert BinlogPosition.from_dict(after["position"]) >= BinlogPosition.from_dict(before["position"]), after
+
+
+def test_cancel_from_the_backfill_form_stops_the_active_backfill(cdc_case: CdcCase) -> None:
+    """The form's `cancel` does what `cdc backfill --cancel` does (the same cdc_core call), and refuses,
+    without retries and changing nothing, while a backfill window is planned and not acked."""
+    case = cdc_case
+    case.write_config(binlog_position(case.services))
+    since = datetime.fromtimestamp(int(time.time()) - 1, tz=UTC).isoformat().replace("+00:00", "Z")
+    seed(case, customers=3, orders=3)
+    first = case.run_pipeline()  # a backfill replays what the pipeline landed
+    assert first.state == "success", first.explain()
+
+    def begin(plan: bool) -> None:
+        with case.pipeline() as p:
+            grant = p.acquire("e2e/backfill")
+            try:
+                p.begin_backfill(grant, since)
+                if plan:
+                    p.plan(grant)  # the backfill's first window: planned, not acked
+            finally:
+                p.release(grant)
+
+    def backfill_state() -> object:
+        with case.pipeline() as p:
+            return p.status()["cursor"]["backfill"]
+
+    begin(plan=False)
+    assert backfill_state() is not None
+    cancel = case.run_backfill({"cancel": True})
+    assert cancel.state == "success", cancel.explain()
+    assert_all(cancel, "success", ["acquire_lease", "begin_backfill", "release_lease"])
+    assert_all(cancel, "skipped", ["plan_window", "stage_window", "merge_window", "ack_window", "continue_run"])
+    assert backfill_state() is None, cancel.explain()
+
+    begin(plan=True)
+    refused = case.run_backfill({"cancel": True})
+    assert refused.state == "failed", refused.explain()
+    assert refused.tasks["begin_backfill"] == "failed" and refused.tries["begin_backfill"] == 1, refused.explain()
+    assert "is planned and not acked" in refused.output and "then cancel again" in refused.output, refused.explain()
+    assert refused.tasks["release_lease"] == "success", refused.explain()  # the lease is given back
+    assert backfill_state() is not None  # nothing changed

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cdc_core.run.status import pipeline_status
 from tests.support.e2e import ROOT, VENV_BIN, CdcCase, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
@@ -98,7 +99,7 @@ def pipeline_with_state(cdc_case: CdcCase) -> Iterator[dict[str, Any]]:
         grant = p.acquire(HOLDER)
         try:
             p.plan(grant)
-            yield p.status()
+            yield pipeline_status(p)
         finally:
             p.release(grant)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_core.run.status import pipeline_status
 from tests.support.e2e import (
     CdcCase,
     assert_all,
@@ -77,7 +78,7 @@ def test_scheduled_runs_land_every_kind_of_change(cdc_case: CdcCase) -> None:
     assert_lake_equals_source(case, ["customers", "orders"])
 
     with case.pipeline() as p:
-        status = p.status()
+        status = pipeline_status(p)
     assert status["cursor"]["seq"] == 3, status
     lease = status["lease"]  # released by the last run (gone, or expired)
     assert lease is None or lease.get("holder") is None or lease["expires_at"] <= time.time(), status
@@ -100,7 +101,7 @@ def test_failed_merge_is_retried_and_converges(cdc_case: CdcCase, tmp_path: Path
     # The monitor's data: the failure is noted (and marked resolved by the later ack), and the acked
     # window carries the Delta versions the retried merge committed.
     with case.pipeline() as p:
-        status = p.status()
+        status = pipeline_status(p)
     last = status["last_error"]
     assert last["step"] == "merge_window" and last["seq"] == 1 and last["resolved"] is True, last
     (window,) = status["windows"]
@@ -119,7 +120,7 @@ def test_run_skips_while_another_run_holds_the_lease(cdc_case: CdcCase) -> None:
         grant = p.acquire("someone-else/manual")
         try:
             result = case.run_pipeline()
-            status = p.status()
+            status = pipeline_status(p)
         finally:
             p.release(grant)
 

@@ -8,6 +8,11 @@ distinctive password, then a search for both secrets (and their escaped forms) i
 - the staging area (Parquet, manifests, merge reports), the lake (Delta logs and data), the ZooKeeper nodes;
 - the monitoring page, HTML and JSON, served by the plugin's FastAPI app in a process with the run's env.
 
+The ZooKeeper credential comes either from the environment variable `zookeeper.auth_env` names, or from the
+connection `zookeeper.conn_id` names, served to Airflow by a secrets backend (Airflow's LocalFilesystemBackend:
+no AIRFLOW_CONN_* variable and no row in the metadata database; the `cdc maintain` CLI reads the same
+connection from AIRFLOW_CONN_<ID>).
+
 The CLI half of the same check (and the same for hostile names) is tests/integration/test_hostile_names.py.
 """
 
@@ -47,10 +52,30 @@ print(json.dumps({"html": page.text, "json": data.json(), "codes": [page.status_
 """
 
 
-def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(cdc_case: CdcCase, tmp_path: Path) -> None:
+@pytest.mark.parametrize("zk_credential", ["auth_env", "secrets_backend"])
+def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(
+    cdc_case: CdcCase, tmp_path: Path, zk_credential: str
+) -> None:
     case = cdc_case
     zk_user, zk_password = "cdc-" + uuid.uuid4().hex[:6], "zk-secret-" + uuid.uuid4().hex
     auth_env = "E2E_ZK_AUTH_" + uuid.uuid4().hex[:6].upper()
+    zk_conn_id = "e2e_zk_" + uuid.uuid4().hex[:6]
+    if zk_credential == "auth_env":
+        zk_config: dict[str, str] = {"auth_env": auth_env}
+        zk_env = {auth_env: f"{zk_user}:{zk_password}"}  # every process: the DAG run, the monitor, the CLI
+        cli_env: dict[str, str] = {}
+    else:
+        zk_config = {"conn_id": zk_conn_id}
+        connections = tmp_path / "connections.json"  # outside every searched directory
+        connections.write_text(json.dumps({zk_conn_id: {"conn_type": "generic", "login": zk_user,
+                                                        "password": zk_password}}))
+        zk_env = {
+            "AIRFLOW__SECRETS__BACKEND": "airflow.secrets.local_filesystem.LocalFilesystemBackend",
+            "AIRFLOW__SECRETS__BACKEND_KWARGS": json.dumps({"connections_file_path": str(connections)}),
+        }
+        # The cdc CLI reads connections from the environment only (README, "Configuration").
+        cli_env = {f"AIRFLOW_CONN_{zk_conn_id.upper()}": json.dumps(
+            {"conn_type": "generic", "login": zk_user, "password": zk_password})}
     owner = KazooClient(hosts=case.services.zk_hosts, auth_data=[("digest", f"{zk_user}:{zk_password}")])
     owner.start(timeout=15)
     try:
@@ -58,7 +83,7 @@ def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(cdc
             case.services = dataclasses.replace(case.services, mysql_user=user.name, mysql_password=user.password)
             case.write_config(
                 binlog_position(case.services),
-                zookeeper={"hosts": case.services.zk_hosts, "root": case.zk_root, "auth_env": auth_env},
+                zookeeper={"hosts": case.services.zk_hosts, "root": case.zk_root, **zk_config},
             )
             sql(case.services, case.database,
                 "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR(40), balance DECIMAL(10,2))",
@@ -77,7 +102,7 @@ def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(cdc
             # after the shim (that is the venv the `airflow` script's shebang names, maybe not ROOT/.venv).
             interpreter_bin = Path((ROOT / ".venv" / "bin" / "airflow").read_text().splitlines()[0][2:]).parent
             path = os.pathsep.join([str(shim_dir), str(interpreter_bin), case.env["PATH"]])
-            env = {auth_env: f"{zk_user}:{zk_password}", "PATH": path}
+            env = {**zk_env, "PATH": path}
 
             result = case.run_pipeline(env=env)
             (tmp_path / "dags-test.out").write_text(result.output)  # for a look after a failure
@@ -100,7 +125,7 @@ def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(cdc
             maint = subprocess.run(
                 [sys.executable, "-m", "cdc_core.cli", "--config", str(case.config_path), "maintain", case.name,
                  "--wait", "60"],
-                env={**case.env, **env}, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+                env={**case.env, **env, **cli_env}, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
             )
             (tmp_path / "maintain.out").write_text(maint.stdout + maint.stderr)
             assert maint.returncode == 0, (maint.stdout + maint.stderr)[-4000:]

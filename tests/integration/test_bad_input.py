@@ -218,12 +218,15 @@ def test_the_backfill_dags_first_task_refuses_a_bad_form_before_taking_the_lease
     from airflow.sdk.exceptions import AirflowFailException
     from cdc_airflow import hooks, tasks
 
-    @contextmanager
-    def open_pipeline(name: str) -> Iterator[Pipeline]:
-        assert name == "badinput"
-        yield ran.pipeline
+    class Hook:
+        def __init__(self, name: str) -> None:
+            assert name == "badinput"
 
-    monkeypatch.setattr(hooks, "open_pipeline", open_pipeline)
+        @contextmanager
+        def pipeline(self) -> Iterator[Pipeline]:
+            yield ran.pipeline
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
     before = ran.snapshot(zk_client)
     for params, says in [
         ({"start_ts": "garbage"}, "backfill start_ts: 'garbage' is not an ISO-8601 timestamp"),

@@ -1,22 +1,42 @@
-"""The Airflow glue's pure pieces: what the merge task submits, how the monitor page renders (escaped,
-no secrets), that its routes demand a login, and that the plugin registers the way Airflow expects."""
+"""The Airflow glue's pure pieces: what the merge task submits (and that the operator never rewrites its
+own fields), the one error -> task state mapping, the hook's connection lookups, the one failure
+callback, how the monitor page renders (escaped, no secrets), that its routes demand a login, and that
+the plugin registers the way Airflow expects."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.unit
 
+ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-from cdc_airflow import monitor, operators, tasks  # noqa: E402
+from cdc_airflow import monitor, operators, states, tasks  # noqa: E402
 
-from cdc_core.model.errors import ConfigError, LeaseHeld  # noqa: E402
+from cdc_core.coordination import LeaseGrant  # noqa: E402
+from cdc_core.model.errors import (  # noqa: E402
+    CdcError,
+    ConfigError,
+    CoordinationError,
+    Fenced,
+    LakeError,
+    LeaseHeld,
+    MissingKey,
+    PositionPurged,
+    SchemaConflict,
+    SourceError,
+    StagingError,
+    StateConflict,
+    UnknownTable,
+    UnsupportedType,
+)
 
 # ------------------------------------------------------------------------------------ merge submit
 
@@ -101,37 +121,86 @@ def test_merge_submit_refuses_a_credential_on_the_command_line(args: Any, conf: 
         )
 
 
-class FakeTI:
-    task_id = "merge_window"
-
-    def __init__(self, xcoms: dict[str, Any]) -> None:
-        self.xcoms = xcoms
-
-    def xcom_pull(self, task_ids: str) -> Any:
-        return self.xcoms.get(task_ids)
+GRANT = LeaseGrant("orders", "cdc_orders/manual__1", 3, 1_800_000_000.0, 1_799_999_700.0).to_dict()
 
 
-def test_grant_and_seq_come_from_the_lease_and_plan_xcoms() -> None:
-    grant, seq = operators.pull_grant_and_seq(FakeTI({"acquire_lease": {"token": 3}, "plan_window": {"seq": 9}}))
-    assert grant == {"token": 3} and seq == 9
+def test_window_and_grant_come_from_the_plans_result() -> None:
+    grant, seq = tasks.window_lease({"seq": 9, "kind": "stream", "lease": GRANT})
+    assert grant.token == 3 and grant.holder == "cdc_orders/manual__1" and seq == 9
 
 
-def test_missing_xcom_fails_without_retry_and_says_what_to_clear() -> None:
+@pytest.mark.parametrize("window", [None, {"seq": 9}, {"lease": GRANT}])
+def test_missing_window_fails_without_retry_and_says_what_to_clear(window: Any) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    with pytest.raises(AirflowFailException, match="acquire_lease"):
-        operators.pull_grant_and_seq(FakeTI({"plan_window": {"seq": 9}}))
+    with pytest.raises(AirflowFailException, match="clear the run from the 'acquire_lease' task"):
+        tasks.window_lease(window, "stage_window")
 
 
-# ------------------------------------------------------------------------------------------- tasks
+# ------------------------------------------------------------------------------ error -> task state
+
+S = states.TaskState
 
 
-def test_lease_held_message_names_holder_and_expiry() -> None:
-    err = LeaseHeld("held")
-    err.holder = "cdc_orders/scheduled__2026"  # type: ignore[attr-defined]
-    err.until = 1_800_000_000  # type: ignore[attr-defined]
-    msg = tasks.lease_held_message("orders", err)
-    assert "cdc_orders/scheduled__2026" in msg and "2027-01-15T08:00:00+00:00" in msg
+@pytest.mark.parametrize(
+    ("error", "in_step", "checking_request"),
+    [
+        (LeaseHeld("held", holder="x", expires_at=1.0, token=1), S.SKIP, S.SKIP),
+        (ConfigError("bad"), S.FAIL, S.FAIL),
+        (Fenced("lost", holder="x", token=1), S.FAIL, S.FAIL),
+        (PositionPurged("gone"), S.RETRY, S.FAIL),
+        (UnknownTable("no such table"), S.RETRY, S.FAIL),
+        (StateConflict("window pending"), S.RETRY, S.FAIL),
+        (SourceError("unreachable"), S.RETRY, S.RETRY),
+        (CoordinationError("ZooKeeper suspended"), S.RETRY, S.RETRY),
+        (MissingKey("no key"), S.RETRY, S.RETRY),
+        (UnsupportedType("type"), S.RETRY, S.RETRY),
+        (StagingError("incomplete"), S.RETRY, S.RETRY),
+        (SchemaConflict("conflict"), S.RETRY, S.RETRY),
+        (LakeError("merge failed"), S.RETRY, S.RETRY),
+        (CdcError("other"), S.RETRY, S.RETRY),
+        (RuntimeError("not ours"), S.RETRY, S.RETRY),
+    ],
+)
+def test_error_to_task_state(error: BaseException, in_step: Any, checking_request: Any) -> None:
+    """The one mapping, from the error's fields: in a step, and while checking a request (the form)."""
+    assert states.task_state(error) is in_step
+    assert states.task_state(error, checking_request=True) is checking_request
+
+
+def test_raise_for_gives_airflow_what_the_state_says() -> None:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    def raised(err: BaseException, **kw: Any) -> BaseException:
+        try:
+            states.raise_for(err, "orders", **kw)
+        except BaseException as e:
+            return e
+        raise AssertionError("raise_for returned")
+
+    held = raised(LeaseHeld("msg", holder="cdc_orders/scheduled__2026", expires_at=1_800_000_000, token=7))
+    assert isinstance(held, AirflowSkipException)
+    assert "cdc_orders/scheduled__2026" in str(held) and "2027-01-15T08:00:00+00:00" in str(held)
+    fenced = raised(Fenced("run x lost its lease"))
+    assert type(fenced) is AirflowFailException and str(fenced) == "Fenced: run x lost its lease"
+    refused = raised(PositionPurged("too old"), checking_request=True)
+    assert isinstance(refused, states.RequestRefused) and str(refused) == "PositionPurged: too old"
+    lake = LakeError("boom")
+    assert raised(lake) is lake  # re-raised as is: Airflow retries it
+
+
+def test_lease_held_carries_holder_expiry_and_token_and_keeps_its_message() -> None:
+    import pickle
+
+    err = LeaseHeld("pipeline 'orders': the lease is held by 'a'", holder="a", expires_at=5.0, token=0x1F)
+    assert str(err) == "pipeline 'orders': the lease is held by 'a'"
+    assert (err.holder, err.expires_at, err.token, err.exit_code) == ("a", 5.0, 0x1F, 75)
+    back = pickle.loads(pickle.dumps(err))
+    assert (str(back), back.holder, back.expires_at, back.token) == (str(err), "a", 5.0, 0x1F)
+    fenced = pickle.loads(pickle.dumps(Fenced("lost", holder="h", token=2)))
+    assert (str(fenced), fenced.holder, fenced.token, fenced.retryable) == ("lost", "h", 2, False)
+    # Without the facts (an old raiser): the skip message still says what happened.
+    assert "held by another run (held)" in states.lease_held_message("orders", LeaseHeld("held"))
 
 
 @pytest.mark.parametrize(
@@ -273,37 +342,315 @@ def test_plugin_registers_the_app_and_a_top_level_nav_link() -> None:
 # ------------------------------------------------------------------------------------------- hooks
 
 
-def test_source_connection_is_resolved_by_airflow(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdc_airflow import hooks
+def _pc(**zookeeper: Any) -> Any:
+    from cdc_core.model.config import PipelineConfig
+
+    return PipelineConfig.model_validate(
+        {
+            "name": "orders",
+            "source": {"conn_id": "src_unit"},
+            "tables": {"include": ["shop.*"]},
+            "zookeeper": {"hosts": "127.0.0.1:2181", **zookeeper},
+            "object_store": {"conn_id": "store_unit"},
+        }
+    )
+
+
+def test_hook_resolves_every_connection_through_airflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Source, object store and ZooKeeper credentials all through Airflow's lookup (`get_connection`: the
+    metadata database, AIRFLOW_CONN_* or a secrets backend), never from the configuration file."""
+    from cdc_airflow.hooks import CdcPipelineHook
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_SRC_UNIT", '{"conn_type": "mysql", "host": "db1", "port": 3307, "login": "cdc", "password": "pw"}'
     )
-    info = hooks.connection_info("src_unit")
-    assert (info.host, info.port, info.user, info.password) == ("db1", 3307, "cdc", "pw")
-    assert "pw" not in repr(info)
+    monkeypatch.setenv("AIRFLOW_CONN_ZK_UNIT", '{"conn_type": "generic", "login": "zkuser", "password": "zkpw"}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STORE_UNIT",
+        '{"conn_type": "aws", "login": "AKIA1", "password": "s3pw", "extra": {"endpoint_url": "http://s3:9000"}}',
+    )
+    asked: list[str] = []
+    real = CdcPipelineHook.get_connection
+
+    def spy(conn_id: str) -> Any:
+        asked.append(conn_id)
+        return real(conn_id)
+
+    monkeypatch.setattr(CdcPipelineHook, "get_connection", staticmethod(spy))
+    hook = CdcPipelineHook("orders", config=_pc(conn_id="zk_unit"))
+    source = hook.source_params()
+    assert (source.host, source.port, source.user, source.password) == ("db1", 3307, "cdc", "pw")
+    assert hook.zookeeper_digest() == ("zkuser", "zkpw")
+    store = hook.object_store()
+    assert store is not None and store.endpoint_url == "http://s3:9000"
+    assert asked == ["src_unit", "zk_unit", "store_unit"]
 
 
-def test_missing_zookeeper_auth_variable_is_named() -> None:
+def test_hook_reads_an_auth_env_variable_as_before() -> None:
+    from cdc_airflow.hooks import CdcPipelineHook
+
+    pc = _pc(auth_env="CDC_ZK_AUTH")
+    assert CdcPipelineHook("orders", pc, environ={"CDC_ZK_AUTH": "u:p"}).zookeeper_digest() == ("u", "p")
+    assert CdcPipelineHook("orders", _pc(), environ={}).zookeeper_digest() is None
+    with pytest.raises(ConfigError, match="CDC_ZK_AUTH"):
+        CdcPipelineHook("orders", pc, environ={}).zookeeper_digest()
+    with pytest.raises(ConfigError, match="'user:password'"):
+        CdcPipelineHook("orders", pc, environ={"CDC_ZK_AUTH": "no-colon"}).zookeeper_digest()
+
+
+def test_zookeeper_connection_without_a_password_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_airflow.hooks import CdcPipelineHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_ZK_UNIT", '{"conn_type": "generic", "login": "zkuser"}')
+    with pytest.raises(ConfigError, match=r"zookeeper\.conn_id names the connection 'zk_unit'"):
+        CdcPipelineHook("orders", config=_pc(conn_id="zk_unit")).zookeeper_digest()
+    monkeypatch.delenv("AIRFLOW_CONN_ZK_UNIT")
+    with pytest.raises(ConfigError, match=r"'zk_unit' \(zookeeper.conn_id\) is not defined"):
+        CdcPipelineHook("orders", config=_pc(conn_id="zk_unit")).zookeeper_digest()
+
+
+def test_undefined_source_connection_says_how_to_define_it() -> None:
+    from cdc_airflow.hooks import CdcPipelineHook
+
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_NO_SUCH_CONN"):
+        CdcPipelineHook("orders", config=_pc()).connection_info("no_such_conn", "source.conn_id", "mysql")
+
+
+def test_hook_opens_the_pipeline_with_what_it_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_airflow import hooks
+
+    from cdc_core.run import pipeline
+
+    seen: dict[str, Any] = {}
+
+    def from_config(config: Any, source: Any, zk_client: Any = None, **kw: Any) -> Any:
+        seen.update(config=config, source=source, **kw)
+        return "pipeline"
+
+    monkeypatch.setattr(pipeline.Pipeline, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(hooks.CdcPipelineHook, "source_params", lambda self: "source")
+    monkeypatch.setattr(hooks.CdcPipelineHook, "object_store", lambda self: None)
+    monkeypatch.setattr(hooks.CdcPipelineHook, "zookeeper_digest", lambda self: ("u", "p"))
+    pc = _pc()
+    assert hooks.CdcPipelineHook("orders", config=pc).get_conn() == "pipeline"
+    assert seen == {"config": pc, "source": "source", "store": None, "zk_digest": ("u", "p")}
+
+    class Opened:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    opened = Opened()
+    monkeypatch.setattr(pipeline.Pipeline, "from_config", staticmethod(lambda *a, **kw: opened))
+    hook = hooks.CdcPipelineHook("orders", config=pc)
+    with hook.pipeline() as p:  # what every task does
+        assert p is opened and not p.closed
+    assert opened.closed and hook.pipeline_name == "orders"
+
+
+def test_zookeeper_connection_from_the_environment_for_the_cli() -> None:
+    """Without Airflow (the cdc CLI) the same `zookeeper.conn_id` is read from AIRFLOW_CONN_<ID>."""
+    from cdc_core.model.config import ZooKeeperConfig
+
+    zk = ZooKeeperConfig(conn_id="zk_unit")
+    assert zk.digest({"AIRFLOW_CONN_ZK_UNIT": "generic://zkuser:zk%40pw@"}) == ("zkuser", "zk@pw")
+    as_json = '{"conn_type": "zookeeper", "login": "u", "password": "p"}'
+    assert zk.digest({"AIRFLOW_CONN_ZK_UNIT": as_json}) == ("u", "p")
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_ZK_UNIT"):
+        zk.digest({})
+    with pytest.raises(ValueError, match="not both"):
+        ZooKeeperConfig(conn_id="zk_unit", auth_env="CDC_ZK_AUTH")
+
+
+# ------------------------------------------------------------------------------ the Spark operators
+
+
+class _Manifest:
+    tables = {"shop.orders": {}}
+    changes = 12
+
+
+class _OpenPipeline(StubPipeline):
+    source = type("Src", (), {"password": "dbpw"})()
+    store = None
+
+    def manifest(self, seq: int) -> Any:
+        return _Manifest()
+
+    def renew(self, grant: Any) -> Any:
+        return grant
+
+    def zk_auth(self) -> str:
+        return "zkuser:zkpw"
+
+    def merge_application_args(self, grant: Any, seq: int) -> list[str]:
+        return ["--seq", str(seq), "--token", str(grant.token)]
+
+
+class _FakeHook:
+    def __init__(self, pipeline: str, *a: Any, **kw: Any) -> None:
+        self.pipeline_name = pipeline
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def pipeline(self) -> Any:
+        yield _OpenPipeline()
+
+    @staticmethod
+    def secrets(p: Any) -> list[str]:
+        return ["dbpw", "zkpw"]
+
+
+def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_airflow import hooks
+
+    submitted: list[tuple[dict[str, Any], str]] = []
+
+    class FakeSparkHook:
+        def __init__(self, **kwargs: Any) -> None:
+            self.kwargs = kwargs
+
+        def submit(self, application: str) -> None:
+            submitted.append((self.kwargs, application))
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook)
+    monkeypatch.setattr(
+        operators, "spark_submit_hook", lambda conn_id, submit: FakeSparkHook(
+            **operators.spark_submit_hook_kwargs(conn_id, submit))
+    )
+    op = operators.CdcMergeOperator(task_id="merge_window", pipeline="orders", conn_id="spark_unit")
+    op.window = {"seq": 7, "kind": "stream", "lease": GRANT}  # what Airflow renders from plan_window's XCom
+    op.log
+    before = dict(vars(op))
+    op.execute({})
+    assert vars(op) == before  # nothing of the operator (fields, provider attributes) changed at execute time
+    ((kwargs, application),) = submitted
+    assert application.endswith("spark_apps/merge_window.py")
+    assert kwargs["conn_id"] == "spark_unit" and kwargs["name"] == "cdc-merge-orders-7"
+    assert kwargs["application_args"] == ["--seq", "7", "--token", "3"]
+    assert kwargs["env_vars"]["CDC_ZK_AUTH"] == "digest:zkuser:zkpw"  # the environment, never the command line
+    assert "zkpw" not in " ".join(kwargs["application_args"]) and "zkpw" not in str(kwargs["conf"])
+
+
+def test_spark_hook_arguments_are_a_pure_function_of_the_submission() -> None:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    submit = operators.build_merge_submit(
+        StubPipeline(), {"token": 26}, 7, application="a.py", python="/v/bin/python", path="/bin", environ={}
+    )
+    kwargs = operators.spark_submit_hook_kwargs("spark_unit", submit)
+    assert kwargs == {
+        "conn_id": "spark_unit",
+        "conf": submit.conf,
+        "jars": submit.jars,
+        "name": "cdc-merge-orders-7",
+        "application_args": submit.application_args,
+        "env_vars": submit.env_vars,
+    }
+    hook = operators.spark_submit_hook("spark_unit", submit)
+    assert isinstance(hook, SparkSubmitHook) and hook._application_args == submit.application_args
+
+
+# ------------------------------------------------------------------------------ the failure callback
+
+
+def test_one_failure_callback_notes_the_step_its_window_and_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowSkipException
+    from cdc_airflow import hooks
+
+    notes: list[tuple[Any, ...]] = []
+
+    class Noting:
+        def note_failure(self, step: str, error: BaseException, *, seq: Any = None, holder: str = "") -> None:
+            notes.append((step, str(error), seq, holder))
+
+    class Hook:
+        def __init__(self, pipeline: str) -> None:
+            assert pipeline == "orders"
+
+        @contextmanager
+        def pipeline(self) -> Any:
+            yield Noting()
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
+    note = tasks.failure_note("orders")
+    ti = SimpleNamespace(task_id="stage_window", dag_id="cdc_orders")
+    staged = SimpleNamespace(op_kwargs={"window": {"seq": 42, "lease": GRANT}})
+    note({"exception": LakeError("boom"), "ti": ti, "run_id": "manual__1", "task": staged})
+    planning = SimpleNamespace(op_kwargs={"grant": GRANT})
+    note({"exception": RuntimeError("x"), "ti": ti, "run_id": "manual__2", "task": planning})
+    merging = SimpleNamespace(window={"seq": 43})
+    note({"exception": RuntimeError("spark"), "ti": ti, "run_id": "manual__3", "task": merging})
+    # A refused form (nothing changed) and a skip are not pipeline failures.
+    note({"exception": states.RequestRefused("ConfigError: bad form"), "ti": ti, "run_id": "r", "task": staged})
+    note({"exception": AirflowSkipException("held"), "ti": ti, "run_id": "r", "task": staged})
+    assert notes == [
+        ("stage_window", "boom", 42, "cdc_orders/manual__1"),
+        ("stage_window", "x", None, "cdc_orders/manual__2"),
+        ("stage_window", "spark", 43, "cdc_orders/manual__3"),
+    ]
+
+
+def test_the_failure_callback_never_fails_the_task_further(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
     from cdc_airflow import hooks
 
-    from cdc_core.model.config import ZooKeeperConfig
+    class Broken:
+        def __init__(self, pipeline: str) -> None:
+            raise CoordinationError("ZooKeeper unreachable")
 
-    pc = SimpleNamespace(name="orders", zookeeper=ZooKeeperConfig(auth_env="CDC_ZK_AUTH"))
-    with pytest.raises(ConfigError, match="CDC_ZK_AUTH"):
-        hooks.check_zookeeper_auth(pc, environ={})  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="'user:password'"):
-        hooks.check_zookeeper_auth(pc, environ={"CDC_ZK_AUTH": "no-colon"})  # type: ignore[arg-type]
-    hooks.check_zookeeper_auth(pc, environ={"CDC_ZK_AUTH": "u:p"})  # type: ignore[arg-type]
+    monkeypatch.setattr(hooks, "CdcPipelineHook", Broken)
+    ti = SimpleNamespace(task_id="plan_window", dag_id="cdc_orders")
+    tasks.failure_note("orders")({"exception": LakeError("boom"), "ti": ti, "run_id": "r", "task": None})
 
 
-def test_undefined_source_connection_says_how_to_define_it() -> None:
+# --------------------------------------------------------------------------------- backfill cancel
+
+
+def test_cancel_uses_the_clis_cdc_core_call_and_refuses_a_pending_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
     from cdc_airflow import hooks
 
-    with pytest.raises(ConfigError, match="AIRFLOW_CONN_NO_SUCH_CONN"):
-        hooks.connection_info("no_such_conn")
+    calls: list[Any] = []
+    active = SimpleNamespace(to_dict=lambda: {"position": "mysql-bin.000001:4", "until": "mysql-bin.000002:4"})
+    pending = {"now": False}
+
+    class Coordinator:
+        def read_cursor(self) -> Any:
+            return SimpleNamespace(backfill=active)
+
+        def cancel_backfill(self, grant: Any) -> None:
+            if pending["now"]:
+                raise StateConflict(
+                    "pipeline 'orders': cannot cancel the backfill: window 8 (backfill) is planned and not acked; "
+                    "replay and ack it first"
+                )
+            calls.append(grant)
+
+    class Hook:
+        def __init__(self, pipeline: str) -> None:
+            pass
+
+        @contextmanager
+        def pipeline(self) -> Any:
+            yield SimpleNamespace(name="orders", coordinator=Coordinator(), log_event=lambda *a, **k: None)
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
+    grant = LeaseGrant.from_dict(GRANT)
+    out = tasks.cancel_backfill("orders", grant)
+    assert out == {"pipeline": "orders", "cancelled": active.to_dict()} and calls == [grant]
+    pending["now"] = True
+    refused = r"window 8 \(backfill\) is planned and not acked.*then cancel again"
+    with pytest.raises(states.RequestRefused, match=refused):
+        tasks.cancel_backfill("orders", grant)  # failed without retries: this run holds the lease
 
 
 def test_page_shows_snapshot_progress_per_table() -> None:

@@ -89,8 +89,8 @@ def test_scheduled_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
         "acquire_lease": set(),
         "plan_window": {"acquire_lease"},
         "stage_window": {"plan_window"},
-        "merge_window": {"stage_window"},
-        "ack_window": {"stage_window", "merge_window"},
+        "merge_window": {"stage_window", "plan_window"},  # the window (and its grant) as a TaskFlow argument
+        "ack_window": {"stage_window", "merge_window", "plan_window"},
         "release_lease": {"ack_window", "acquire_lease"},
         **CONTINUE,
     }
@@ -172,14 +172,54 @@ def test_retries_with_exponential_backoff_capped_below_the_lease(dagbag) -> None
 
 
 def test_merge_task_is_the_cdc_spark_operator(dagbag) -> None:  # type: ignore[no-untyped-def]
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.definitions.xcom_arg import XComArg
 
     merge = dagbag.dags["cdc_orders"].get_task("merge_window")
-    assert isinstance(merge, SparkSubmitOperator)
     assert type(merge).__name__ == "CdcMergeOperator"
     assert merge.pipeline == "orders"
-    assert merge._conn_id == "spark_unit"
-    assert merge.application_args is None  # decided at execute time, from the staged window
+    assert merge.conn_id == "spark_unit"
+    assert tuple(merge.template_fields) == ("window",)
+    # The window (with its lease grant) is plan_window's result, rendered by Airflow at execute time.
+    assert isinstance(merge.window, XComArg) and merge.window.operator.task_id == "plan_window"
+
+
+def test_steps_take_the_grant_and_the_window_as_taskflow_arguments(dagbag) -> None:  # type: ignore[no-untyped-def]
+    """No step pulls an XCom by task id (but more_work: see its docstring); the data flow is the arguments."""
+    from airflow.sdk.definitions.xcom_arg import XComArg
+
+    def source(dag_id: str, task_id: str) -> dict[str, str]:
+        kwargs = dagbag.dags[dag_id].get_task(task_id).op_kwargs
+        return {k: v.operator.task_id for k, v in kwargs.items() if isinstance(v, XComArg)}
+
+    assert source("cdc_orders", "plan_window") == {"grant": "acquire_lease"}
+    assert source("cdc_orders", "stage_window") == {"window": "plan_window"}
+    assert source("cdc_orders", "ack_window") == {"window": "plan_window"}
+    assert source("cdc_orders", "release_lease") == {"grant": "acquire_lease"}
+    assert source("cdc_orders_backfill", "begin_backfill") == {"grant": "acquire_lease"}
+    assert source("cdc_orders_snapshot", "begin_snapshot") == {"grant": "acquire_lease"}
+
+
+@pytest.mark.parametrize("dag_id", ["cdc_orders", "cdc_orders_backfill", "cdc_orders_snapshot"])
+def test_one_failure_callback_from_default_args(dagbag, dag_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Every task notes its failures (and failed tries) through the same callback, set once in default_args."""
+    dag = dagbag.dags[dag_id]
+    (note,) = dag.default_args["on_failure_callback"] if isinstance(
+        dag.default_args["on_failure_callback"], list) else [dag.default_args["on_failure_callback"]]
+    assert note.__name__ == "note_failure"
+    for t in dag.tasks:
+        assert list(t.on_failure_callback) == [note], t.task_id
+        assert list(t.on_retry_callback) == [note], t.task_id
+
+
+def test_dags_serialize_for_the_scheduler(dagbag) -> None:  # type: ignore[no-untyped-def]
+    """What the DAG processor stores (XComArgs in the merge operator's template field, callbacks)."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id in ("cdc_orders", "cdc_orders_backfill", "cdc_orders_snapshot"):
+        data = DagSerialization.to_dict(dagbag.dags[dag_id])
+        back = DagSerialization.from_dict(data)
+        assert set(back.task_ids) == set(dagbag.dags[dag_id].task_ids)
+        assert back.get_task("merge_window").has_on_failure_callback
 
 
 def test_manual_pipeline_has_no_schedule(dagbag) -> None:  # type: ignore[no-untyped-def]
@@ -193,15 +233,15 @@ def test_backfill_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dag.max_active_runs == 1
     up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
     assert up["begin_backfill"] == {"acquire_lease"}
-    assert up["plan_window"] == {"begin_backfill"}
-    assert up["ack_window"] == {"stage_window", "merge_window"}
+    assert up["plan_window"] == {"begin_backfill", "acquire_lease"}
+    assert up["ack_window"] == {"stage_window", "merge_window", "plan_window"}
     assert up["release_lease"] == {"ack_window", "acquire_lease"}
     assert {k: up[k] for k in CONTINUE} == CONTINUE
     assert dag.get_task("release_lease").is_teardown
     assert dag.get_task("continue_run").trigger_dag_id == "cdc_orders"  # the scheduled DAG finishes the backfill
-    # the backfill's plan step skips itself (and so the rest) on a dry run
-    assert dag.get_task("plan_window").op_kwargs == {"skip_if_dry_run": True}
-    assert dagbag.dags["cdc_orders"].get_task("plan_window").op_kwargs == {}
+    # the backfill's plan step skips itself (and so the rest) on a dry run or a cancel
+    assert dag.get_task("plan_window").op_kwargs["skip_unless_replaying"] is True
+    assert "skip_unless_replaying" not in dagbag.dags["cdc_orders"].get_task("plan_window").op_kwargs
 
 
 def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
@@ -209,11 +249,12 @@ def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
 
     dag = dagbag.dags["cdc_orders_backfill"]
     schema = {k: dag.params.get_param(k).schema for k in dag.params}
-    assert schema["start_ts"]["type"] == "string"
+    assert schema["start_ts"]["type"] == ["null", "string"]  # required unless cancelling (the first task says so)
     assert schema["start_ts"]["format"] == "date-time"
     assert schema["end_ts"]["type"] == ["null", "string"]
     assert schema["tables"]["items"] == {"type": "string"}
     assert schema["dry_run"]["type"] == "boolean"
+    assert schema["cancel"]["type"] == "boolean"
 
     def validate(conf: dict[str, object]) -> dict[str, object]:
         params = copy.deepcopy(dag.params)  # what a triggered run does: the form's values over the defaults
@@ -222,7 +263,8 @@ def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
         return params.validate()
 
     ok = validate({"start_ts": "2026-11-20T08:00:00Z"})
-    assert ok == {"start_ts": "2026-11-20T08:00:00Z", "end_ts": None, "tables": None, "dry_run": False}
+    assert ok == {"start_ts": "2026-11-20T08:00:00Z", "end_ts": None, "tables": None, "dry_run": False, "cancel": False}
+    assert validate({"cancel": True})["cancel"] is True
     full = validate(
         {
             "start_ts": "2026-11-20T08:00:00Z",
@@ -233,11 +275,30 @@ def test_backfill_form_params(dagbag) -> None:  # type: ignore[no-untyped-def]
     )
     assert full["tables"] == ["shop.orders"] and full["dry_run"] is True
     with pytest.raises(ParamValidationError):
-        validate({})  # start_ts is required
-    with pytest.raises(ParamValidationError):
         validate({"start_ts": "2026-11-20T08:00:00Z", "tables": "shop.orders"})
     with pytest.raises(ParamValidationError):
         validate({"start_ts": "2026-11-20T08:00:00Z", "dry_run": "yes"})
+    with pytest.raises(ParamValidationError):
+        validate({"cancel": "yes"})
+
+
+def test_backfill_form_is_a_start_or_a_cancel() -> None:
+    """The form's request (checked before the lease): start_ts required unless cancelling, and a cancel
+    takes nothing else (as `cdc backfill --cancel` refuses other flags)."""
+    from cdc_airflow import tasks
+
+    from cdc_core.model.errors import ConfigError
+
+    empty = {"start_ts": None, "end_ts": None, "tables": None, "dry_run": False, "cancel": False}
+    assert tasks.backfill_request({**empty, "cancel": True}) == {"cancel": True}
+    assert tasks.backfill_request({**empty, "start_ts": "2026-11-20T08:00", "tables": ["shop.orders"]}) == {
+        "start_ts": "2026-11-20T08:00:00+00:00", "end_ts": None, "tables": ["shop.orders"], "dry_run": False,
+    }
+    # No start_ts and no cancel: passed on, for Pipeline.check_backfill's own "start_ts is required" message.
+    assert tasks.backfill_request(empty)["start_ts"] is None
+    for extra in ({"start_ts": "2026-11-20T08:00:00Z"}, {"dry_run": True}, {"tables": ["shop.orders"]}):
+        with pytest.raises(ConfigError, match="backfill cancel takes no"):
+            tasks.backfill_request({**empty, "cancel": True, **extra})
 
 
 def test_snapshot_dag_shape_and_form(dagbag) -> None:  # type: ignore[no-untyped-def]
@@ -247,8 +308,8 @@ def test_snapshot_dag_shape_and_form(dagbag) -> None:  # type: ignore[no-untyped
     assert dag.schedule is None and dag.max_active_runs == 1
     up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
     assert up["begin_snapshot"] == {"acquire_lease"}
-    assert up["plan_window"] == {"begin_snapshot"}
-    assert up["ack_window"] == {"stage_window", "merge_window"}
+    assert up["plan_window"] == {"begin_snapshot", "acquire_lease"}
+    assert up["ack_window"] == {"stage_window", "merge_window", "plan_window"}
     assert up["release_lease"] == {"ack_window", "acquire_lease"}
     assert {k: up[k] for k in CONTINUE} == CONTINUE
     assert dag.get_task("release_lease").is_teardown

@@ -69,21 +69,26 @@ def test_one_maintenance_dag_per_pipeline_with_its_schedule(dagbag) -> None:  # 
 
 
 def test_maintenance_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import TriggerRule
+    from airflow.sdk.definitions.xcom_arg import XComArg
 
     dag = dagbag.dags["cdc_orders_maintenance"]
     up = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
     assert up == {
         "acquire_lease": set(),
         "clean_up": {"acquire_lease"},
-        "maintain_tables": {"clean_up"},
+        "maintain_tables": {"clean_up", "acquire_lease"},
         "release_lease": {"maintain_tables", "acquire_lease"},
     }
     assert dag.get_task("acquire_lease").is_setup
     release = dag.get_task("release_lease")
     assert release.is_teardown and release.trigger_rule == TriggerRule.ALL_DONE_SETUP_SUCCESS
     maintain = dag.get_task("maintain_tables")
-    assert isinstance(maintain, SparkSubmitOperator) and type(maintain).__name__ == "CdcMaintenanceOperator"
-    assert maintain.pipeline == "orders" and maintain._conn_id == "spark_unit"
+    assert type(maintain).__name__ == "CdcMaintenanceOperator"
+    assert maintain.pipeline == "orders" and maintain.conn_id == "spark_unit"
+    # The grant and the cleanup's result are TaskFlow results, rendered into the operator's template fields.
+    assert isinstance(maintain.grant, XComArg) and maintain.grant.operator.task_id == "acquire_lease"
+    assert isinstance(maintain.cleaned, XComArg) and maintain.cleaned.operator.task_id == "clean_up"
+    assert dag.get_task("clean_up").op_kwargs["grant"].operator.task_id == "acquire_lease"
     assert {t.retries for t in dag.tasks} == {2}
+    assert {len(t.on_failure_callback) for t in dag.tasks} == {1}  # the one failure note, from default_args

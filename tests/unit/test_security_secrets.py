@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cdc-unit-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-from cdc_airflow.hooks import secrets_of  # noqa: E402
+from cdc_airflow.hooks import CdcPipelineHook  # noqa: E402
 from cdc_airflow.operators import ZK_AUTH_ENV, build_merge_submit  # noqa: E402
 
 from cdc_core.capture.source import SourceParams  # noqa: E402
@@ -58,7 +58,7 @@ def test_the_cli_spark_submit_command_has_no_secret_and_the_job_gets_zk_auth_by_
 
 def test_the_dags_merge_submit_has_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = pipeline(tmp_path, monkeypatch)
-    secrets = secrets_of(p.config, p.source)
+    secrets = CdcPipelineHook.secrets(p)
     assert set(secrets) == {SOURCE_PW, ZK_PW}
     submit = build_merge_submit(p, GRANT, 7, application="/app.py", python=sys.executable, path="/usr/bin",
                                 secrets=secrets, zk_auth=f"cdc:{ZK_PW}")
@@ -72,5 +72,5 @@ def test_a_credential_in_a_spark_conf_is_refused_without_echo(tmp_path: Path, mo
     p = pipeline(tmp_path, monkeypatch, spark_conf={"spark.hadoop.fs.s3a.access.token": SOURCE_PW})
     with pytest.raises(ConfigError) as e:
         build_merge_submit(p, GRANT, 7, application="/app.py", python=sys.executable, path="/usr/bin",
-                           secrets=secrets_of(p.config, p.source))
+                           secrets=CdcPipelineHook.secrets(p))
     assert "contain a credential" in str(e.value) and SOURCE_PW not in str(e.value)
