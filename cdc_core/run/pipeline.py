@@ -102,10 +102,13 @@ class Pipeline:
         *,
         store: object_store.S3Credentials | None = None,
         zk_digest: Any = _FROM_CONFIG,
+        clock: Callable[[], float] | None = None,
+        before_commit: Callable[[str], None] | None = None,
     ) -> Pipeline:
         """`store`, `zk_digest`: the object store's credentials and ZooKeeper's digest identity as the caller
         resolved them (the Airflow glue, through Airflow); by default `object_store.conn_id` is looked up in
-        the environment, as the source's is, and ZooKeeper's identity by `ZooKeeperConfig.digest`."""
+        the environment, as the source's is, and ZooKeeper's identity by `ZooKeeperConfig.digest`.
+        `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools)."""
         if store is None:
             store = object_store.for_pipeline(config)
         object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
@@ -114,7 +117,10 @@ class Pipeline:
         owns = zk_client is None
         if owns:
             zk_client = make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
-        coordinator = PipelineCoordinator(zk_client, config.zookeeper.root, config.name)
+        coordinator = PipelineCoordinator(
+            zk_client, config.zookeeper.root, config.name, before_commit=before_commit,
+            **({"clock": clock} if clock is not None else {}),
+        )
         return cls(
             config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store,
             _zk_digest=zk_digest,
