@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cdc_core.run.backfill import begin_backfill
+from cdc_core.run.status import pipeline_status
 from tests.support.e2e import (
     WINDOW_TASKS,
     CdcCase,
@@ -50,7 +52,7 @@ def test_a_run_cut_short_by_a_cap_triggers_the_next_run_at_once(cdc_case: CdcCas
     assert (state, run_type) == ("queued", "operator_triggered"), runs  # not waited for: starts after this run
     assert first.run_id in conf and "capped" in conf, runs
     with case.pipeline() as p:
-        status = p.status()
+        status = pipeline_status(p)
     assert status["cursor"]["seq"] == 1, status
     lease = status["lease"]  # released before the trigger fired: the next run can take it
     assert lease is None or lease.get("holder") is None or lease["expires_at"] <= time.time(), status
@@ -85,7 +87,7 @@ def test_backfill_from_a_timestamp_repairs_a_damaged_table(cdc_case: CdcCase) ->
     assert first.state == "success", first.explain()
     assert_lake_equals_source(case, ["customers", "orders"])
     with case.pipeline() as p:
-        before = p.status()["cursor"]
+        before = pipeline_status(p)["cursor"]
 
     _damage(case.table_path("customers"))
     cols, expected = source_rows(case.services, case.database, "customers")
@@ -97,7 +99,7 @@ def test_backfill_from_a_timestamp_repairs_a_damaged_table(cdc_case: CdcCase) ->
     for t in ("plan_window", "stage_window", "merge_window", "ack_window"):
         assert dry.tasks[t] == "skipped", dry.explain()
     with case.pipeline() as p:
-        after_dry = p.status()
+        after_dry = pipeline_status(p)
     assert after_dry["cursor"]["backfill"] is None, after_dry
     assert after_dry["cursor"]["position"] == before["position"], after_dry
 
@@ -107,7 +109,7 @@ def test_backfill_from_a_timestamp_repairs_a_damaged_table(cdc_case: CdcCase) ->
     assert_lake_equals_source(case, ["customers", "orders"])
 
     with case.pipeline() as p:
-        after = p.status()["cursor"]
+        after = pipeline_status(p)["cursor"]
     from cdc_core.model.positions import BinlogPosition
 
     assert BinlogPosition.from_dict(after["position"]) >= BinlogPosition.from_dict(before["position"]), after
@@ -127,7 +129,7 @@ def test_cancel_from_the_backfill_form_stops_the_active_backfill(cdc_case: CdcCa
         with case.pipeline() as p:
             grant = p.acquire("e2e/backfill")
             try:
-                p.begin_backfill(grant, since)
+                begin_backfill(p, grant, since)
                 if plan:
                     p.plan(grant)  # the backfill's first window: planned, not acked
             finally:
@@ -135,7 +137,7 @@ def test_cancel_from_the_backfill_form_stops_the_active_backfill(cdc_case: CdcCa
 
     def backfill_state() -> object:
         with case.pipeline() as p:
-            return p.status()["cursor"]["backfill"]
+            return pipeline_status(p)["cursor"]["backfill"]
 
     begin(plan=False)
     assert backfill_state() is not None

@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 from cdc_core.coordination import PipelineCoordinator
 from cdc_core.model.positions import BinlogPosition, ServerIdentity
 from cdc_core.model.window_plan import WindowPlan
+from cdc_core.run.status import pipeline_status
 from tests.support.e2e import CdcCase, binlog_position
 
 pytestmark = pytest.mark.e2e
@@ -80,7 +81,7 @@ def test_maintenance_dag_cleans_compacts_and_records(cdc_case: CdcCase, zk_clien
         (f"{case.database}.orders", 5, 1)
     ]
     with case.pipeline() as p:
-        status = p.status()["maintenance"]
+        status = pipeline_status(p)["maintenance"]
     assert status["last"]["finished_at"] == record["finished_at"]
     assert [(t["name"], t["files"], t["last_maintenance"]["files_before"]) for t in status["tables"]] == [
         (f"{case.database}.orders", 1, 5)

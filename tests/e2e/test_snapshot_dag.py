@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_core.run.status import pipeline_status
 from tests.support.e2e import CdcCase, assert_lake_equals_source, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +43,7 @@ def test_snapshot_dag_loads_existing_rows(cdc_case: CdcCase) -> None:
     assert "snapshot.chunk_planned" in result.output and "snapshot.table_done" in result.output, result.explain()
     assert_lake_equals_source(case, ["items"])
     with case.pipeline() as p:
-        status = p.status()
+        status = pipeline_status(p)
     (table,) = status["snapshot"]["tables"]
     assert (table["table"], table["status"], table["chunks_done"], table["rows"]) == (
         f"{case.database}.items", "done", 1, 60
