@@ -191,8 +191,8 @@ class CdcMergeOperator(SparkJobOperator):
     """MERGE the run's staged window into Delta with spark_apps/merge_window.py.
 
     :param pipeline: the pipeline's name in the configuration file.
-    :param window: the planned window with its lease grant (`plan_window`'s result; templated: pass the
-        TaskFlow result).
+    :param window: the planned window (`plan_window`'s result; templated: pass the TaskFlow result). The
+        lease grant is the run's current one (`acquire_lease`'s result, read at execute time).
     :param conn_id: the Spark connection (the configuration's `spark.conn_id`).
     """
 
@@ -209,7 +209,7 @@ class CdcMergeOperator(SparkJobOperator):
         from cdc_airflow.tasks import window_lease
         from cdc_core.run.pipeline import MERGE_JOB
 
-        grant, seq = window_lease(self.window, self.task_id)
+        grant, seq = window_lease(self.window, self.task_id, context["ti"])
         hook = CdcPipelineHook(self.pipeline)
         try:
             with hook.pipeline() as p:

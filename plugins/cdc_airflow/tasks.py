@@ -1,12 +1,13 @@
 """The DAG steps as TaskFlow tasks: each opens the pipeline, calls one `cdc_core.run.pipeline` step, returns.
 
 State between steps travels as TaskFlow arguments: the lease grant `acquire_lease` returns goes to the
-steps before the plan, and the window `plan_window` returns (with the grant it was planned under, under
-"lease") to the steps after it (no secrets in either). The steps after the plan take the grant from the
-window, not from `acquire_lease`, because a setup task's direct downstream must use the ALL_SUCCESS
-trigger rule and ack_window does not. Everything else lives in ZooKeeper and the staging area, so any
-single step can be retried or cleared. Each step
-renews the lease before acting (inside `Pipeline.plan/stage/ack`).
+steps before the plan, and the window `plan_window` returns to the steps after it (no secrets in either).
+The steps after the plan read the grant from `acquire_lease`'s current result (`window_lease`), never a
+copy passed along: clearing a step also clears the lease setup, whose re-run (after the teardown released
+the lease) holds a new token, and the cleared step must work under it. They cannot take it as an argument
+because a setup task's direct downstream must use the ALL_SUCCESS trigger rule and ack_window does not.
+Everything else lives in ZooKeeper and the staging area, so any single step can be retried or cleared.
+Each step renews the lease before acting (inside `Pipeline.plan/stage/ack`).
 
 Task states come from the error, in one place (`cdc_airflow.states.task_state`):
 - another run holds the lease -> `acquire_lease` is skipped (message names the holder and expiry),
@@ -93,15 +94,19 @@ def lease_grant(grant: Any, task_id: str = "") -> Any:
     return LeaseGrant.from_dict(dict(grant))
 
 
-def window_lease(window: Any, task_id: str = "") -> tuple[Any, int]:
-    """The lease grant and the window's seq from `plan_window`'s result; a clear error when there is none."""
-    if not isinstance(window, Mapping) or "seq" not in window or not window.get("lease"):
+def window_lease(window: Any, task_id: str = "", ti: Any = None) -> tuple[Any, int]:
+    """The run's current lease grant (`acquire_lease`'s latest result: a cleared step's setup re-run holds a
+    new token) and the window's seq from `plan_window`'s result; a clear error when either is missing."""
+    if ti is None:
+        ti = get_current_context()["ti"]
+    grant = ti.xcom_pull(task_ids=LEASE_TASK)
+    if not isinstance(window, Mapping) or "seq" not in window or not grant:
         # Not retryable: only clearing the run from the lease step brings the window back.
         raise AirflowFailException(
             f"task {task_id!r}: no lease grant from {LEASE_TASK!r} or no window from {PLAN_TASK!r}; "
             f"clear the run from the {LEASE_TASK!r} task"
         )
-    return lease_grant(window["lease"], task_id), int(window["seq"])
+    return lease_grant(grant, task_id), int(window["seq"])
 
 
 # ----------------------------------------------------------------------------------- backfill form
@@ -221,7 +226,7 @@ def plan_window(pipeline: str, grant: dict[str, Any], skip_unless_replaying: boo
     lease = lease_grant(grant, PLAN_TASK)
     with _step(pipeline) as p:
         window = dict(p.plan(lease))
-    return {**window, "lease": dict(grant)}  # the steps after the plan work under this grant
+    return dict(window)
 
 
 @task(task_id="stage_window")

@@ -124,17 +124,30 @@ def test_merge_submit_refuses_a_credential_on_the_command_line(args: Any, conf: 
 GRANT = LeaseGrant("orders", "cdc_orders/manual__1", 3, 1_800_000_000.0, 1_799_999_700.0).to_dict()
 
 
-def test_window_and_grant_come_from_the_plans_result() -> None:
-    grant, seq = tasks.window_lease({"seq": 9, "kind": "stream", "lease": GRANT})
-    assert grant.token == 3 and grant.holder == "cdc_orders/manual__1" and seq == 9
+class _LeaseTI:
+    """A task instance whose `acquire_lease` XCom is `grant` (what Airflow resolves at run time)."""
+
+    def __init__(self, grant: Any) -> None:
+        self.grant = grant
+
+    def xcom_pull(self, task_ids: str) -> Any:
+        assert task_ids == tasks.LEASE_TASK
+        return self.grant
 
 
-@pytest.mark.parametrize("window", [None, {"seq": 9}, {"lease": GRANT}])
-def test_missing_window_fails_without_retry_and_says_what_to_clear(window: Any) -> None:
+def test_the_window_comes_from_the_plan_and_the_grant_from_the_current_lease() -> None:
+    # A cleared step re-runs the lease setup: the grant is acquire_lease's latest result, not the plan's time.
+    renewed = {**GRANT, "token": 7}
+    grant, seq = tasks.window_lease({"seq": 9, "kind": "stream"}, "stage_window", _LeaseTI(renewed))
+    assert grant.token == 7 and grant.holder == "cdc_orders/manual__1" and seq == 9
+
+
+@pytest.mark.parametrize(("window", "grant"), [(None, GRANT), ({"kind": "stream"}, GRANT), ({"seq": 9}, None)])
+def test_missing_window_or_grant_fails_without_retry_and_says_what_to_clear(window: Any, grant: Any) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     with pytest.raises(AirflowFailException, match="clear the run from the 'acquire_lease' task"):
-        tasks.window_lease(window, "stage_window")
+        tasks.window_lease(window, "stage_window", _LeaseTI(grant))
 
 
 # ------------------------------------------------------------------------------ error -> task state
@@ -521,10 +534,10 @@ def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(mon
             **operators.spark_submit_hook_kwargs(conn_id, submit))
     )
     op = operators.CdcMergeOperator(task_id="merge_window", pipeline="orders", conn_id="spark_unit")
-    op.window = {"seq": 7, "kind": "stream", "lease": GRANT}  # what Airflow renders from plan_window's XCom
+    op.window = {"seq": 7, "kind": "stream"}  # what Airflow renders from plan_window's XCom
     op.log
     before = dict(vars(op))
-    op.execute({})
+    op.execute({"ti": _LeaseTI(GRANT)})  # the grant: acquire_lease's current result
     assert vars(op) == before  # nothing of the operator (fields, provider attributes) changed at execute time
     ((kwargs, application),) = submitted
     assert application.endswith("spark_apps/merge_window.py")
@@ -580,7 +593,7 @@ def test_one_failure_callback_notes_the_step_its_window_and_the_run(monkeypatch:
     monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
     note = tasks.failure_note("orders")
     ti = SimpleNamespace(task_id="stage_window", dag_id="cdc_orders")
-    staged = SimpleNamespace(op_kwargs={"window": {"seq": 42, "lease": GRANT}})
+    staged = SimpleNamespace(op_kwargs={"window": {"seq": 42}})
     note({"exception": LakeError("boom"), "ti": ti, "run_id": "manual__1", "task": staged})
     planning = SimpleNamespace(op_kwargs={"grant": GRANT})
     note({"exception": RuntimeError("x"), "ti": ti, "run_id": "manual__2", "task": planning})
