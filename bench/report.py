@@ -14,7 +14,7 @@ TRIED: list[dict[str, str]] = [
         "what": "Staging the library's values row by row (the previous path: RowChange dicts, a converter per "
         "value, pa.array of Python objects)",
         "figure": "1e5 rows x 20 cols, 1000-row txns: 8,082 rows/s (stock loop 12,871 rows/s, same load)",
-        "verdict": "replaced by the columnar decoder; kept as `read_changes`, the reference the identity test compares with",
+        "verdict": "replaced by the columnar decoder; kept as `read_changes`: the reference the identity tests compare with, and the `decoder: library` setting",
     },
     {
         "what": "Scanner recording every column's offset per row (one list append per column)",

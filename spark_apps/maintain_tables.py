@@ -1,41 +1,6 @@
 """Spark job: maintain a pipeline's Delta tables (OPTIMIZE, VACUUM, log tidiness, retention properties).
 
-Run by the maintenance DAG (`CdcMaintenanceOperator`) and `cdc maintain` as
-
-    spark-submit [--master local[2] --jars <delta jars> --conf ...] spark_apps/maintain_tables.py \
-        --pipeline <name> --token <fencing token> --tables <json> --report <path-or-uri> \
-        --vacuum-retention-hours N --log-retention-hours N --txn-retention-hours N \
-        --min-retention-hours H [--zk-hosts h:p --zk-root /x] [--skip-optimize] [--skip-vacuum]
-
-`--tables` is the list `cdc_core.run.housekeeping.discover_tables` found: `[{"name": "db.t", "uri": ..., "kind":
-"table"|"tombstones", "zorder_by": [...]}]`, the pipeline's main tables and their hard-delete tombstone
-tables. The caller holds the pipeline's ZooKeeper lease (and renews it while this job runs), so no
-scheduled merge runs meanwhile; only a zombie merge (a run whose lease expired) can still write.
-
-Per table, each step preceded by the fencing check (the lease node's czxid == --token; a failed check
-stops the job with `Fenced`'s exit code), each commit retried on a Delta concurrency conflict (a
-concurrent merge won: redo the step on the new snapshot; the merge itself retries if *it* lost):
-
-1. align the managed retention properties (`cdc_core.model.retention.managed_table_properties`) when they
-   differ: `delta.setTransactionRetentionDuration`, `delta.deletedFileRetentionDuration`,
-   `delta.logRetentionDuration` (one metadata commit, once per table);
-2. OPTIMIZE: bin-packing compaction; `ZORDER BY` the table's `zorder_by` option (a liquid-clustered
-   table is clustered by plain OPTIMIZE instead). OPTIMIZE commits `dataChange=false`: contents, the
-   txn identifiers and the change data feed are untouched;
-3. VACUUM RETAIN <vacuum-retention-hours> HOURS, never below --min-retention-hours (the replay
-   horizon; a shorter value is refused before anything runs). Files a recent version needs stay, so
-   time travel to the versions of the retention window keeps working;
-4. checkpoint and expired-log cleanup (log entries older than `delta.logRetentionDuration` before the
-   checkpoint), so readers (Spark, and delta-rs in `cdc_core.lake.delta_state`) start from a fresh
-   checkpoint.
-
-Every step is logged with what it freed (files, bytes, log entries) and the JSON report (`{pipeline,
-token, tables: [{name, kind, files_before, files_after, bytes_before, bytes_after, optimize, vacuum,
-log, properties_set, status, error}], totals, errors}`) is written to --report and printed as the
-last stdout line. A table that fails is reported and the others are still maintained; the exit code
-is then LakeError's. Maintenance commits never carry the idempotent-write confs (txnAppId/txnVersion):
-the job refuses to start when the session has them (a maintenance commit carrying a window's identity
-would make that window's merge be skipped).
+Its one argument (`--spec`, MaintenanceJobSpec), its steps per table and its report: docs/housekeeping.md.
 """
 
 from __future__ import annotations

@@ -219,19 +219,17 @@ def _jvm_last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | N
 
 
 def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
+    """`app_id`'s last txn version in the table: read with delta-rs (no Spark job), through the JVM's DeltaLog
+    when delta-rs cannot read the table (e.g. a table feature it does not know yet)."""
+    from cdc_core.lake import delta_state
+
     try:
-        from cdc_core.lake import delta_state  # written separately; optional until it lands
-    except ImportError:
-        delta_state = None  # type: ignore[assignment]
-    reader = getattr(delta_state, "last_txn_version", None)
-    if reader is not None:
-        try:
-            v = reader(uri, app_id)
-            return None if v is None else int(v)
-        except CdcError:
-            raise
-        except Exception as e:  # e.g. a table feature the standalone reader does not know yet
-            log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=one_line(e)))
+        v = delta_state.last_txn_version(uri, app_id)
+        return None if v is None else int(v)
+    except CdcError:
+        raise
+    except Exception as e:
+        log.warning("%s", kv(event="merge.txn_read_fallback", table=uri, reason=one_line(e)))
     return _jvm_last_txn_version(spark, uri, app_id)
 
 

@@ -415,6 +415,10 @@ class PipelineSettings(_Model):
     # Zero and partial dates (0000-00-00, 2024-00-10, TIMESTAMP's zero) have no exact value: "refuse" fails
     # the window naming table, column and value; "null" lands them as NULL knowingly (docs/type-map.md).
     zero_dates: Literal["refuse", "null"] = "refuse"
+    # How row images are decoded: "columnar" (vector kernels per column batch) or "library" (the
+    # python-mysql-replication library's row-by-row decoding: several times slower, stages byte-identical
+    # windows; a way around a columnar decoding defect until it is fixed).
+    decoder: Literal["columnar", "library"] = "columnar"
     timestamp_fallback_seconds: int = Field(default=60, ge=0)
     retries: int = Field(default=3, ge=0)
     # After a successful ack with more work waiting (a capped window, a backfill or a snapshot in progress),

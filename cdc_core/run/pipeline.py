@@ -26,13 +26,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import fsspec
 
-from cdc_core.capture.binlog import BinlogScanner, read_change_batches
+from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.capture.resolver import Resolution, resolve_start
 from cdc_core.capture.source import (
     SourceFacts,
@@ -391,7 +391,8 @@ class Pipeline:
             t0 = time.time()
             table_filter, full_row_key = self.plan_capture(plan)
             schemas = self.schema_lookup(full_row_key)
-            changes = read_change_batches(
+            read = read_change_batches if self.config.decoder == "columnar" else read_changes
+            changes: Iterator[Any] = read(
                 self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates
             )
             faults.point("mid_stage_before")
