@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc_core.model import holders
 from tests.faults.oracle import Oracle, gtid_seq
 from tests.faults.workload import Shadow, Workload
 
@@ -136,16 +137,6 @@ class Running:
         fired = self.marker.read_text().split() if self.marker is not None and self.marker.exists() else []
         return CliResult(self.args, rc, self._out.read_text(), self._err.read_text(), time.monotonic() - self.t0,
                          fired, self.timer_killed)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -308,8 +299,8 @@ class Rig:
         lease = self.lease()
         if lease is None or lease.expired(time.time()):
             return
-        pid = (lease.process or {}).get("pid")
-        if pid and not _process_alive(int(pid)):
+        verdict, _reason = holders.judge_holder(holders.ProcessIdentity.from_dict(lease.process))
+        if verdict == "dead":  # exactly when the next CLI run breaks it itself (Pipeline.acquire, break_dead)
             return
         self._clock_offset = lease.expires_at - time.time() + 0.5
 
