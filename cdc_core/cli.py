@@ -24,24 +24,61 @@ def _load(config_path: str | None) -> Any:
     return load_config(config_path)
 
 
-def source_params_for(pipeline_config: Any) -> Any:
-    """Source credentials from the Airflow connection named in the config (env AIRFLOW_CONN_<ID>)."""
+def source_params_for(pipeline_config: Any, source: str | None = None) -> Any:
+    """Source credentials from the Airflow connection named in the config (env AIRFLOW_CONN_<ID>); `source`:
+    which source of a group pipeline."""
     from cdc_core.capture.source import SourceParams
     from cdc_core.model.connections import resolve_connection
 
-    return SourceParams.from_connection(resolve_connection(pipeline_config.source.conn_id))
+    return SourceParams.from_connection(resolve_connection(pipeline_config.source_config(source).conn_id))
+
+
+def _unit(ctx: click.Context, name: str, source: str | None) -> tuple[Any, str | None]:
+    """(pipeline config, source id) for a command about one source: `--source`, or the `<pipeline>.<source>`
+    form of the name; a group pipeline without either is refused, naming its sources."""
+    from cdc_core.model.sources import split_unit
+
+    pipeline, named = split_unit(name)
+    if named is not None and source is not None and named != source:
+        raise click.UsageError(f"{name!r} names source {named!r} but --source says {source!r}")
+    cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    source = source or named
+    if source is None and cfg.is_group:
+        raise click.UsageError(
+            f"pipeline {pipeline!r} is a group pipeline: say which source, with --source or as "
+            + " / ".join(f"{pipeline}.{s}" for s in cfg.source_ids())
+        )
+    cfg.source_config(source)  # an unknown source: ConfigError naming the pipeline's sources
+    return cfg, source
 
 
 @contextmanager
-def _pipeline(ctx: click.Context, name: str) -> Iterator[Any]:
+def _pipeline(ctx: click.Context, name: str, source: str | None = None) -> Iterator[Any]:
+    """One source of a pipeline (the pipeline itself when it has one source)."""
     from cdc_core.run.pipeline import Pipeline
 
-    cfg = _load(ctx.obj["config"]).pipeline(name)
-    p = Pipeline.from_config(cfg, source_params_for(cfg))
+    cfg, source = _unit(ctx, name, source)
+    p = Pipeline.from_config(cfg, source_params_for(cfg, source), source_id=source)
     try:
         yield p
     finally:
         p.close()
+
+
+@contextmanager
+def _group(ctx: click.Context, name: str, sources: tuple[str, ...] = ()) -> Iterator[Any]:
+    """Every source of a pipeline (or those named), under one ZooKeeper client (cdc_core.run.group)."""
+    from cdc_core.model.sources import split_unit
+    from cdc_core.run.group import PipelineGroup
+
+    pipeline, named = split_unit(name)
+    cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    chosen = [*sources, *([named] if named else [])]
+    g = PipelineGroup.open(cfg, lambda s: source_params_for(cfg, s), sources=chosen or None)
+    try:
+        yield g
+    finally:
+        g.close()
 
 
 def _holder(kind: str) -> str:
@@ -89,17 +126,19 @@ def validate(ctx: click.Context) -> None:
 
     Also refuses two pipelines that can land the same table under the same lake root (one writer per
     Delta table: cdc_core.model.lake_writers), naming both."""
-    from cdc_core.model.lake_writers import overlaps
+    from cdc_core.model.lake_writers import overlaps, route_clashes
 
     cfg = _load(ctx.obj["config"])
     for p in cfg.pipelines:
-        click.echo(f"ok: pipeline {p.name!r} schedule={p.schedule!r} tables={list(p.tables.include)}")
-    found = overlaps(cfg.pipelines)
+        sources = f" sources={[s for s in p.source_ids()]}" if p.is_group else ""
+        click.echo(f"ok: pipeline {p.name!r} schedule={p.schedule!r} tables={list(p.tables.include)}{sources}")
+    found: list[Any] = [*overlaps(cfg.pipelines), *(c for p in cfg.pipelines for c in route_clashes(p))]
     if found:
         for o in found:
             click.echo(f"error: {o.message()}", err=True)
         raise ConfigError(
-            f"{cfg.path}: {len(found)} pair(s) of pipelines can land the same Delta table (listed above)"
+            f"{cfg.path}: {len(found)} way(s) for two writers or two kinds of rows to land in one Delta table "
+            "(listed above)"
         )
 
 
@@ -120,8 +159,9 @@ DEFAULT_MAX_WINDOWS = 100
 @click.option(
     "--once", is_flag=True, help="Land one window and stop (the old default; the same as --max-windows 1)"
 )
+@click.option("--source", "sources", multiple=True, help="A group pipeline: only this source (repeatable)")
 @click.pass_context
-def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None:
+def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool, sources: tuple[str, ...]) -> None:
     """Land what is waiting: lease, then plan, stage, merge (spark-submit), ack window after window until
     caught up, then release.
 
@@ -131,16 +171,21 @@ def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None
     process on this host that no longer exists (killed, OOM, reboot) is broken and taken, with a
     `lease.dead_holder` log line; a live holder, or one on another host or an Airflow task, makes the
     run skip (exit 75).
+
+    A group pipeline lands each source's windows in turn under its one lease; a failing source (its
+    server down, say) is reported and the others go on; the exit code is then the first failure's.
     """
     from cdc_core.model.holders import this_process
 
-    with _pipeline(ctx, pipeline) as p:
-        _emit(
-            p.run_cycle(
-                _holder("run"), max_windows=1 if once else max_windows, until_caught_up=True,
-                process=this_process(), break_dead=True,
-            )
+    with _group(ctx, pipeline, sources) as g:
+        result = g.run_cycle(
+            _holder("run"), max_windows=1 if once else max_windows, until_caught_up=True,
+            process=this_process(), break_dead=True,
         )
+    first_error = result.pop("first_error", None)
+    _emit(result)
+    if first_error is not None:
+        raise first_error
 
 
 @cli.command()
@@ -148,14 +193,14 @@ def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool) -> None
 @click.pass_context
 def status(ctx: click.Context, pipeline: str | None) -> None:
     """Cursor, lag, lease and recent windows (the monitoring page's data), as JSON."""
-    from cdc_core.run.status import pipeline_status
+    from cdc_core.run.status import group_status
 
     cfg = _load(ctx.obj["config"])
     names = [pipeline] if pipeline else [p.name for p in cfg.pipelines]
     out = []
     for name in names:
-        with _pipeline(ctx, name) as p:
-            out.append(pipeline_status(p))
+        with _group(ctx, name) as g:
+            out.append(group_status(g))
     _emit(out if not pipeline else out[0])
 
 

@@ -58,11 +58,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule
 from cdc_airflow import assets, tasks
 from cdc_airflow.operators import CdcMergeOperator
 
 from cdc_core.model.config import PipelineConfig, load_config
+from cdc_core.model.sources import unit_name
 
 if TYPE_CHECKING:
     from airflow.sdk import XComArg
@@ -70,27 +71,47 @@ if TYPE_CHECKING:
 START_DATE = datetime(2024, 1, 1)
 
 
-def window_steps(
-    pc: PipelineConfig, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None = None
-) -> None:
-    """plan -> stage -> merge -> ack after `first_step`, and release as the teardown of `lease`."""
-    plan = tasks.plan_window(pc.name, grant=lease, **(plan_kwargs or {}))
-    stage = tasks.stage_window(pc.name, window=plan)
-    merge = CdcMergeOperator(task_id="merge_window", pipeline=pc.name, conn_id=pc.spark.conn_id, window=plan)
+def source_window(
+    pc: PipelineConfig, unit: str, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None
+) -> XComArg:
+    """plan -> stage -> merge -> ack of one source (`unit`: the pipeline, or `<pipeline>.<source>`) after
+    `first_step`; returns the ack."""
+    plan = tasks.plan_window(unit, grant=lease, **(plan_kwargs or {}))
+    stage = tasks.stage_window(unit, window=plan)
+    merge = CdcMergeOperator(task_id="merge_window", pipeline=unit, conn_id=pc.spark.conn_id, window=plan)
     alias = assets.tables_alias(pc.name)  # the ack emits one asset event per lake table the window changed
     ack = tasks.ack_window.override(
         trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, outlets=[alias], inlets=[alias]
-    )(pc.name, window=plan)
-    release = tasks.release_lease(pc.name, grant=lease)
-    more = tasks.more_work()
-    carry_on = continue_run(pc)
-
+    )(unit, window=plan)
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
+    return ack
+
+
+def window_steps(
+    pc: PipelineConfig, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None = None
+) -> None:
+    """plan -> stage -> merge -> ack after `first_step`, and release as the teardown of `lease`.
+
+    A group pipeline has these steps once per source, in a task group `source_<id>` each: the sources'
+    windows are independent (a source whose server is down fails its own steps, and with them the run,
+    while the other sources' windows land), under the run's one lease."""
+    if pc.is_group:
+        acks = []
+        for source in pc.source_ids():
+            with TaskGroup(group_id=f"source_{source}", tooltip=f"source {source} of {pc.name}"):
+                acks.append(source_window(pc, unit_name(pc.name, source), lease, first_step, plan_kwargs))
+        ack_ids = [f"source_{source}.{tasks.ACK_TASK}" for source in pc.source_ids()]
+    else:
+        acks = [source_window(pc, pc.name, lease, first_step, plan_kwargs)]
+        ack_ids = [tasks.ACK_TASK]
+    release = tasks.release_lease(pc.name, grant=lease)
+    more = tasks.more_work(ack_tasks=ack_ids)
+    carry_on = continue_run(pc)
     # Airflow annotates `setups` as operators only; a @task's XComArg is what its docs pass.
-    ack >> release.as_teardown(setups=lease)
-    # After the teardown, so the next run finds the lease released (it may belong to another DAG); ack
-    # stays a leaf (its only downstream is the teardown), so a failed window still fails the run.
+    acks >> release.as_teardown(setups=lease)
+    # After the teardown, so the next run finds the lease released (it may belong to another DAG); the
+    # acks stay leaves (their only downstream is the teardown), so a failed window still fails the run.
     release >> more >> carry_on
 
 
@@ -185,6 +206,19 @@ def backfill_dag(pc: PipelineConfig) -> DAG:
                 type="boolean",
                 title="Dry run",
                 description="Only report the resolved positions and the number of changes.",
+            ),
+            **(
+                {
+                    "source": Param(
+                        None,
+                        type=["null", "string"],
+                        enum=[None, *pc.source_ids()],
+                        title="Source (optional)",
+                        description="Replay only this source of the group pipeline; default: every source.",
+                    )
+                }
+                if pc.is_group
+                else {}
             ),
             "cancel": Param(
                 False,

@@ -73,7 +73,8 @@ from cdc_core.model.manifest import (
     Manifest,
     StagedTable,
 )
-from cdc_core.model.naming import path_component, quote_spark
+from cdc_core.model.naming import path_component, quote_spark, table_id
+from cdc_core.model.sources import Lineage, Route, lineage, unit_name
 
 log = logging.getLogger("cdc.merge")
 
@@ -339,6 +340,102 @@ def latest_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
     return df.withColumn("__cdc_rn", F.row_number().over(w)).where(F.col("__cdc_rn") == 1).drop("__cdc_rn", COL_ORDINAL)
 
 
+# ----------------------------------------------------------------------------------- lake targets
+
+
+@dataclass(frozen=True)
+class LakeTarget:
+    """One Delta table of the window and the staged tables that land in it: one source table, or several
+    routed into it (cdc_core.model.sources). Lineage columns (`_cdc_source`, `_cdc_source_table`) are
+    constants per staged table, added when read, and lead the key unless the route trusts global keys."""
+
+    schema: str
+    table: str
+    members: tuple[tuple[StagedTable, Lineage], ...]
+
+    @property
+    def name(self) -> str:
+        return table_id(self.schema, self.table)
+
+    def sources_label(self) -> str:
+        return ", ".join(st.name for st, _ in self.members)
+
+    @property
+    def lineage_columns(self) -> list[str]:
+        out: list[str] = []
+        for _, where in self.members:
+            out += [c for c, _ in where.columns if c not in out]
+        return out
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        keys = {st.key for st, _ in self.members}
+        if len(keys) > 1:
+            raise SchemaConflict(
+                f"lake table {self.name}: the routed source tables have different keys "
+                + "; ".join(f"{st.name} {list(st.key)}" for st, _ in self.members)
+                + ": tables routed into one lake table must share their primary key columns"
+            )
+        return (*self.members[0][1].key_prefix, *next(iter(keys)))
+
+    @property
+    def rows(self) -> int:
+        return sum(st.rows for st, _ in self.members)
+
+    def may_have_deletes(self) -> bool:
+        return any(_may_have_deletes(st) for st, _ in self.members)
+
+    def columns(self) -> list[tuple[str, DataType]]:
+        """Lineage columns, then the source columns merged by name: equal types, or the wider of two types
+        one widens to; anything else is a SchemaConflict naming both source tables and the column."""
+        merged: dict[str, tuple[str, DataType, str]] = {}  # lower name -> (name, type, the table it came from)
+        for st, _ in self.members:
+            for c in st.columns:
+                t = _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")
+                seen = merged.get(c.name.lower())
+                if seen is None or seen[1] == t or can_widen(t, seen[1]):
+                    if seen is None:
+                        merged[c.name.lower()] = (c.name, t, st.name)
+                    continue
+                if can_widen(seen[1], t):
+                    merged[c.name.lower()] = (seen[0], t, st.name)
+                    continue
+                raise SchemaConflict(
+                    f"lake table {self.name}: column {c.name!r} is {seen[1].simpleString()} in {seen[2]} but "
+                    f"{t.simpleString()} in {st.name}, and neither widens to the other; tables routed into one "
+                    "lake table need compatible columns: change one source column, or route the two tables apart"
+                )
+        return [*((c, StringType()) for c in self.lineage_columns), *((n, t) for n, t, _ in merged.values())]
+
+    def read(self, spark: SparkSession, window_dir: str) -> DataFrame:
+        """Every staged change of the target: each member's, with its lineage constants."""
+        parts = []
+        for st, where in self.members:
+            df = read_staged_table(spark, window_dir, st)
+            for col, value in where.columns:
+                df = df.withColumn(col, F.lit(value).cast(StringType()))
+            parts.append(df)
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+    def facts(self, window_dir: str) -> StagedFacts:
+        if len(self.members) == 1:
+            return staged_facts(window_dir, self.members[0][0])
+        each = [staged_facts(window_dir, st) for st, _ in self.members]
+        versions = [f.min_version for f in each if f.min_version is not None]
+        # Members' keys differ by their lineage unless the route keys by the primary key alone.
+        unique = bool(self.members[0][1].key_prefix) and all(f.unique_keys for f in each)
+        return StagedFacts(unique, min(versions) if versions else None)
+
+
+def lake_targets(manifest: Manifest, routes: Sequence[Route], source: str | None) -> list[LakeTarget]:
+    """The window's staged tables grouped by the Delta table they land in, in manifest order."""
+    grouped: dict[tuple[str, str], list[tuple[StagedTable, Lineage]]] = {}
+    for st in manifest.tables:
+        where = lineage(routes, source, st.schema, st.table)
+        grouped.setdefault((where.lake_schema, where.lake_table), []).append((st, where))
+    return [LakeTarget(schema, table, tuple(members)) for (schema, table), members in grouped.items()]
+
+
 # --------------------------------------------------------------------------------------- options
 
 
@@ -448,12 +545,18 @@ class _Run:
     # Existing tables without a writer record (created before the one-writer rule): this run records
     # itself as their writer in the same ALTER that evolves a schema (cdc_core.model.lake_writers).
     unclaimed: frozenset[str] = frozenset()
+    source: str | None = None  # a group pipeline's source whose window this is
+
+    @property
+    def app_id(self) -> str:
+        """The idempotent-write identity (txnAppId): the pipeline, or `<pipeline>.<source>` per source."""
+        return unit_name(self.pipeline, self.source)
 
     def label(self) -> str:
-        return f"pipeline {self.pipeline!r} window {self.seq}"
+        return f"pipeline {self.app_id!r} window {self.seq}"
 
     def log(self, event: str, **fields: Any) -> None:
-        log.info("%s", kv(event=event, pipeline=self.pipeline, seq=self.seq, token=f"{self.token:#x}", **fields))
+        log.info("%s", kv(event=event, pipeline=self.app_id, seq=self.seq, token=f"{self.token:#x}", **fields))
 
     # ---------------------------------------------------------------------------- table lifecycle
 
@@ -541,7 +644,7 @@ class _Run:
                     raise
                 time.sleep(0.5)
         # CREATE TABLE IF NOT EXISTS keeps a table another pipeline created meanwhile: its writer decides.
-        state = table_writer_and_txn(self.spark, uri, self.pipeline)
+        state = table_writer_and_txn(self.spark, uri, self.app_id)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != self.pipeline:
             raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
@@ -564,7 +667,7 @@ class _Run:
         view = f"cdc_src_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         meta = json.dumps(
-            {"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            {"pipeline": self.app_id, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
             sort_keys=True,
         )
         try:
@@ -581,7 +684,7 @@ class _Run:
                         continue
                     if not is_commit_conflict(e):
                         raise
-                    landed = last_txn_version(spark, uri, self.pipeline)
+                    landed = last_txn_version(spark, uri, self.app_id)
                     if landed is not None and landed >= self.seq:
                         self.log("merge.lost_race", table=label, landed=landed)
                         return STATUS_ALREADY, {}, None
@@ -607,7 +710,7 @@ class _Run:
 
     def _with_txn(self, meta: str, action: Callable[[], Any], immutable_source: bool = False) -> Any:
         conf = self.spark.conf
-        conf.set(TXN_APP_ID_CONF, self.pipeline)
+        conf.set(TXN_APP_ID_CONF, self.app_id)
         conf.set(TXN_VERSION_CONF, str(self.seq))
         conf.set(USER_METADATA_CONF, meta)
         keys = [TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF]
@@ -638,7 +741,7 @@ class _Run:
 
     # ------------------------------------------------------------------------------------ one table
 
-    def merge_table(self, st: StagedTable) -> dict[str, Any]:
+    def merge_table(self, st: LakeTarget) -> dict[str, Any]:
         t0 = time.monotonic()
         spark = self.spark
         uri = table_uri(self.lake_root, st.schema, st.table)
@@ -657,7 +760,7 @@ class _Run:
             steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
             mark[0] = now
 
-        landed = last_txn_version(spark, uri, self.pipeline)
+        landed = last_txn_version(spark, uri, self.app_id)
         if landed is not None and landed >= self.seq:
             result["seconds"] = round(time.monotonic() - t0, 3)
             self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
@@ -665,15 +768,15 @@ class _Run:
         self.fence()
         step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
-        columns = [(c.name, _parse_type(c.delta_type, f"table {st.name} column {c.name!r}")) for c in st.columns]
-        target = self.ensure_table(uri, st.name, [*columns, *metadata_columns(self.delete_mode)], options)
+        key = st.key
+        target = self.ensure_table(uri, st.name, [*st.columns(), *metadata_columns(self.delete_mode)], options)
         step("ensure_table")
 
-        facts = staged_facts(self.window_dir, st)
+        facts = st.facts(self.window_dir)
         step("staged_facts")
-        changes = read_staged_table(spark, self.window_dir, st)
+        changes = st.read(spark, self.window_dir)
         # A window usually changes each key once: then there is nothing to pick (no shuffle).
-        changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, st.key)
+        changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, key)
         changes = changes.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
         if self.delete_mode == DELETE_SOFT:
             is_delete = F.col(COL_OP) == OP_DELETE
@@ -690,11 +793,11 @@ class _Run:
         if self.delete_mode == DELETE_HARD:
             tomb = tombstone_uri(self.lake_root, st.schema, st.table)
             older = tombstones_may_supersede(tomb, facts.min_version)  # before this window's own
-            if _may_have_deletes(st):
+            if st.may_have_deletes():
                 self.write_tombstones(st, tomb, source)
                 faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
             if older:
-                source = drop_superseded(source, spark.read.format("delta").load(tomb), st.key)
+                source = drop_superseded(source, spark.read.format("delta").load(tomb), key)
                 immutable = False
             step("tombstones")
         if _has_no_rows(uri):
@@ -706,7 +809,7 @@ class _Run:
                 uri,
                 st.name,
                 source,
-                lambda view: merge_sql(uri, view, st.key, self.delete_mode),
+                lambda view: merge_sql(uri, view, key, self.delete_mode),
                 immutable_source=immutable,
             )
         step("merge_commit")
@@ -735,9 +838,9 @@ class _Run:
         inserted = _commit_output_rows(uri, version) if version is not None else 0
         return status, {"inserted": inserted, "updated": 0, "deleted": 0}, version
 
-    def write_tombstones(self, st: StagedTable, uri: str, source: DataFrame) -> None:
+    def write_tombstones(self, st: LakeTarget, uri: str, source: DataFrame) -> None:
         label = f"tombstones of {st.name}"
-        landed = last_txn_version(self.spark, uri, self.pipeline)
+        landed = last_txn_version(self.spark, uri, self.app_id)
         if landed is not None and landed >= self.seq:
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
@@ -754,7 +857,7 @@ class _Run:
     def idempotent_append(self, uri: str, label: str, rows: DataFrame) -> tuple[str, int | None]:
         """Append as the commit (pipeline, seq), once: Delta skips an append whose txn it holds."""
         meta = json.dumps(
-            {"pipeline": self.pipeline, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            {"pipeline": self.app_id, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
             sort_keys=True,
         )
         for attempt in (1, 2):
@@ -763,7 +866,7 @@ class _Run:
                 (
                     rows.write.format("delta")
                     .mode("append")
-                    .option("txnAppId", self.pipeline)
+                    .option("txnAppId", self.app_id)
                     .option("txnVersion", str(self.seq))
                     .option("userMetadata", meta)
                     .option("mergeSchema", "true")
@@ -772,7 +875,7 @@ class _Run:
             except Exception as e:
                 if not is_commit_conflict(e):
                     raise
-                landed = last_txn_version(self.spark, uri, self.pipeline)
+                landed = last_txn_version(self.spark, uri, self.app_id)
                 if landed is not None and landed >= self.seq:
                     self.log("merge.lost_race", table=label, landed=landed)
                     return STATUS_ALREADY, None
@@ -922,7 +1025,7 @@ def _no_fence() -> None:
     return None
 
 
-def _land_table(run: _Run, st: StagedTable) -> dict[str, Any]:
+def _land_table(run: _Run, st: LakeTarget) -> dict[str, Any]:
     """One table of the window, with the concurrent-creation retry; errors as LakeError/CdcError."""
     try:
         try:
@@ -944,7 +1047,7 @@ def _land_table(run: _Run, st: StagedTable) -> dict[str, Any]:
         ) from e
 
 
-def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, Any]:
+def _merge_tables(run: _Run, targets: Sequence[LakeTarget], parallelism: int) -> dict[str, Any]:
     """Land every table of the window; results in manifest order.
 
     Tables whose txn version already holds the window are found without Spark (delta-rs reads the
@@ -955,13 +1058,13 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
     committed stays committed, and a retry re-lands only the tables without the window's txn.
     """
     tables: dict[str, Any] = {}
-    todo: list[StagedTable] = []
+    todo: list[LakeTarget] = []
     foreign: list[tuple[str, str, str]] = []
     unclaimed: set[str] = set()
     landed_by_table: dict[str, int | None] = {}
-    for st in manifest.tables:  # one log read per table: its writer record and this pipeline's txn version
+    for st in targets:  # one log read per table: its writer record and this pipeline's txn version
         uri = table_uri(run.lake_root, st.schema, st.table)
-        state = table_writer_and_txn(run.spark, uri, run.pipeline)
+        state = table_writer_and_txn(run.spark, uri, run.app_id)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != run.pipeline:
             foreign.append((st.name, uri, owner))
@@ -972,7 +1075,7 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
         raise LakeError(foreign_writer_message(run.pipeline, run.seq, foreign))
     if unclaimed:
         run = replace(run, unclaimed=frozenset(unclaimed))
-    for st in manifest.tables:
+    for st in targets:
         landed = landed_by_table[st.name]
         if landed is not None and landed >= run.seq:
             tables[st.name] = {
@@ -982,8 +1085,8 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
             run.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
         else:
             todo.append(st)
-    run.log("merge.plan", tables=len(manifest.tables), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
-    crash_after_first = len(manifest.tables) > 1
+    run.log("merge.plan", tables=len(targets), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
+    crash_after_first = len(targets) > 1
     done: dict[str, Any] = {}
     if parallelism <= 1 or len(todo) <= 1:
         for st in todo:
@@ -992,19 +1095,19 @@ def _merge_tables(run: _Run, manifest: Manifest, parallelism: int) -> dict[str, 
                 faults.point("mid_merge")  # crash suite: some tables committed, others not
     else:
         done = _merge_concurrently(run, todo, parallelism, crash_after_first)
-    for st in manifest.tables:
+    for st in targets:
         if st.name in done:
             tables[st.name] = done[st.name]
     return tables
 
 
 def _merge_concurrently(
-    run: _Run, todo: Sequence[StagedTable], parallelism: int, crash_after_first: bool
+    run: _Run, todo: Sequence[LakeTarget], parallelism: int, crash_after_first: bool
 ) -> dict[str, Any]:
     import queue
     import threading
 
-    work: queue.Queue[StagedTable] = queue.Queue()
+    work: queue.Queue[LakeTarget] = queue.Queue()
     for st in todo:
         work.put(st)
     done: dict[str, Any] = {}
@@ -1061,24 +1164,35 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     fence_check: Callable[[], None] | None = None,
     table_properties: dict[str, str] | None = None,
     parallelism: int = DEFAULT_PARALLELISM,
+    source: str | None = None,
+    routes: Sequence[Route] = (),
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report.
 
     Up to `parallelism` tables land at the same time, each writer thread with a Spark session of
-    its own (`spark.newSession()`: the txn identity is a session conf)."""
+    its own (`spark.newSession()`: the txn identity is a session conf). `source`, `routes`: a group
+    pipeline's source and the pipeline's routes (cdc_core.model.sources): which Delta table each staged
+    table lands in and the lineage columns its rows carry."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
         raise ConfigError(f"--delete-mode must be one of {DELETE_MODES}, got {delete_mode!r}")
-    if manifest.plan.pipeline != pipeline or manifest.plan.seq != seq:
+    app_id = unit_name(pipeline, source)
+    if manifest.plan.pipeline != app_id or manifest.plan.seq != seq:
         raise StagingError(
             f"the manifest in {window_dir} is window {manifest.plan.seq} of pipeline {manifest.plan.pipeline!r}, "
-            f"not window {seq} of {pipeline!r}; check --window-dir"
+            f"not window {seq} of {app_id!r}; check --window-dir"
         )
-    for st in manifest.tables:
-        if path_component(st.schema) == TOMBSTONE_DIR:
+    try:
+        targets = lake_targets(manifest, routes, source)
+    except ValueError as e:  # a route whose target is not schema.table for this table
+        raise ConfigError(str(e)) from None
+    for target in targets:
+        if path_component(target.schema) == TOMBSTONE_DIR:
             raise ConfigError(
-                f"source schema {st.schema!r} collides with the lake's tombstone directory {TOMBSTONE_DIR!r}"
+                f"lake schema {target.schema!r} collides with the lake's tombstone directory {TOMBSTONE_DIR!r}"
             )
+        target.columns()  # a routed pair of incompatible columns fails the window before anything is written
+        target.key  # noqa: B018 (same, for routed tables with different keys)
     run = _Run(
         spark=spark,
         window_dir=window_dir,
@@ -1091,10 +1205,11 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         fence=fence_check or _no_fence,
         run_id=uuid.uuid4().hex,
         default_properties=dict(table_properties or {}),
+        source=source,
     )
-    tables = _merge_tables(run, manifest, max(1, int(parallelism)))
+    tables = _merge_tables(run, targets, max(1, int(parallelism)))
     report = {
-        "pipeline": pipeline,
+        "pipeline": app_id,
         "seq": seq,
         "token": token,
         "tables": tables,
@@ -1208,7 +1323,7 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for anything when already fenced
         t_session = time.monotonic()
-        spark = build_session(f"cdc-merge-{args.pipeline}-{args.seq}")
+        spark = build_session(f"cdc-merge-{unit_name(args.pipeline, args.source)}-{args.seq}")
         spark.sparkContext.setLogLevel("WARN")
         session_seconds = round(time.monotonic() - t_session, 3)
         report = merge_window(
@@ -1224,6 +1339,8 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             fence_check=fence,
             table_properties=properties,
             parallelism=args.parallelism,
+            source=args.source,
+            routes=[Route.from_dict(r) for r in args.routes],
         )
         report["session_seconds"] = session_seconds  # informational (Spark + Delta session start)
         write_report(args.report, report)

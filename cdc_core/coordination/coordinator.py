@@ -45,7 +45,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 from cdc_core.coordination.client import CONNECTION_ERRORS, client_acl
-from cdc_core.coordination.paths import PIPELINE_NAME_RE, WINDOW_NODE_RE, lease_path, pipeline_path
+from cdc_core.coordination.paths import PIPELINE_NAME_RE, WINDOW_NODE_RE, lease_path, pipeline_path, source_path
 from cdc_core.coordination.records import (
     COORDINATION_FORMAT,
     STATE_ACKED,
@@ -70,6 +70,7 @@ from cdc_core.model import faults, snapshot_state
 from cdc_core.model.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.model.logfmt import iso_ms, kv
 from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.sources import SOURCE_ID_RE
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 log = logging.getLogger("cdc.coordination")
@@ -128,9 +129,12 @@ class PipelineCoordinator:
         *,
         clock: Callable[[], float] = faults.clock,
         before_commit: Callable[[str], None] | None = None,
+        source: str | None = None,
     ):
         """`clock`: the time leases are granted and checked against. `before_commit`: called with the
-        operation's name just before each fenced multi-op is committed (races in tests, diagnostics)."""
+        operation's name just before each fenced multi-op is committed (races in tests, diagnostics).
+        `source`: one source of a group pipeline (cdc_core.model.sources): its state (cursor, windows,
+        snapshot, lake registry, last error) lives under `sources/<id>/`, the lease stays the pipeline's."""
         if not PIPELINE_NAME_RE.match(pipeline):
             raise ConfigError(f"pipeline name {pipeline!r} must be 1-64 characters of a-z, 0-9, _ and -")
         if not root.startswith("/") or (root != "/" and root.endswith("/")) or "//" in root:
@@ -139,13 +143,17 @@ class PipelineCoordinator:
         self.root = root
         self.pipeline = pipeline
         self._clock = clock
+        if source is not None and not SOURCE_ID_RE.match(source):
+            raise ConfigError(f"source id {source!r} must be 1-32 characters of a-z, 0-9, _ and -")
+        self.source = source
         self.base = pipeline_path(root, pipeline)
         self.lease_path = lease_path(root, pipeline)
-        self.cursor_path = f"{self.base}/cursor"
-        self.windows_path = f"{self.base}/windows"
-        self.snapshot_path = f"{self.base}/snapshot"
-        self.lake_path = f"{self.base}/lake"
-        self.last_error_path = f"{self.base}/last_error"
+        self.state_base = source_path(root, pipeline, source)
+        self.cursor_path = f"{self.state_base}/cursor"
+        self.windows_path = f"{self.state_base}/windows"
+        self.snapshot_path = f"{self.state_base}/snapshot"
+        self.lake_path = f"{self.state_base}/lake"
+        self.last_error_path = f"{self.state_base}/last_error"
         self._acl = client_acl(client)
         self._state: str = client.state
         self._reverify = False

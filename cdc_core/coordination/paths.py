@@ -18,6 +18,13 @@ def pipeline_path(root: str, pipeline: str) -> str:
     return f"{root.rstrip('/')}/pipelines/{pipeline}"
 
 
+def source_path(root: str, pipeline: str, source: str | None) -> str:
+    """Where one source's state lives: the pipeline node itself for a single-source pipeline (today's
+    layout), `<pipeline>/sources/<id>` for a source of a group pipeline (no node shared between sources)."""
+    base = pipeline_path(root, pipeline)
+    return base if source is None else f"{base}/sources/{source}"
+
+
 def lease_path(root: str, pipeline: str) -> str:
     """The pipeline's lease node; its czxid is the fencing token the Spark jobs check."""
     return f"{pipeline_path(root, pipeline)}/lease"

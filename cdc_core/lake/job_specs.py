@@ -77,7 +77,7 @@ class MergeJobSpec(_Spec):
 
     window_dir: str  # the staged window (holds manifest.json)
     lake_root: str
-    pipeline: str
+    pipeline: str  # the configured pipeline: its lease fences the job
     seq: int
     token: int  # the fencing token (lease czxid)
     report: str  # where the job writes its JSON report (path or fsspec URL)
@@ -87,6 +87,8 @@ class MergeJobSpec(_Spec):
     table_options: dict[str, Any] = field(default_factory=dict)  # {"schema.table": {"partition_by": [...]}}
     table_properties: dict[str, str] = field(default_factory=dict)  # set on every table the job creates
     parallelism: int = 4  # tables merged at the same time, one Spark session each
+    source: str | None = None  # a group pipeline's source: the window is that source's (cdc_core.model.sources)
+    routes: list[dict[str, str]] = field(default_factory=list)  # [{"from", "to", "key"}]: many tables into one
 
 
 @dataclass(frozen=True)

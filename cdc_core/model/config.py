@@ -23,7 +23,8 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Literal, cast, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, Union, cast, get_args, get_origin
 
 import fsspec
 import yaml
@@ -44,6 +45,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.naming import parse_table_pattern, table_id
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
+from cdc_core.model.sources import KEY_PRIMARY, SOURCE_ID_RE, Route
 from cdc_core.model.window_plan import WindowCaps
 
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "pipelines.yaml"
@@ -505,6 +507,47 @@ class SourceConfig(_Model):
         return v
 
 
+class SourceEntry(SourceConfig):
+    """One source of a group pipeline (`sources:`): its id, its connection, optionally its own start."""
+
+    id: str
+    start: StartConfig | None = None  # default: the pipeline's `start`
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not SOURCE_ID_RE.match(v):
+            raise ValueError("must be 1-32 characters of a-z, 0-9, _ and - (it names ZooKeeper nodes and paths)")
+        return v
+
+
+class RouteConfig(_Model):
+    """Many source tables into one lake table (cdc_core.model.sources.Route)."""
+
+    from_: str = Field(alias="from")  # a regular expression over the whole `schema.table`
+    to: str  # the lake table, `schema.table`; `\\1` refers to the pattern's groups
+    key: Literal["source", "primary_key"] = "source"
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> RouteConfig:
+        try:
+            groups = re.compile(self.from_).groups
+        except re.error as e:
+            raise ValueError(f"from {self.from_!r} is not a regular expression: {e}") from None
+        refs = [int(n) for n in re.findall(r"\\(\d+)", self.to)]
+        if any(n == 0 or n > groups for n in refs):
+            raise ValueError(f"to {self.to!r} refers to a group that {self.from_!r} does not have ({groups} groups)")
+        plain = re.sub(r"\\\d+", "x", self.to)
+        if plain.count(".") != 1 or plain.startswith(".") or plain.endswith("."):
+            raise ValueError(f"to {self.to!r} must name one lake table as schema.table")
+        return self
+
+    def route(self) -> Route:
+        return Route(pattern=self.from_, target=self.to, key=self.key)
+
+
 class TablesConfig(_Model):
     include: list[str] = Field(min_length=1)
     exclude: list[str] = Field(default_factory=list)
@@ -592,9 +635,65 @@ class PipelineConfig(PipelineSettings):
     """One pipeline, defaults merged in."""
 
     name: str
-    source: SourceConfig
+    source: SourceConfig | None = None  # one source (today's form) ...
+    sources: list[SourceEntry] = Field(default_factory=list)  # ... or several: a group pipeline
     tables: TablesConfig
     start: StartConfig = Field(default_factory=StartConfig)
+    routes: list[RouteConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_source_form(self) -> PipelineConfig:
+        if (self.source is None) == (not self.sources):
+            raise ValueError(
+                "declare either `source: {conn_id: ...}` (one server) or `sources: [{id: ..., conn_id: ...}, ...]` "
+                "(a group pipeline over several servers), not both and not neither"
+            )
+        ids = [s.id for s in self.sources]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"sources: ids must be distinct, {dup} appear more than once")
+        if self.sources and any(r.key == KEY_PRIMARY for r in self.routes):
+            raise ValueError(
+                "routes: key 'primary_key' is not supported in a group pipeline yet (a row moved between two "
+                "servers would need an order across their binlogs); use key 'source' (the default), which keeps "
+                "one row per source and source table"
+            )
+        return self
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.sources)
+
+    def source_ids(self) -> list[str | None]:
+        """The pipeline's sources: [None] for the one-source form, else every source's id."""
+        return [s.id for s in self.sources] if self.sources else [None]
+
+    def source_config(self, source: str | None) -> SourceConfig:
+        if source is None:
+            if self.source is None:
+                raise ConfigError(
+                    f"pipeline {self.name!r} is a group pipeline: name one of its sources {self.source_ids()}"
+                )
+            return self.source
+        for s in self.sources:
+            if s.id == source:
+                return s
+        raise ConfigError(
+            f"pipeline {self.name!r} has no source {source!r}; its sources: "
+            + (", ".join(str(i) for i in self.source_ids()) if self.sources else "(one, unnamed: omit --source)")
+        )
+
+    def for_source(self, source: str | None) -> PipelineConfig:
+        """This pipeline as seen by one of its sources: that source's connection and start."""
+        if source is None:
+            self.source_config(None)
+            return self
+        entry = self.source_config(source)
+        assert isinstance(entry, SourceEntry)
+        return self.model_copy(update={"start": entry.start or self.start})
+
+    def route_list(self) -> tuple[Route, ...]:
+        return tuple(r.route() for r in self.routes)
 
     @field_validator("name")
     @classmethod
@@ -720,6 +819,12 @@ def _allowed_keys(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[st
     """The keys the model at `loc` accepts (for 'unknown key' messages), or None when unknown."""
     current: Any = model
     for part in loc:
+        if get_origin(current) in (Union, UnionType):  # `X | None`: the model side
+            models = [a for a in get_args(current) if a is not type(None)]
+            current = models[0] if len(models) == 1 else current
+        if get_origin(current) is list and isinstance(part, int):
+            current = get_args(current)[0]
+            continue
         if get_origin(current) is dict:
             current = get_args(current)[1]  # `part` is a free-form key (e.g. a table name)
         elif isinstance(current, type) and issubclass(current, BaseModel) and isinstance(part, str):
@@ -731,8 +836,11 @@ def _allowed_keys(loc: tuple[int | str, ...], model: type[BaseModel]) -> list[st
             current = current.__annotations__.get(part)
         else:
             return None
+    if get_origin(current) in (Union, UnionType):
+        models = [a for a in get_args(current) if a is not type(None)]
+        current = models[0] if len(models) == 1 else current
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
+        return [f.alias or n for n, f in current.model_fields.items()]
     if is_typeddict(current):
         return list(current.__annotations__)
     return None

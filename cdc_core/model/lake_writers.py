@@ -18,6 +18,7 @@ overwrites, or is blocked by, the row with the same key from the other, and noth
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -200,9 +201,57 @@ class Overlap:
         )
 
 
+def _route_target_glob(target: str) -> str:
+    """A route's target as a table pattern: a group reference (`\\1`) can be any name."""
+    return re.sub(r"\\\d+", "*", target)
+
+
+def _landing_patterns(p: Any) -> list[str]:
+    """The table patterns a pipeline can land: its include patterns (a routed table counts under them
+    too: conservative) and its routes' targets."""
+    return [*p.tables.include, *(_route_target_glob(r.to) for r in getattr(p, "routes", ()) or ())]
+
+
+@dataclass(frozen=True)
+class RouteClash:
+    pipeline: str
+    route: str
+    target: str
+    include: str
+    example: str
+
+    def message(self) -> str:
+        return (
+            f"pipeline {self.pipeline!r}: route {self.route!r} lands in {self.target}, and {self.example} is also "
+            f"captured unrouted (include {self.include!r}): two kinds of rows in one Delta table, with different "
+            "keys. Exclude that table, or route it too"
+        )
+
+
+def route_clashes(p: Any) -> list[RouteClash]:
+    """A route's target that a source table of the same pipeline could also land in unrouted (its name
+    matched by an include pattern and by no route)."""
+    found = []
+    for r in getattr(p, "routes", ()) or ():
+        ts, tt = parse_table_pattern(_route_target_glob(r.to))
+        for inc in p.tables.include:
+            s, t = parse_table_pattern(inc)
+            schema = names_overlap(ts, s)
+            table = names_overlap(tt, t) if schema is not None else None
+            if schema is None or table is None:
+                continue
+            example = f"{schema}.{table}".replace(_FRESH, "x")
+            if any(re.fullmatch(other.from_, example, flags=re.S) for other in p.routes):
+                continue  # that name is routed itself
+            if _excluded((schema, table), p.tables.exclude):
+                continue
+            found.append(RouteClash(p.name, r.from_, r.to, inc, example))
+    return found
+
+
 def overlaps(pipelines: Sequence[Any]) -> list[Overlap]:
-    """Pairs of pipelines (objects with `name`, `lake_root`, `tables.include`, `tables.exclude`) that can
-    land the same table under the same lake root.
+    """Pairs of pipelines (objects with `name`, `lake_root`, `tables.include`, `tables.exclude`, optionally
+    `routes`) that can land the same table under the same lake root.
 
     A name both include patterns match is tried against both exclude lists: when the witness is excluded
     by either side, the pair passes only if both include patterns are literal names (then that name is the
@@ -213,8 +262,8 @@ def overlaps(pipelines: Sequence[Any]) -> list[Overlap]:
             p, q = pipelines[x], pipelines[y]
             if p.lake_root.rstrip("/") != q.lake_root.rstrip("/"):
                 continue
-            for a in p.tables.include:
-                for b in q.tables.include:
+            for a in _landing_patterns(p):
+                for b in _landing_patterns(q):
                     sa, ta = parse_table_pattern(a)
                     sb, tb = parse_table_pattern(b)
                     schema = names_overlap(sa, sb)

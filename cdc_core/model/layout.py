@@ -3,6 +3,7 @@
     <staging_root>/<pipeline>/w<seq:010d>/                  one staged window (manifest.json last)
     <staging_root>/<pipeline>/w<seq>/tables/<schema>/<table>/   its Parquet files
     <staging_root>/<pipeline>/reports/                      the Spark jobs' JSON reports
+    <staging_root>/<pipeline>/sources/<id>/...              the same, per source of a group pipeline
     <lake_root>/<schema>/<table>                            one Delta table per source table
     <lake_root>/_cdc_tombstones/<schema>/<table>            hard-delete tombstones
     <lake_root>/_cdc.meta/<pipeline>/checkpoints            Delta versions per acked window
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdc_core.model.naming import path_component, window_dir_name
+from cdc_core.model.sources import split_unit
 
 # The checkout (this file is cdc_core/model/layout.py): default config, Spark jobs and scripts live under it.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +33,15 @@ def _join(root: str, *parts: str) -> str:
     return base + "/".join(parts)
 
 
+def _unit_dir(unit: str) -> str:
+    """A pipeline's directory, or `<pipeline>/sources/<id>` for one source of a group pipeline
+    (`cdc_core.model.sources.unit_name`)."""
+    pipeline, source = split_unit(unit)
+    if source is None:
+        return path_component(pipeline)
+    return f"{path_component(pipeline)}/sources/{path_component(source)}"
+
+
 def table_uri(lake_root: str, schema: str, table: str) -> str:
     return _join(lake_root, path_component(schema), path_component(table))
 
@@ -41,12 +52,12 @@ def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
 
 def checkpoints_uri(lake_root: str, pipeline: str) -> str:
     """`<lake_root>/_cdc.meta/<pipeline>/checkpoints` (pipeline names are `[a-z0-9_-]`)."""
-    return _join(lake_root, META_DIR, pipeline, "checkpoints")
+    return _join(lake_root, META_DIR, _unit_dir(pipeline), "checkpoints")
 
 
 def window_dir(staging_root: str, pipeline: str, seq: int) -> str:
     """The window's directory, in the same form as `staging_root` (a path or an fsspec URL)."""
-    return _join(staging_root, path_component(pipeline), window_dir_name(seq))
+    return _join(staging_root, _unit_dir(pipeline), window_dir_name(seq))
 
 
 def table_dir_rel(schema: str, table: str) -> str:
@@ -55,7 +66,7 @@ def table_dir_rel(schema: str, table: str) -> str:
 
 
 def reports_dir(staging_root: str, pipeline: str) -> str:
-    return _join(staging_root, path_component(pipeline), REPORTS_DIR)
+    return _join(staging_root, _unit_dir(pipeline), REPORTS_DIR)
 
 
 def merge_report_uri(staging_root: str, pipeline: str, seq: int, token: int) -> str:

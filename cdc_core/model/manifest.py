@@ -27,6 +27,7 @@ from typing import Any
 
 from cdc_core.model.errors import StagingError
 from cdc_core.model.naming import table_id
+from cdc_core.model.sources import LINEAGE_COLUMNS
 from cdc_core.model.window_plan import WindowPlan
 
 MANIFEST_FORMAT = 1
@@ -54,7 +55,7 @@ SCRATCH_PREFIX = "__cdc_"
 def is_reserved_column(name: str) -> bool:
     """True for a source column name the lake tables cannot hold (a metadata or scratch column's name)."""
     low = name.lower()
-    return low in METADATA_COLUMNS or low.startswith(SCRATCH_PREFIX)
+    return low in METADATA_COLUMNS or low in LINEAGE_COLUMNS or low.startswith(SCRATCH_PREFIX)
 
 
 @dataclass(frozen=True)

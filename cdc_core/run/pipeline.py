@@ -55,7 +55,7 @@ from cdc_core.lake.spark_conf import (
     spark_confs,
     spark_env,
 )
-from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, windows
+from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, sources, windows
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
 from cdc_core.model.layout import PROJECT_ROOT
@@ -63,6 +63,7 @@ from cdc_core.model.logfmt import iso_seconds, kv
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.naming import table_id
 from cdc_core.model.positions import BinlogPosition, StartSpec
+from cdc_core.model.sources import unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
 from cdc_core.run import snapshot_steps
@@ -90,6 +91,8 @@ class Pipeline:
     # ZooKeeper's digest identity as the caller resolved it (the Airflow glue, through Airflow); unset: read
     # from the configuration's `zookeeper.auth_env` / `conn_id` as the CLI does (`ZooKeeperConfig.digest`).
     _zk_digest: Any = field(default=_FROM_CONFIG, repr=False)
+    # One source of a group pipeline (cdc_core.model.sources); None: the pipeline's one source.
+    source_id: str | None = None
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -104,11 +107,15 @@ class Pipeline:
         zk_digest: Any = _FROM_CONFIG,
         clock: Callable[[], float] | None = None,
         before_commit: Callable[[str], None] | None = None,
+        source_id: str | None = None,
     ) -> Pipeline:
         """`store`, `zk_digest`: the object store's credentials and ZooKeeper's digest identity as the caller
         resolved them (the Airflow glue, through Airflow); by default `object_store.conn_id` is looked up in
         the environment, as the source's is, and ZooKeeper's identity by `ZooKeeperConfig.digest`.
-        `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools)."""
+        `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools).
+        `source_id`: which source of a group pipeline this object runs (its state, windows and Delta
+        writes are that source's; `source` must be its connection); None for a single-source pipeline."""
+        config = config.for_source(source_id)
         if store is None:
             store = object_store.for_pipeline(config)
         object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
@@ -118,12 +125,12 @@ class Pipeline:
         if owns:
             zk_client = make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
         coordinator = PipelineCoordinator(
-            zk_client, config.zookeeper.root, config.name, before_commit=before_commit,
+            zk_client, config.zookeeper.root, config.name, before_commit=before_commit, source=source_id,
             **({"clock": clock} if clock is not None else {}),
         )
         return cls(
             config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store,
-            _zk_digest=zk_digest,
+            _zk_digest=zk_digest, source_id=source_id,
         )
 
     def close(self) -> None:
@@ -141,6 +148,13 @@ class Pipeline:
 
     @property
     def name(self) -> str:
+        """The identity of this pipeline's windows, staging and Delta writes: the pipeline's name, or
+        `<pipeline>.<source>` for one source of a group pipeline (cdc_core.model.sources.unit_name)."""
+        return unit_name(self.config.name, self.source_id)
+
+    @property
+    def pipeline_name(self) -> str:
+        """The configured pipeline: its lease, DAGs and writer record (one for all its sources)."""
         return self.config.name
 
     @property
@@ -473,8 +487,14 @@ class Pipeline:
 
     # ---------------------------------------------------------------------------------------- merge
 
+    def lineage(self, schema: str, table: str) -> sources.Lineage:
+        """Where the source table `schema.table` lands (routes) and the lineage columns its rows carry."""
+        return sources.lineage(self.config.route_list(), self.source_id, schema, table)
+
     def table_uri(self, schema: str, table: str) -> str:
-        return layout.table_uri(self.lake_root, schema, table)
+        """The Delta table the source table `schema.table` lands in (after the pipeline's routes)."""
+        where = self.lineage(schema, table)
+        return layout.table_uri(self.lake_root, where.lake_schema, where.lake_table)
 
     def reports_dir(self) -> str:
         """Where merge jobs write their reports: one per window and fencing token."""
@@ -490,7 +510,9 @@ class Pipeline:
         return MergeJobSpec(
             window_dir=layout.window_dir(self.staging_root, self.name, seq),
             lake_root=self.lake_root,
-            pipeline=self.name,
+            pipeline=self.pipeline_name,
+            source=self.source_id,
+            routes=[r.to_dict() for r in self.config.route_list()],
             seq=seq,
             token=grant.token,
             report=self.report_uri(seq, grant.token),
@@ -638,9 +660,11 @@ class Pipeline:
         result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
         merged = self.merge_report(seq)
         if merged:
-            for name, info in (merged.get("tables") or {}).items():
-                if name in tables and isinstance(info, dict):
-                    tables[name].update(
+            reported = merged.get("tables") or {}
+            for t in manifest.tables:  # the report is per lake table (routes may land several tables in one)
+                info = reported.get(self.lineage(t.schema, t.table).lake_name)
+                if isinstance(info, dict):
+                    tables[t.name].update(
                         {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
                     )
             result["durations"] = {"merge": merged.get("seconds")}
@@ -848,6 +872,24 @@ class Pipeline:
         if max_windows < 1:
             raise ConfigError(f"pipeline {self.name!r}: max windows must be at least 1, got {max_windows}")
         grant = self.acquire(holder, process=process, break_dead=break_dead)
+        try:
+            return self.run_windows(
+                grant, holder, max_windows=max_windows, merge=merge, until_caught_up=until_caught_up
+            )
+        finally:
+            self.release(grant)
+
+    def run_windows(
+        self,
+        grant: LeaseGrant,
+        holder: str,
+        *,
+        max_windows: int = 1,
+        merge: Callable[..., Any] | None = None,
+        until_caught_up: bool = False,
+    ) -> dict[str, Any]:
+        """(plan -> stage -> merge -> ack) x N under a lease the caller holds (`run_cycle`, or a group
+        pipeline's run over its sources, cdc_core.run.group)."""
         done: list[dict[str, Any]] = []
         doing, seq = "plan_window", None
         stop_reason = "max_windows"
@@ -880,8 +922,6 @@ class Pipeline:
         except Exception as e:
             self.note_failure(doing, e, seq=seq, holder=holder)
             raise
-        finally:
-            self.release(grant)
         return {"pipeline": self.name, "windows": done, **({"stopped": stop_reason} if until_caught_up else {})}
 
     def _behind(self, target: Any) -> str | None:

@@ -11,6 +11,27 @@ from cdc_core.model import snapshot_state
 from cdc_core.model.errors import CdcError
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.run.context import PipelineContext
+from cdc_core.run.group import PipelineGroup
+
+
+def group_status(g: PipelineGroup) -> dict[str, Any]:
+    """`pipeline_status` of a pipeline: as is for a single-source pipeline; for a group pipeline one entry
+    per source (`sources`: cursor, lag, windows, last error, ... each), with the one lease on top, and
+    `failing`: the sources whose last error is not resolved yet (a window acked since resolves it)."""
+    if not g.config.is_group:
+        return pipeline_status(g.first)
+    per_source = {str(sid): pipeline_status(unit) for sid, unit in g.units.items()}
+    first = next(iter(per_source.values()))
+    return {
+        "pipeline": g.name,
+        "group": True,
+        "lease": first.get("lease"),
+        "sources": per_source,
+        "failing": sorted(
+            sid for sid, st in per_source.items()
+            if st.get("error") or st.get("source_error") or (st.get("last_error") and not st["last_error"]["resolved"])
+        ),
+    }
 
 
 def pipeline_status(p: PipelineContext) -> dict[str, Any]:

@@ -77,13 +77,19 @@ def tables_alias(pipeline: str) -> AssetAlias:
 def emit(pipeline: str, seq: int, context: Any, p: Any) -> tuple[list[dict[str, Any]], int | None]:
     """Add this ack's asset events (windows not announced yet) to the alias; returns what was added and
     the newest window announced before."""
+    from cdc_core.model.sources import split_unit
     from cdc_core.run import table_events
 
-    alias = tables_alias(pipeline)
+    # `pipeline` may be one source of a group pipeline (`shop.eu1`): the alias and the Assets are the
+    # pipeline's (one per lake table, routes applied), the windows announced are that source's.
+    pipeline_name, _ = split_unit(pipeline)
+    alias = tables_alias(pipeline_name)
     earlier = context["inlet_events"][alias].ascending(False).limit(EVENTS_LOOKBACK)
     announced = table_events.announced_seqs(pipeline, [dict(e.extra or {}) for e in earlier])
     added = []
     for ev in table_events.pending_events(p, seq, announced):
-        context["outlet_events"][alias].add(asset_for(pipeline, p.lake_root, ev.schema, ev.table), extra=ev.extra)
+        where = p.lineage(ev.schema, ev.table)
+        asset = asset_for(pipeline_name, p.lake_root, where.lake_schema, where.lake_table)
+        context["outlet_events"][alias].add(asset, extra=ev.extra)
         added.append({"table": ev.name, "window_seq": ev.seq, "delta_version": ev.extra.get("delta_version")})
     return added, max(announced) if announced else None

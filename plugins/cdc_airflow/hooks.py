@@ -57,8 +57,11 @@ class CdcPipelineHook(BaseHook):
     def __init__(
         self, pipeline: str, config: PipelineConfig | None = None, environ: Mapping[str, str] | None = None
     ) -> None:
+        from cdc_core.model.sources import split_unit
+
         super().__init__()
-        self.pipeline_name = pipeline
+        # `shop.eu1`: one source of the group pipeline `shop` (the per-source steps of its DAGs).
+        self.pipeline_name, self.source_id = split_unit(pipeline)
         self._config = config
         self._environ = environ
 
@@ -91,11 +94,22 @@ class CdcPipelineHook(BaseHook):
             where=f"Airflow connection {conn_id!r}",
         )
 
+    @property
+    def unit_source(self) -> str | None:
+        """The source this hook opens: the one named, else (a group pipeline's lease steps, which are the
+        pipeline's whichever source serves them) the first."""
+        if self.source_id is None and self.config.is_group:
+            return self.config.source_ids()[0]
+        return self.source_id
+
     def source_params(self) -> SourceParams:
-        """The replication source's connection parameters (`source.conn_id`)."""
+        """The replication source's connection parameters (`source.conn_id`, or the source's in `sources`)."""
         from cdc_core.capture.source import SourceParams
 
-        return SourceParams.from_connection(self.connection_info(self.config.source.conn_id, "source.conn_id", "mysql"))
+        source = self.unit_source
+        role = "source.conn_id" if source is None else f"sources[{source}].conn_id"
+        conn_id = self.config.source_config(source).conn_id
+        return SourceParams.from_connection(self.connection_info(conn_id, role, "mysql"))
 
     def object_store(self) -> S3Credentials | None:
         """The object store's credentials (`object_store.conn_id`; None when unset), masked in logs."""
@@ -139,7 +153,9 @@ class CdcPipelineHook(BaseHook):
         from cdc_core.run.pipeline import Pipeline
 
         digest = self.zookeeper_digest()  # first: a missing credential is named before anything connects
-        return Pipeline.from_config(self.config, self.source_params(), store=self.object_store(), zk_digest=digest)
+        return Pipeline.from_config(
+            self.config, self.source_params(), store=self.object_store(), zk_digest=digest, source_id=self.unit_source
+        )
 
     @contextmanager
     def pipeline(self) -> Iterator[Pipeline]:

@@ -50,10 +50,11 @@ def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
     return value
 
 
-def pipeline_status(pc: Any) -> dict[str, Any]:
-    """`cdc_core.run.status.pipeline_status` for one configured pipeline, plus its configuration summary;
-    never raises."""
+def pipeline_status(pc: Any, source: str | None = None) -> dict[str, Any]:
+    """`cdc_core.run.status.pipeline_status` for one configured pipeline (one source of a group pipeline:
+    a section per source, named `<pipeline>.<source>`), plus its configuration summary; never raises."""
     from cdc_airflow.hooks import CdcPipelineHook, secrets_of
+    from cdc_core.model.sources import unit_name
     from cdc_core.run import status as run_status
 
     summary = {
@@ -66,21 +67,21 @@ def pipeline_status(pc: Any) -> dict[str, Any]:
         "lease_seconds": pc.lease_seconds,
     }
     secrets: list[str] = []
-    hook = CdcPipelineHook(pc.name, config=pc)
+    hook = CdcPipelineHook(unit_name(pc.name, source), config=pc)
     try:
         # One connection at a time, so that whatever was resolved is masked even if a later one fails.
-        source = hook.source_params()
-        secrets = secrets_of(source)
+        source_params = hook.source_params()
+        secrets = secrets_of(source_params)
         store = hook.object_store()
-        secrets = secrets_of(source, None, store)
+        secrets = secrets_of(source_params, None, store)
         digest = hook.zookeeper_digest()
-        secrets = secrets_of(source, ":".join(digest) if digest else None, store)
+        secrets = secrets_of(source_params, ":".join(digest) if digest else None, store)
         from cdc_core.run.pipeline import Pipeline
 
-        with Pipeline.from_config(pc, source, store=store, zk_digest=digest) as p:
+        with Pipeline.from_config(pc, source_params, store=store, zk_digest=digest, source_id=source) as p:
             status = dict(run_status.pipeline_status(p))
     except Exception as e:  # one broken pipeline must not take the page down
-        status = {"pipeline": pc.name, "error": f"{type(e).__name__}: {e}"}
+        status = {"pipeline": unit_name(pc.name, source), "error": f"{type(e).__name__}: {e}"}
     status["config"] = summary
     status["airflow"] = airflow_dag_states(list(summary["dags"]))
     return cast(dict[str, Any], mask_secrets(status, secrets))  # a dict in, a dict out
@@ -161,8 +162,9 @@ def collect_statuses() -> list[dict[str, Any]]:
         return [{"pipeline": None, "error": f"ConfigError: {e}"}]
     if not pipelines:
         return []
-    with ThreadPoolExecutor(max_workers=min(4, len(pipelines))) as pool:
-        return list(pool.map(pipeline_status, pipelines))
+    units = [(pc, source) for pc in pipelines for source in pc.source_ids()]  # a section per source
+    with ThreadPoolExecutor(max_workers=min(4, len(units))) as pool:
+        return list(pool.map(lambda unit: pipeline_status(*unit), units))
 
 
 # ------------------------------------------------------------------------------------ rendering

@@ -82,6 +82,19 @@ def _step(pipeline: str) -> Iterator[Any]:
         raise_for(e, pipeline)
 
 
+def source_units(pipeline: str, only: Any = None) -> list[str]:
+    """The pipeline's per-source names (`shop.eu1`, ...: cdc_core.model.sources.unit_name), or just the
+    pipeline's name when it has one source. `only`: a source id from a form (None or empty: every source)."""
+    from cdc_airflow.hooks import pipeline_config
+    from cdc_core.model.sources import unit_name
+
+    pc = pipeline_config(pipeline)
+    if only:
+        pc.source_config(str(only))  # an unknown source: ConfigError naming the pipeline's sources
+        return [unit_name(pipeline, str(only))]
+    return [unit_name(pipeline, s) for s in pc.source_ids()]
+
+
 def lease_grant(grant: Any, task_id: str = "") -> Any:
     """The run's lease grant from `acquire_lease`'s result; a clear error when there is none."""
     from cdc_core.coordination import LeaseGrant
@@ -142,8 +155,11 @@ def check_backfill_form(pipeline: str, params: Any) -> dict[str, Any]:
         request = backfill_request(params)
         if request.get("cancel"):
             return request
-        with CdcPipelineHook(pipeline).pipeline() as p:
-            return dict(backfill.check_backfill(p, **request))
+        checked = {}
+        for unit in source_units(pipeline, params.get("source")):
+            with CdcPipelineHook(unit).pipeline() as p:
+                checked[unit] = dict(backfill.check_backfill(p, **request))
+        return checked[pipeline] if list(checked) == [pipeline] else {"sources": checked}
     except CdcError as e:
         raise_for(e, pipeline, checking_request=True)
 
@@ -174,12 +190,16 @@ def begin_backfill(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
     ctx = get_current_context()
     lease = lease_grant(grant, "begin_backfill")
     request = backfill_request(ctx["params"])
+    units = source_units(pipeline, ctx["params"].get("source"))
     if request.get("cancel"):
-        return cancel_backfill(pipeline, lease)
-    with _step(pipeline) as p:
-        report = backfill.begin_backfill(p, lease, **request)
-    log.info("backfill report: %s", report)
-    return dict(report)
+        cancelled = {unit: cancel_backfill(unit, lease) for unit in units}
+        return cancelled[pipeline] if units == [pipeline] else {"sources": cancelled}
+    reports = {}
+    for unit in units:  # a group pipeline: each source replays its own binlog from the same instant
+        with _step(unit) as p:
+            reports[unit] = dict(backfill.begin_backfill(p, lease, **request))
+        log.info("backfill report: %s", reports[unit])
+    return reports[pipeline] if units == [pipeline] else {"sources": reports}
 
 
 def cancel_backfill(pipeline: str, grant: Any) -> dict[str, Any]:
@@ -207,11 +227,13 @@ def begin_snapshot(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
     lease = lease_grant(grant, "begin_snapshot")
     tables = [str(t).strip() for t in (params.get("tables") or []) if str(t).strip()] or None
     chunk_rows = params.get("chunk_rows")
-    with _step(pipeline) as p:
-        state = snapshot_steps.request(p, lease, tables, int(chunk_rows) if chunk_rows else None)
-    view = snapshot_state.progress_view(state)
-    log.info("snapshot requested: %s", view)
-    return dict(view)
+    views = {}
+    for unit in source_units(pipeline):  # a group pipeline: every source snapshots its own tables
+        with _step(unit) as p:
+            state = snapshot_steps.request(p, lease, tables, int(chunk_rows) if chunk_rows else None)
+        views[unit] = dict(snapshot_state.progress_view(state))
+        log.info("snapshot requested: %s %s", unit, views[unit])
+    return views[pipeline] if list(views) == [pipeline] else {"sources": views}
 
 
 @task(task_id=PLAN_TASK)
@@ -271,7 +293,7 @@ def continue_run_id(seq: int, token: int) -> str:
 
 
 @task.short_circuit(task_id=MORE_WORK_TASK, trigger_rule=TriggerRule.ALL_DONE)
-def more_work() -> dict[str, Any] | bool:
+def more_work(ack_tasks: list[str] | None = None) -> dict[str, Any] | bool:
     """After release_lease: continue (trigger the next run) only if this run's ack succeeded and said so.
 
     Runs whatever happened before (ALL_DONE, so it comes after the teardown whatever the teardown's
@@ -284,13 +306,18 @@ def more_work() -> dict[str, Any] | bool:
     ack would no longer fail the run (this task, ALL_DONE, would succeed after it).
     """
     ctx = get_current_context()
-    ack = ctx["ti"].xcom_pull(task_ids=ACK_TASK)
-    answer = ack.get("more_work") if isinstance(ack, dict) else None
-    if not isinstance(answer, dict):
+    answers = []
+    for task_id in ack_tasks or [ACK_TASK]:  # a group pipeline: one ack per source (`<group>.ack_window`)
+        ack = ctx["ti"].xcom_pull(task_ids=task_id)
+        answer = ack.get("more_work") if isinstance(ack, dict) else None
+        if isinstance(answer, dict):
+            answers.append(answer)
+            log.info("more_work ack=%s more=%s reason=%s detail=%r", task_id, answer.get("more"), answer.get("reason"),
+                     answer.get("detail"))
+    if not answers:
         log.info("more_work more=False reason=no_ack (this run acked no window)")
         return False
-    log.info("more_work more=%s reason=%s detail=%r", answer.get("more"), answer.get("reason"), answer.get("detail"))
-    return answer if answer.get("more") else False
+    return next((a for a in answers if a.get("more")), False)
 
 
 @task(task_id="release_lease")
