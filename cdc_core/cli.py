@@ -33,9 +33,10 @@ def source_params_for(pipeline_config: Any, source: str | None = None) -> Any:
     return SourceParams.from_connection(resolve_connection(pipeline_config.source_config(source).conn_id))
 
 
-def _unit(ctx: click.Context, name: str, source: str | None) -> tuple[Any, str | None]:
+def _unit(ctx: click.Context, name: str, source: str | None, any_source: bool = False) -> tuple[Any, str | None]:
     """(pipeline config, source id) for a command about one source: `--source`, or the `<pipeline>.<source>`
-    form of the name; a group pipeline without either is refused, naming its sources."""
+    form of the name; a group pipeline without either is refused, naming its sources (`any_source`: the
+    first serves, for what is the pipeline's whichever source asks: its lease)."""
     from cdc_core.model.sources import split_unit
 
     pipeline, named = split_unit(name)
@@ -43,6 +44,8 @@ def _unit(ctx: click.Context, name: str, source: str | None) -> tuple[Any, str |
         raise click.UsageError(f"{name!r} names source {named!r} but --source says {source!r}")
     cfg = _load(ctx.obj["config"]).pipeline(pipeline)
     source = source or named
+    if source is None and cfg.is_group and any_source:
+        source = cfg.source_ids()[0]
     if source is None and cfg.is_group:
         raise click.UsageError(
             f"pipeline {pipeline!r} is a group pipeline: say which source, with --source or as "
@@ -53,11 +56,11 @@ def _unit(ctx: click.Context, name: str, source: str | None) -> tuple[Any, str |
 
 
 @contextmanager
-def _pipeline(ctx: click.Context, name: str, source: str | None = None) -> Iterator[Any]:
+def _pipeline(ctx: click.Context, name: str, source: str | None = None, any_source: bool = False) -> Iterator[Any]:
     """One source of a pipeline (the pipeline itself when it has one source)."""
     from cdc_core.run.pipeline import Pipeline
 
-    cfg, source = _unit(ctx, name, source)
+    cfg, source = _unit(ctx, name, source, any_source)
     p = Pipeline.from_config(cfg, source_params_for(cfg, source), source_id=source)
     try:
         yield p
@@ -223,6 +226,7 @@ def resolve(ctx: click.Context, pipeline: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Only report the resolved positions and the number of changes")
 @click.option("--windows", default=100, show_default=True, help="At most this many backfill windows in this run")
 @click.option("--cancel", is_flag=True, help="Stop the active backfill (what it replayed stays; the stream goes on)")
+@click.option("--source", default=None, help="A group pipeline: only this source (default: each source in turn)")
 @click.pass_context
 def backfill(  # noqa: PLR0917 (click passes options as arguments)
     ctx: click.Context,
@@ -233,8 +237,35 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
     dry_run: bool,
     windows: int,
     cancel: bool,
+    source: str | None,
 ) -> None:
-    """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward)."""
+    """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward).
+
+    A group pipeline replays each source from the same instant, on its own binlog (or only --source)."""
+    from cdc_core.model.sources import split_unit, unit_name
+
+    name, named = split_unit(pipeline)
+    cfg = _load(ctx.obj["config"]).pipeline(name)
+    if cfg.is_group and not (source or named):
+        reports = {}
+        for sid in cfg.source_ids():
+            reports[sid] = _backfill_one(ctx, unit_name(name, sid), start_ts, end_ts, tables, dry_run, windows, cancel)
+        _emit({"pipeline": name, "sources": reports})
+        return
+    _emit(_backfill_one(ctx, pipeline if source is None else unit_name(name, source), start_ts, end_ts, tables,
+                        dry_run, windows, cancel))
+
+
+def _backfill_one(  # noqa: PLR0917 (the command's options)
+    ctx: click.Context,
+    pipeline: str,
+    start_ts: str | None,
+    end_ts: str | None,
+    tables: tuple[str, ...],
+    dry_run: bool,
+    windows: int,
+    cancel: bool,
+) -> dict[str, Any]:
     from cdc_core.run import backfill as backfill_steps
 
     if cancel:
@@ -247,8 +278,7 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
                 cancelled = backfill_steps.cancel_backfill(p, grant, how_to_land=land)
             finally:
                 p.release(grant)
-        _emit(cancelled)
-        return
+        return dict(cancelled)
     if not start_ts:
         raise click.UsageError("--from is required (or --cancel)")
     with _pipeline(ctx, pipeline) as p:
@@ -271,7 +301,7 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
                 report["windows"] = done
         finally:
             p.release(grant)
-        _emit(report)
+        return dict(report)
 
 
 @cli.group()
@@ -288,7 +318,7 @@ def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
 
     Safe even if the run is alive after all: it is fenced and can change nothing any more.
     """
-    with _pipeline(ctx, pipeline) as p:
+    with _pipeline(ctx, pipeline, any_source=True) as p:  # one lease per pipeline, whatever its sources
         info = p.coordinator.break_lease(holder)
     _emit({"pipeline": pipeline, "broken": info.to_dict()})
 
@@ -427,7 +457,7 @@ def versions(  # noqa: PLR0917 - one parameter per click option
     from cdc_core.lake import lake_versions, object_store
     from cdc_core.model.config import parse_utc_timestamp
 
-    cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    cfg, _ = _unit(ctx, pipeline, None)  # a group pipeline's cuts are per source: `<pipeline>.<source>`
     object_store.activate(object_store.for_pipeline(cfg))  # the lake may be on s3://
     at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
     cut = lake_versions.load_cut(str(cfg.lake_root), pipeline, window=window, as_of=at)

@@ -15,6 +15,10 @@ cdc_<name>_snapshot   manual, with a form (tables, chunk_rows): request a lock-f
                       The scheduled runs continue it: while a snapshot is active every run of cdc_<name> lands
                       one window, chunks and stream windows in turn (progress on the monitor page).
 
+A group pipeline (several `sources`, docs/group-pipelines.md) has the window steps once per source, in a task
+group `source_<id>` each, all under the run's one lease: a source whose server is down fails its own steps
+(and so the run) while the other sources' windows land. The backfill form then has an optional `source`.
+
 Every run lands one window, then, after release_lease: more_work -> continue_run. When the ack said more
 work is waiting (`Pipeline.more_work`: the window was cut short by a cap before the source's end seen when
 it was planned, or a backfill or a snapshot is still in progress) and `continue_while_behind` is on,
