@@ -3,14 +3,22 @@
 # with data inside the checkout. Idempotent start, readiness by a real query, stop by our own PID.
 #
 #   scripts/services.sh start|stop|status|env [mariadb|zookeeper]
+#   scripts/services.sh shards N start|stop|restart|status|env   # N MariaDB-only servers, the shards of a group pipeline
 #
-# Ports and paths can be overridden: CDC_SERVICES_DIR, CDC_MARIADB_PORT, CDC_ZK_PORT.
+# Ports and paths can be overridden: CDC_SERVICES_DIR, CDC_MARIADB_PORT, CDC_ZK_PORT. A server's identity too
+# (for several servers side by side, each a distinct source): CDC_MARIADB_SERVER_ID (default 1),
+# CDC_MARIADB_GTID_DOMAIN_ID (default 0). Shard i (1..N) lives in $CDC_SERVICES_DIR/shard-<i> on port
+# ${CDC_SHARD_BASE_PORT:-33340}+i with server_id 100+i and GTID domain i, so no shard shares the identity
+# of the default server (server_id 1, domain 0) or of another shard.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${CDC_SERVICES_DIR:-$ROOT/.local/services}"
 MARIADB_PORT="${CDC_MARIADB_PORT:-33306}"
 ZK_PORT="${CDC_ZK_PORT:-22181}"
+SERVER_ID="${CDC_MARIADB_SERVER_ID:-1}"
+GTID_DOMAIN_ID="${CDC_MARIADB_GTID_DOMAIN_ID:-0}"
+SHARD_BASE_PORT="${CDC_SHARD_BASE_PORT:-33340}"
 CDC_USER="${CDC_MARIADB_USER:-cdc}"
 CDC_PASSWORD="${CDC_MARIADB_PASSWORD:-cdc-local-only}"
 ROOT_PASSWORD="${CDC_MARIADB_ROOT_PASSWORD:-root-local-only}"
@@ -66,22 +74,28 @@ mariadb_query() {
 mariadb_start() {
   command -v mariadbd >/dev/null || { log "mariadbd not found: run scripts/setup.sh (apt-get install mariadb-server)"; return 1; }
   if alive "$M/mariadb.pid"; then log "mariadb already running (pid $(cat "$M/mariadb.pid"), port $MARIADB_PORT)"; return 0; fi
-  mkdir -p "$M/data" "$M/binlog"
+  # Checked here rather than by mariadbd: a typo would otherwise land in my.cnf and surface as a failed start.
+  [[ "$SERVER_ID" =~ ^[1-9][0-9]{0,9}$ ]] || { log "CDC_MARIADB_SERVER_ID must be 1-4294967295, not '$SERVER_ID'"; return 1; }
+  [[ "$GTID_DOMAIN_ID" =~ ^[0-9]{1,10}$ ]] || { log "CDC_MARIADB_GTID_DOMAIN_ID must be 0-4294967295, not '$GTID_DOMAIN_ID'"; return 1; }
+  # A tmpdir of its own: a starting mariadbd deletes every #sql* file in its tmpdir, so servers sharing /tmp
+  # delete each other's temporary tables (mariadb-install-db side by side fails on it).
+  mkdir -p "$M/data" "$M/binlog" "$M/tmp"
   cat > "$M/my.cnf" <<CNF
 [mariadbd]
 datadir=$M/data
 socket=$M/mariadb.sock
 pid-file=$M/mariadb.pid
+tmpdir=$M/tmp
 port=$MARIADB_PORT
 bind-address=127.0.0.1
 user=root
 log-error=$M/error.log
-server_id=1
+server_id=$SERVER_ID
 log_bin=$M/binlog/mysql-bin
 binlog_format=ROW
 binlog_row_image=FULL
 binlog_row_metadata=FULL
-gtid_domain_id=0
+gtid_domain_id=$GTID_DOMAIN_ID
 gtid_strict_mode=ON
 log_slave_updates=ON
 expire_logs_days=7
@@ -177,6 +191,50 @@ export CDC_ZK_HOSTS=127.0.0.1:$ZK_PORT
 ENV
 }
 
+shard_run() {  # shard_run I ARGS... ; this script on shard I's directory, port and identity (MariaDB only)
+  local i=$1; shift
+  CDC_SERVICES_DIR="$DIR/shard-$i" CDC_MARIADB_PORT=$((SHARD_BASE_PORT + i)) \
+    CDC_MARIADB_SERVER_ID=$((100 + i)) CDC_MARIADB_GTID_DOMAIN_ID="$i" "$0" "$@"
+}
+
+shard_status() {  # shard_status I -> one line; 0 if shard I answers. Identity as the server reports it.
+  local i=$1 sm="$DIR/shard-$1/mariadb" facts port server_id domain
+  if alive "$sm/mariadb.pid" && facts=$(M="$sm"; mariadb_query "SELECT @@port, @@server_id, @@gtid_domain_id" 2>/dev/null); then
+    read -r port server_id domain <<<"$facts"
+    echo "shard-$i: running pid=$(cat "$sm/mariadb.pid") port=$port server_id=$server_id gtid_domain_id=$domain"
+  else
+    echo "shard-$i: stopped"; return 1
+  fi
+}
+
+shards() {  # shards N start|stop|restart|status|env
+  local n="${1:-}" action="${2:-status}" i rc=0
+  if ! [[ "$n" =~ ^[1-9][0-9]?$ ]] || ! [[ "$action" =~ ^(start|stop|restart|status|env)$ ]]; then
+    echo "usage: $0 shards N start|stop|restart|status|env   (N: 1-99)" >&2; return 2
+  fi
+  if [ "$action" = env ]; then
+    printf 'export CDC_SHARD_COUNT=%s\nexport CDC_SHARD_USER=%s\nexport CDC_SHARD_PASSWORD=%s\nexport CDC_SHARD_ROOT_PASSWORD=%s\n' \
+      "$n" "$CDC_USER" "$CDC_PASSWORD" "$ROOT_PASSWORD"
+  fi
+  for ((i = 1; i <= n; i++)); do
+    case "$action" in
+      # Each in a process of its own: the same start/stop as a single server (stop by the PID in the shard's file).
+      start|stop|restart) shard_run "$i" "$action" mariadb || rc=1 ;;
+      status) shard_status "$i" || rc=1 ;;
+      env)
+        cat <<ENV
+export CDC_SHARD_${i}_HOST=127.0.0.1
+export CDC_SHARD_${i}_PORT=$((SHARD_BASE_PORT + i))
+export CDC_SHARD_${i}_SOCKET=$DIR/shard-$i/mariadb/mariadb.sock
+export CDC_SHARD_${i}_SERVER_ID=$((100 + i))
+export CDC_SHARD_${i}_GTID_DOMAIN_ID=$i
+ENV
+        ;;
+    esac
+  done
+  return $rc
+}
+
 cmd="${1:-status}"; what="${2:-all}"
 case "$cmd" in
   start)
@@ -190,5 +248,6 @@ case "$cmd" in
   restart) "$0" stop "$what"; "$0" start "$what" ;;
   status) status ;;
   env) env_lines ;;
-  *) echo "usage: $0 start|stop|restart|status|env [mariadb|zookeeper|all]" >&2; exit 2 ;;
+  shards) shift; shards "$@" ;;
+  *) echo "usage: $0 start|stop|restart|status|env [mariadb|zookeeper|all] | shards N start|stop|restart|status|env" >&2; exit 2 ;;
 esac

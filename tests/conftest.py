@@ -141,6 +141,22 @@ def private_services():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def shard_servers():  # type: ignore[no-untyped-def]
+    """Three MariaDB servers of this session's own, MariaDB only (tests/support/shards.py): the shards of a
+    group pipeline, distinct sources (shard i: server_id 100+i, GTID domain i), each with PrivateServices'
+    interface (root_connect, cdc_connect, source_params, binlog_end, stop_mariadb, start_mariadb, ...).
+    Iterating gives shard 1, 2, 3. Ports 33341-33343 (CDC_SHARD_MARIADB_PORT + i), worker N's + 10 N; data
+    under .local/shards[-gwN]/shard-<i>, fresh for a shard not already running; started on first use,
+    stopped (by PID) at the end. A test that stops a shard starts it again before it ends."""
+    from tests.support.shards import ShardServers
+
+    n = int(XDIST_WORKER.removeprefix("gw")) if XDIST_WORKER else 0
+    shards = ShardServers.for_worker(n, count=3).start()
+    yield shards
+    shards.stop_all()
+
+
+@pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Services):  # type: ignore[no-untyped-def]
     """One throwaway Airflow (SQLite, the repo's dags/ and plugins/) per test session, for tests/e2e and the
     fault suite's DAG scenario (tests/support/e2e.py)."""

@@ -6,7 +6,8 @@ touches them. `PrivateServices` runs the same script with its own data directory
 sessions or `PURGE BINARY LOGS` freely. Start/stop go through the script (its `stop` signals the PID in
 the private pid file, never a name); `stop_all()` stops only what `start()` started.
 
-Used by the `private_services` fixture (tests/conftest.py) and by the soak (tests/faults/soak.py).
+Used by the `private_services` fixture (tests/conftest.py), by the soak (tests/faults/soak.py) and, MariaDB only
+with an identity of its own per server, by the shards of `shard_servers` (tests/support/shards.py).
 """
 
 from __future__ import annotations
@@ -40,18 +41,39 @@ class PrivateServices:
     mysql_user: str = "cdc"
     mysql_password: str = "cdc-local-only"
     root_password: str = "root-local-only"
+    # A server's identity (services.sh's CDC_MARIADB_SERVER_ID / CDC_MARIADB_GTID_DOMAIN_ID); None keeps the
+    # script's default (1 / 0). Servers meant as distinct sources side by side need their own.
+    server_id: int | None = None
+    gtid_domain_id: int | None = None
+    with_zookeeper: bool = True  # False: MariaDB only (zk_port unused, zk_hosts an error)
+    # What to change when check_ownership finds another process on our port.
+    ports_env: str = "CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT"
     started: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------------------------ the script
 
     @property
+    def services(self) -> tuple[str, ...]:
+        return ("mariadb", "zookeeper") if self.with_zookeeper else ("mariadb",)
+
+    @property
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             **os.environ,
             "CDC_SERVICES_DIR": str(self.directory),
             "CDC_MARIADB_PORT": str(self.mariadb_port),
-            "CDC_ZK_PORT": str(self.zk_port),
         }
+        if self.with_zookeeper:
+            env["CDC_ZK_PORT"] = str(self.zk_port)
+        # The identity comes from here only (else the script's defaults): a restart must not take one from
+        # whatever the caller's environment happens to hold.
+        identity = {"CDC_MARIADB_SERVER_ID": self.server_id, "CDC_MARIADB_GTID_DOMAIN_ID": self.gtid_domain_id}
+        for name, value in identity.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = str(value)
+        return env
 
     def _script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([str(SERVICES), *args], env=self.env, capture_output=True, text=True, check=False)
@@ -61,11 +83,11 @@ class PrivateServices:
 
     def running(self) -> dict[str, bool]:
         out = self._script("status", check=False).stdout
-        return {svc: bool(re.search(rf"^{svc}: running", out, re.M)) for svc in ("mariadb", "zookeeper")}
+        return {svc: bool(re.search(rf"^{svc}: running", out, re.M)) for svc in self.services}
 
     def start(self) -> PrivateServices:
         was = self.running()
-        self._script("start")
+        self._script("start", "all" if self.with_zookeeper else "mariadb")
         self.started |= {svc for svc, up in was.items() if not up}
         self.check_ownership()
         return self
@@ -74,18 +96,19 @@ class PrivateServices:
         """The processes answering on our ports must be the ones in our pid files: services.sh's readiness
         check would happily accept another checkout's server on the same port (and that server's owner
         restarts it whenever they like)."""
-        for svc, port in (("mariadb", self.mariadb_port), ("zookeeper", self.zk_port)):
-            listener = _listener_pid(port)
+        ports = {"mariadb": self.mariadb_port, "zookeeper": self.zk_port}
+        for svc in self.services:
+            listener = _listener_pid(ports[svc])
             if listener is not None and listener != self.pid(svc):
                 raise RuntimeError(
-                    f"port {port} is served by pid {listener}, not by this checkout's private {svc} "
+                    f"port {ports[svc]} is served by pid {listener}, not by this checkout's private {svc} "
                     f"(pid file {self.directory / svc}): another checkout uses it. Pick free ports with "
-                    "CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT"
+                    f"{self.ports_env}"
                 )
 
     def stop_all(self) -> None:
         """Stop what `start()` started (by the PIDs in the private pid files)."""
-        for svc in ("mariadb", "zookeeper"):
+        for svc in self.services:
             if svc in self.started:
                 self._script("stop", svc, check=False)
         self.started.clear()
@@ -111,6 +134,7 @@ class PrivateServices:
         self.started.add("mariadb")
 
     def restart_zookeeper(self) -> None:
+        self._require_zookeeper()
         self._script("stop", "zookeeper")
         self._script("start", "zookeeper")
         self.started.add("zookeeper")
@@ -124,7 +148,15 @@ class PrivateServices:
 
     @property
     def zk_hosts(self) -> str:
+        self._require_zookeeper()
         return f"127.0.0.1:{self.zk_port}"
+
+    def _require_zookeeper(self) -> None:
+        if not self.with_zookeeper:
+            raise RuntimeError(
+                f"the MariaDB-only services in {self.directory} have no ZooKeeper: coordinate through the "
+                "`services` or `private_services` fixture's zk_hosts"
+            )
 
     def root_connect(self, database: str | None = None, **kw: Any) -> Any:
         import pymysql
