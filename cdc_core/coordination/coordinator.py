@@ -70,7 +70,7 @@ from cdc_core.model import faults, snapshot_state
 from cdc_core.model.errors import CdcError, ConfigError, CoordinationError, Fenced, LeaseHeld, StateConflict
 from cdc_core.model.logfmt import iso_ms, kv
 from cdc_core.model.positions import BinlogPosition
-from cdc_core.model.sources import SOURCE_ID_RE
+from cdc_core.model.sources import SOURCE_ID_RE, unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 log = logging.getLogger("cdc.coordination")
@@ -146,6 +146,8 @@ class PipelineCoordinator:
         if source is not None and not SOURCE_ID_RE.match(source):
             raise ConfigError(f"source id {source!r} must be 1-32 characters of a-z, 0-9, _ and -")
         self.source = source
+        self.unit = unit_name(pipeline, source)  # whose windows these are (their plans' `pipeline`)
+        self._state_layout_ok = False
         self.base = pipeline_path(root, pipeline)
         self.lease_path = lease_path(root, pipeline)
         self.state_base = source_path(root, pipeline, source)
@@ -274,7 +276,7 @@ class PipelineCoordinator:
         if got is None:
             return None
         record: WindowRecord = self._parse(got[0], path, WindowRecord.from_dict)
-        if record.seq != seq or record.plan.pipeline != self.pipeline:
+        if record.seq != seq or record.plan.pipeline != self.unit:
             raise CoordinationError(
                 f"pipeline {self.pipeline!r}: {path} holds window {record.seq} of {record.plan.pipeline!r}; "
                 "the node was copied or edited by hand: restore it"
@@ -650,6 +652,9 @@ class PipelineCoordinator:
         """Verify the lease, read and decide (`attempt`), then commit one multi-op that starts with the
         epoch and lease-version checks. Re-evaluate when something changed meanwhile while the lease
         stayed ours."""
+        if not self._state_layout_ok:  # a group pipeline's source may act under a lease another source took
+            self._ensure_layout()
+            self._state_layout_ok = True
         for _ in range(_RACE_ATTEMPTS):
             self._require_connected(what)
             rec, stat = self._ours(grant, what)
@@ -660,7 +665,7 @@ class PipelineCoordinator:
                 self._commit(grant, rec, stat, step.ops, what)
             except (_LeaseRace, _DataRace):
                 continue
-            log.info("%s %s", step.event, kv(pipeline=self.pipeline, token=f"{grant.token:#x}", **step.fields))
+            log.info("%s %s", step.event, kv(pipeline=self.unit, token=f"{grant.token:#x}", **step.fields))
             return step.value
         raise StateConflict(
             f"pipeline {self.pipeline!r}: {what} kept racing with concurrent changes of the same run "
@@ -707,13 +712,13 @@ class PipelineCoordinator:
             cursor, cstat, raw, pending = self._pending()
             if pending is not None and pending[0].plan.to_dict() == plan.to_dict():
                 return _Done(pending[0])  # a retried plan step whose first attempt landed
-            check_plan(self.pipeline, cursor, pending[0] if pending else None, plan)
+            check_plan(self.unit, cursor, pending[0] if pending else None, plan)
             # Rewriting the cursor unchanged (CAS) both checks and bumps its version: every operation
             # that relies on "no pending window" writes the cursor too, so they serialise on it.
             ops = [("create", self.window_path(plan.seq), dumps(record.to_dict())), self._cursor_op(cstat, raw)]
             if plan.kind == KIND_SNAPSHOT:  # the chunk must be the snapshot's next one, still when committed
                 sstate, sstat = self._snapshot_state()
-                snapshot_state.check_chunk(self.pipeline, sstate, plan)
+                snapshot_state.check_chunk(self.unit, sstate, plan)
                 assert sstat is not None  # an active snapshot has a record
                 ops.append(("check", self.snapshot_path, sstat.version))
             return _Write(ops, record, "window.stored", {"seq": plan.seq, "kind": plan.kind})

@@ -41,7 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from cdc_core.model.changes import RowBatch, RowChange, TableSchema
 from cdc_core.model.errors import SchemaConflict, StagingError
-from cdc_core.model.layout import table_dir_rel
+from cdc_core.model.layout import table_dir_rel, unit_dir
 from cdc_core.model.logfmt import line
 from cdc_core.model.manifest import (
     COL_OP,
@@ -59,7 +59,7 @@ from cdc_core.model.manifest import (
     StagedTable,
     is_reserved_column,
 )
-from cdc_core.model.naming import path_component, window_dir_name
+from cdc_core.model.naming import window_dir_name
 from cdc_core.model.types import TYPE_MAP_VERSION, TableCodec, table_codec
 from cdc_core.model.window_plan import WindowPlan
 
@@ -100,7 +100,7 @@ class _Store:
         self.local = isinstance(fs, LocalFileSystem)
 
     def window_path(self, pipeline: str, seq: int) -> str:
-        return f"{self.root}/{path_component(pipeline)}/{window_dir_name(seq)}"
+        return f"{self.root}/{unit_dir(pipeline)}/{window_dir_name(seq)}"
 
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
@@ -806,7 +806,7 @@ def delete_window(staging_root: str, pipeline: str, seq: int) -> bool:
 def list_windows(staging_root: str, pipeline: str) -> list[int]:
     """Sequence numbers of the pipeline's completely staged windows (those with a manifest), ascending."""
     store = _Store(staging_root)
-    pdir = f"{store.root}/{path_component(pipeline)}"
+    pdir = f"{store.root}/{unit_dir(pipeline)}"
     try:
         entries = store.fs.ls(pdir, detail=False)
     except FileNotFoundError:

@@ -33,7 +33,7 @@ def _join(root: str, *parts: str) -> str:
     return base + "/".join(parts)
 
 
-def _unit_dir(unit: str) -> str:
+def unit_dir(unit: str) -> str:
     """A pipeline's directory, or `<pipeline>/sources/<id>` for one source of a group pipeline
     (`cdc_core.model.sources.unit_name`)."""
     pipeline, source = split_unit(unit)
@@ -52,12 +52,12 @@ def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
 
 def checkpoints_uri(lake_root: str, pipeline: str) -> str:
     """`<lake_root>/_cdc.meta/<pipeline>/checkpoints` (pipeline names are `[a-z0-9_-]`)."""
-    return _join(lake_root, META_DIR, _unit_dir(pipeline), "checkpoints")
+    return _join(lake_root, META_DIR, unit_dir(pipeline), "checkpoints")
 
 
 def window_dir(staging_root: str, pipeline: str, seq: int) -> str:
     """The window's directory, in the same form as `staging_root` (a path or an fsspec URL)."""
-    return _join(staging_root, _unit_dir(pipeline), window_dir_name(seq))
+    return _join(staging_root, unit_dir(pipeline), window_dir_name(seq))
 
 
 def table_dir_rel(schema: str, table: str) -> str:
@@ -66,7 +66,7 @@ def table_dir_rel(schema: str, table: str) -> str:
 
 
 def reports_dir(staging_root: str, pipeline: str) -> str:
-    return _join(staging_root, _unit_dir(pipeline), REPORTS_DIR)
+    return _join(staging_root, unit_dir(pipeline), REPORTS_DIR)
 
 
 def merge_report_uri(staging_root: str, pipeline: str, seq: int, token: int) -> str:

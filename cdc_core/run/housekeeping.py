@@ -100,7 +100,7 @@ def _mtime(info: dict[str, Any]) -> float | None:
 def list_staging(staging_root: str, pipeline: str) -> tuple[Any, list[StagingEntry]]:
     """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries)."""
     fs, root = fsspec.core.url_to_fs(staging_root)
-    base = f"{root.rstrip('/')}/{path_component(pipeline)}"
+    base = f"{root.rstrip('/')}/{layout.unit_dir(pipeline)}"
     entries: list[StagingEntry] = []
     for directory in (base, f"{base}/{REPORTS_DIR}"):
         try:
