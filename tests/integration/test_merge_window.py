@@ -59,7 +59,8 @@ META = {COL_OP, COL_VERSION, COL_COMMIT_TS, COL_WINDOW_SEQ, COL_DELETED, COL_DEL
 
 def run(spark, built: tuple[Manifest, str], lake: Path, **kw: Any) -> dict[str, Any]:
     manifest, wdir = built
-    return merge_window(spark, manifest, wdir, str(lake), manifest.plan.pipeline, manifest.plan.seq, TOKEN, **kw)
+    pipeline = manifest.plan.pipeline.partition(".")[0]  # a group pipeline's source window: `<pipeline>.<source>`
+    return merge_window(spark, manifest, wdir, str(lake), pipeline, manifest.plan.seq, TOKEN, **kw)
 
 
 def uri(lake: Path, schema: str, table: str) -> str:
@@ -847,3 +848,56 @@ def test_a_table_of_another_pipeline_is_refused_before_anything_is_written(spark
     with pytest.raises(LakeError):
         run(spark, third.build(), lake_dir)
     assert contents(spark, lake_dir, "own", "legacy") == {(5,): {"id": 5, "note": "claimed"}}
+
+
+# ------------------------------------------------------------------------------------ group pipelines
+
+
+def test_routed_tables_of_two_sources_land_in_one_table_under_their_lineage(spark, staging_dir, lake_dir):
+    """Group pipelines (docs/group-pipelines.md): equal keys of two schemas of source a and of source b land side by
+    side under (_cdc_source, _cdc_source_table, id); a column only one shard has is added; each source's window is its
+    own idempotent write (txnAppId grp.a / grp.b), so a replay of one is recognised and never mistaken for the other."""
+    from cdc_core.model.sources import Route
+
+    routes = [Route(r"shop_[0-9]+\.orders", "shop.orders")]
+    coupon = Col("coupon", pa.string(), "STRING")
+    a1 = WindowBuilder(staging_dir, "grp.a", 1)
+    a1.file("shop_00", "orders", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "a0-1"}), ("I", {"id": 2, "note": "x"})])
+    a1.file("shop_01", "orders", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "a1-1"})])
+    b1 = WindowBuilder(staging_dir, "grp.b", 1)
+    b1.file("shop_02", "orders", ("id",), [ID, NOTE, coupon], [("I", {"id": 1, "note": "b2-1", "coupon": "SAVE"})])
+    report = run(spark, a1.build(), lake_dir, source="a", routes=routes)
+    assert statuses(report) == {"shop.orders": STATUS_COMMITTED}
+    run(spark, b1.build(), lake_dir, source="b", routes=routes)
+    key = ("_cdc_source", "_cdc_source_table", "id")
+    got = contents(spark, lake_dir, "shop", "orders", key=key)
+    assert {k: (r["note"], r["coupon"]) for k, r in got.items()} == {
+        ("a", "shop_00.orders", 1): ("a0-1", None), ("a", "shop_00.orders", 2): ("x", None),
+        ("a", "shop_01.orders", 1): ("a1-1", None), ("b", "shop_02.orders", 1): ("b2-1", "SAVE"),
+    }
+    table = uri(lake_dir, "shop", "orders")
+    assert last_txn_version(spark, table, "grp.a") == 1 and last_txn_version(spark, table, "grp.b") == 1
+    assert statuses(run(spark, a1.build(), lake_dir, source="a", routes=routes)) == {"shop.orders": STATUS_ALREADY}
+
+    # Source a's window 2 deletes its shop_00 row 1: only that row goes, shop_01's and b's row 1 stay.
+    a2 = WindowBuilder(staging_dir, "grp.a", 2, clock=a1.clock)
+    a2.file("shop_00", "orders", ("id",), [ID, NOTE], [("D", {"id": 1, "note": "a0-1"})])
+    run(spark, a2.build(), lake_dir, source="a", routes=routes)
+    assert set(contents(spark, lake_dir, "shop", "orders", key=key)) == {
+        ("a", "shop_00.orders", 2), ("a", "shop_01.orders", 1), ("b", "shop_02.orders", 1),
+    }
+
+
+def test_incompatible_routed_columns_fail_the_window_naming_both_tables(spark, staging_dir, lake_dir):
+    from cdc_core.model.errors import SchemaConflict
+    from cdc_core.model.sources import Route
+
+    routes = [Route(r"shop_[0-9]+\.orders", "shop.orders")]
+    w = WindowBuilder(staging_dir, "grp.a", 1)
+    w.file("shop_00", "orders", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 3})])
+    w.file("shop_01", "orders", ("id",), [ID, Col("qty", pa.string(), "STRING")], [("I", {"id": 1, "qty": "three"})])
+    with pytest.raises(SchemaConflict) as err:
+        run(spark, w.build(), lake_dir, source="a", routes=routes)
+    msg = str(err.value)
+    assert "shop_00.orders" in msg and "shop_01.orders" in msg and "'qty'" in msg and "route" in msg
+    assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "orders"))  # nothing was written
