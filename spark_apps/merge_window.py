@@ -494,7 +494,7 @@ def create_table_sql(
     options: TableOptions,
     default_properties: dict[str, str] | None = None,
     *,
-    writer: str | None = None,
+    writer: str | None = None,  # the `cdc.writer` record (lake_writers.writer_value)
 ) -> str:
     """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
     its tables with it too). Properties: the product's defaults, then the pipeline's (`--table-properties`,
@@ -506,7 +506,7 @@ def create_table_sql(
         raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
     props = {**DEFAULT_TABLE_PROPERTIES, **(default_properties or {}), **options.table_properties()}
     if writer is not None:
-        props[WRITER_PROPERTY] = writer_value(writer)
+        props[WRITER_PROPERTY] = writer
     if any(needs_column_mapping(n) for n in names):
         props.setdefault("delta.columnMapping.mode", "name")
     ddl = (
@@ -546,6 +546,11 @@ class _Run:
     # itself as their writer in the same ALTER that evolves a schema (cdc_core.model.lake_writers).
     unclaimed: frozenset[str] = frozenset()
     source: str | None = None  # a group pipeline's source whose window this is
+    group_sources: tuple[str, ...] = ()  # all its sources, and its routes: recorded in `cdc.writer`
+    routes: tuple[Route, ...] = ()
+
+    def writer_record(self) -> str:
+        return writer_value(self.pipeline, self.group_sources, [r.to_dict() for r in self.routes])
 
     @property
     def app_id(self) -> str:
@@ -604,7 +609,7 @@ class _Run:
         if widen and props.get("delta.enableTypeWidening") != "true":
             set_props["delta.enableTypeWidening"] = "true"
         if claim and writer_pipeline(props.get(WRITER_PROPERTY)) is None:
-            set_props[WRITER_PROPERTY] = writer_value(self.pipeline)
+            set_props[WRITER_PROPERTY] = self.writer_record()
         self.fence()
         if set_props:
             spark.sql(
@@ -631,7 +636,7 @@ class _Run:
     def create_table(
         self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
     ) -> None:
-        ddl = create_table_sql(uri, label, columns, options, self.default_properties, writer=self.pipeline)
+        ddl = create_table_sql(uri, label, columns, options, self.default_properties, writer=self.writer_record())
         self.fence()
         try:
             self.spark.sql(ddl)
@@ -1166,6 +1171,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     parallelism: int = DEFAULT_PARALLELISM,
     source: str | None = None,
     routes: Sequence[Route] = (),
+    group_sources: Sequence[str] = (),
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report.
 
@@ -1206,6 +1212,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         run_id=uuid.uuid4().hex,
         default_properties=dict(table_properties or {}),
         source=source,
+        group_sources=tuple(group_sources),
+        routes=tuple(routes),
     )
     tables = _merge_tables(run, targets, max(1, int(parallelism)))
     report = {
@@ -1341,6 +1349,7 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             parallelism=args.parallelism,
             source=args.source,
             routes=[Route.from_dict(r) for r in args.routes],
+            group_sources=args.group_sources,
         )
         report["session_seconds"] = session_seconds  # informational (Spark + Delta session start)
         write_report(args.report, report)

@@ -89,6 +89,7 @@ class MergeJobSpec(_Spec):
     parallelism: int = 4  # tables merged at the same time, one Spark session each
     source: str | None = None  # a group pipeline's source: the window is that source's (cdc_core.model.sources)
     routes: list[dict[str, str]] = field(default_factory=list)  # [{"from", "to", "key"}]: many tables into one
+    group_sources: list[str] = field(default_factory=list)  # every source of a group pipeline (the writer record)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,16 @@ from cdc_core.model.naming import NamePattern, parse_table_pattern
 WRITER_PROPERTY = "cdc.writer"
 
 
-def writer_value(pipeline: str) -> str:
-    """The `cdc.writer` property value for tables this pipeline creates."""
-    return json.dumps({"pipeline": pipeline}, sort_keys=True, separators=(",", ":"))
+def writer_value(pipeline: str, sources: Sequence[str] = (), routes: Sequence[dict[str, str]] = ()) -> str:
+    """The `cdc.writer` property value for tables this pipeline creates: the pipeline (what the rule
+    compares), and for a group pipeline its sources and routes as they were when the table was created
+    (for people reading the table's properties)."""
+    record: dict[str, Any] = {"pipeline": pipeline}
+    if sources:
+        record["sources"] = list(sources)
+    if routes:
+        record["routes"] = [dict(r) for r in routes]
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
 def writer_pipeline(value: str | None) -> str | None:

@@ -513,6 +513,7 @@ class Pipeline:
             pipeline=self.pipeline_name,
             source=self.source_id,
             routes=[r.to_dict() for r in self.config.route_list()],
+            group_sources=[str(s) for s in self.config.source_ids() if s is not None],
             seq=seq,
             token=grant.token,
             report=self.report_uri(seq, grant.token),

@@ -98,13 +98,14 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     assert code == 0, (out, err)
     assert "sources=['a', 'b', 'c']" in out
 
-    # Equal keys everywhere; a row moves from shard a to shard b; DDL on shard b only.
+    # Equal keys everywhere; row 4 moves from shard a to shard b, keeping its key; DDL on shard b only.
     for sid, shard in shards.items():
         for schema in SCHEMAS[sid]:
             execute(shard, f"INSERT INTO `{schema}`.orders VALUES (1, 10, '{schema}'), (2, 20, NULL), (3, 30, 'x')",
                     f"UPDATE `{schema}`.orders SET amount = amount + 1 WHERE id = 2")
-    execute(shards["a"], "DELETE FROM shop_00.orders WHERE id = 3")
-    execute(shards["b"], "INSERT INTO shop_02.orders VALUES (103, 30, 'moved from shop_00')",
+    execute(shards["a"], "INSERT INTO shop_00.orders VALUES (4, 40, 'to move')",
+            "DELETE FROM shop_00.orders WHERE id = 4")
+    execute(shards["b"], "INSERT INTO shop_02.orders VALUES (4, 40, 'moved from shop_00')",
             "ALTER TABLE shop_02.orders ADD COLUMN coupon VARCHAR(12) NULL",
             "INSERT INTO shop_02.orders VALUES (104, 40, 'with coupon', 'SAVE10')")
 
@@ -114,7 +115,9 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     uri = str(tmp_path / "lake" / "shop" / "orders")
     expected = set().union(*(source_rows(shards[s], SCHEMAS[s], s) for s in SOURCES))
     assert lake_rows(uri) == expected
-    assert len(expected) == 2 * 3 - 1 + 3 + 2 + 3  # shop_00 lost id 3; shop_02 gained 103 and 104
+    assert len(expected) == 4 * 3 + 2  # three rows in each schema; shop_02 also has the moved 4 and 104
+    assert ("b", "shop_02.orders", 4, 40, "moved from shop_00") in expected
+    assert not any(r[:3] == ("a", "shop_00.orders", 4) for r in lake_rows(uri))
     coupons = delta_state.read_rows(uri, columns=["_cdc_source_table", "id", "coupon"]).to_pylist()
     assert {(r["_cdc_source_table"], r["id"]) for r in coupons if r["coupon"]} == {("shop_02.orders", 104)}
 
@@ -126,7 +129,9 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     for sid in SOURCES:
         assert zk_client.exists(f"{base}/sources/{sid}/cursor") is not None
         assert (table.transaction_version(f"{name}.{sid}") or 0) >= 1
-    assert writer_pipeline(table.metadata().configuration.get(WRITER_PROPERTY)) == name
+    record = table.metadata().configuration.get(WRITER_PROPERTY)
+    assert writer_pipeline(record) == name
+    assert json.loads(record)["sources"] == list(SOURCES) and json.loads(record)["routes"][0]["to"] == "shop.orders"
 
     # Shard c stops: a and b still land, c is shown failing with the reason; the run exits non-zero.
     execute(shards["a"], "UPDATE shop_01.orders SET note = 'after c stopped' WHERE id = 1")

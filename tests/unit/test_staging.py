@@ -24,6 +24,7 @@ from cdc_core.model import layout
 from cdc_core.model.changes import RowChange, TableSchema
 from cdc_core.model.errors import StagingError, UnsupportedType
 from cdc_core.model.manifest import MANIFEST_NAME, STAGED_META_COLUMNS
+from cdc_core.model.naming import path_component
 from tests.support.all_types import ALL_TYPES, D65_MAX, ROWS, U8, changes_for, col, expected_row, make_plan
 
 pytestmark = pytest.mark.unit
@@ -317,7 +318,7 @@ def test_hostile_names_stay_inside_the_root(tmp_path: Path, pipeline: str, schem
     root.mkdir()
     t = TableSchema(schema, table, (col("id", "int", False),), ("id",))
     # A second table whose name is the first one's path encoding must not collide with it.
-    t_enc = TableSchema(schema, staging.path_component(table), (col("id", "int", False),), ("id",))
+    t_enc = TableSchema(schema, path_component(table), (col("id", "int", False),), ("id",))
     plan = make_plan(pipeline=pipeline)
     m = staging.stage_window(
         plan, iter([RowChange("I", t, {"id": 1}, 1, 1, 1.0), RowChange("I", t_enc, {"id": 2}, 2, 2, 1.0)]), str(root)
