@@ -418,7 +418,9 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
 @click.argument("pipeline")
 @click.pass_context
 def verify(ctx: click.Context, pipeline: str) -> None:
-    """Compare every captured table with its Delta table, value for value (run when the source is quiet)."""
+    """Compare every captured table with its Delta table, value for value (run when the source is quiet).
+
+    A group pipeline: one source at a time (`<pipeline>.<source>`), on that source's rows of each table."""
     from cdc_core.capture.source import connect
     from cdc_core.run.verify import compare_table
 
@@ -427,7 +429,9 @@ def verify(ctx: click.Context, pipeline: str) -> None:
         conn = connect(p.source)
         try:
             diffs = [
-                compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key) for t in tables.values()
+                compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key,
+                              lineage=p.lineage(t.schema, t.table).columns)
+                for t in tables.values()
             ]
         finally:
             conn.close()

@@ -99,9 +99,12 @@ def compare_table(
     key: tuple[str, ...] | None = None,
     *,
     version: int | None = None,
+    lineage: tuple[tuple[str, str], ...] = (),
 ) -> TableDiff:
     """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its
-    current version, or `version` (a snapshot read together with other facts about the table)."""
+    current version, or `version` (a snapshot read together with other facts about the table). `lineage`:
+    the lineage columns and values of this source table's rows (`Pipeline.lineage`): a lake table shared by
+    several sources or routed tables is compared on this table's rows only."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
@@ -127,7 +130,7 @@ def compare_table(
     lake: dict[tuple[Any, ...], dict[str, Any]] = {}
     duplicates = []
     for row in _lake_rows(table_uri, version):
-        if row.get(COL_DELETED):
+        if row.get(COL_DELETED) or any(row.get(col) != value for col, value in lineage):
             continue
         rec = {n: norm[n](row.get(n)) for n in names}
         k = tuple(rec[k] for k in key)

@@ -165,3 +165,6 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     assert code == 0 and out["rule"], (out, err)
     code, out, err = cdc(config, capsys, "resolve", name)
     assert code == 2 and "group pipeline" in err and f"{name}.a" in err
+    for sid in SOURCES:  # each source's tables against its own rows of the shared lake table
+        code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
+        assert code == 0 and out.count("equal") >= len(SCHEMAS[sid]), (out, err)
