@@ -227,6 +227,7 @@ def test_the_backfill_dags_first_task_refuses_a_bad_form_before_taking_the_lease
             yield ran.pipeline
 
     monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
+    monkeypatch.setattr(hooks, "pipeline_config", lambda name: ran.pipeline.config)  # its one source
     before = ran.snapshot(zk_client)
     for params, says in [
         ({"start_ts": "garbage"}, "backfill start_ts: 'garbage' is not an ISO-8601 timestamp"),
