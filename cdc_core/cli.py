@@ -402,7 +402,8 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
     cdc_<name>_maintenance DAG does; see docs/housekeeping.md)."""
     from cdc_core.run.housekeeping import MaintenanceRun
 
-    with _pipeline(ctx, pipeline) as p:
+    # A group pipeline's tables are the pipeline's (its lake filter), under its one lease: any source serves.
+    with _pipeline(ctx, pipeline, any_source=True) as p:
         run = MaintenanceRun(
             p,
             _holder("maintain"),

@@ -208,7 +208,7 @@ class Overlap:
         )
 
 
-def _route_target_glob(target: str) -> str:
+def route_target_pattern(target: str) -> str:
     """A route's target as a table pattern: a group reference (`\\1`) can be any name."""
     return re.sub(r"\\\d+", "*", target)
 
@@ -216,7 +216,7 @@ def _route_target_glob(target: str) -> str:
 def _landing_patterns(p: Any) -> list[str]:
     """The table patterns a pipeline can land: its include patterns (a routed table counts under them
     too: conservative) and its routes' targets."""
-    return [*p.tables.include, *(_route_target_glob(r.to) for r in getattr(p, "routes", ()) or ())]
+    return [*p.tables.include, *(route_target_pattern(r.to) for r in getattr(p, "routes", ()) or ())]
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def route_clashes(p: Any) -> list[RouteClash]:
     matched by an include pattern and by no route)."""
     found = []
     for r in getattr(p, "routes", ()) or ():
-        ts, tt = parse_table_pattern(_route_target_glob(r.to))
+        ts, tt = parse_table_pattern(route_target_pattern(r.to))
         for inc in p.tables.include:
             s, t = parse_table_pattern(inc)
             schema = names_overlap(ts, s)

@@ -388,7 +388,7 @@ def table_status(p: PipelineContext, maintenance: dict[str, Any] | None = None) 
         maintained[(t.get("name"), t.get("kind"))] = t
     last_at = (maintenance or {}).get("finished_at")
     rows = []
-    for t in discover_tables(p.lake_root, p.table_filter(), p.config.table_options):
+    for t in discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options):
         row: dict[str, Any] = {"name": t.name, "kind": t.kind}
         try:
             s = delta_state.table_summary(t.uri, app_id=p.name)
@@ -567,7 +567,7 @@ class MaintenanceRun:
 
     def _tables(self, grant: LeaseGrant, started: float) -> tuple[dict[str, Any] | None, str | None]:
         p = self.p
-        tables = discover_tables(p.lake_root, p.table_filter(), p.config.table_options)
+        tables = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
         if not tables:
             _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
             return {"tables": [], "totals": {}, "errors": []}, None

@@ -58,6 +58,7 @@ from cdc_core.lake.spark_conf import (
 from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, sources, windows
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
+from cdc_core.model.lake_writers import route_target_pattern
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.logfmt import iso_seconds, kv
 from cdc_core.model.manifest import Manifest
@@ -177,6 +178,13 @@ class Pipeline:
         if tables:
             return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
         return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
+
+    def lake_table_filter(self) -> TableFilter:
+        """The lake tables this pipeline writes: its captured names and its routes' targets (housekeeping
+        and the monitor find its Delta tables with it)."""
+        t = self.config.tables
+        targets = tuple(route_target_pattern(r.to) for r in self.config.routes)
+        return TableFilter(include=(*t.include, *targets), exclude=tuple(t.exclude))
 
     def capture_settings(self, tables: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
         """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""

@@ -81,7 +81,7 @@ class CdcMaintenanceOperator(SparkJobOperator):
         hook = CdcPipelineHook(self.pipeline)
         try:
             with hook.pipeline() as p:
-                tables = housekeeping.discover_tables(p.lake_root, p.table_filter(), p.config.table_options)
+                tables = housekeeping.discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
                 report_uri = housekeeping.report_uri(p, grant, started)
                 submit = build_job_submit(
                     pipeline=self.pipeline,
