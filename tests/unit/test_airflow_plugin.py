@@ -708,3 +708,60 @@ def test_a_paused_pipeline_dag_with_queued_runs_is_called_out_on_the_page() -> N
     # Paused without queued runs is the operator's choice (no schedule wanted): no warning for cdc_<name>.
     assert monitor.dag_warnings("orders", {"cdc_orders": {"paused": True, "queued": 0}}) == []
     assert monitor.dag_warnings("orders", {"error": "no database"}) == []
+
+
+# ------------------------------------------------------------------------------------- group pipelines
+
+
+def _group_pc() -> Any:
+    from cdc_core.model.config import PipelineConfig
+
+    return PipelineConfig.model_validate(
+        {
+            "name": "shop",
+            "sources": [{"id": "eu1", "conn_id": "shard_eu1"}, {"id": "eu2", "conn_id": "shard_eu2"}],
+            "tables": {"include": ["shop_*.orders"]},
+            "zookeeper": {"hosts": "127.0.0.1:2181"},
+        }
+    )
+
+
+def test_a_group_pipeline_has_a_monitor_section_per_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_core.model import config
+
+    pcs = (_pc(), _group_pc())
+    monkeypatch.setattr(config, "load_config", lambda: type("Cfg", (), {"pipelines": pcs})())
+    asked: list[tuple[str, Any]] = []
+
+    def status(pc: Any, source: Any = None) -> dict[str, Any]:
+        asked.append((pc.name, source))
+        return {"pipeline": pc.name if source is None else f"{pc.name}.{source}"}
+
+    monkeypatch.setattr(monitor, "pipeline_status", status)
+    got = [s["pipeline"] for s in monitor.collect_statuses()]
+    assert sorted(got) == ["orders", "shop.eu1", "shop.eu2"]
+    assert sorted(asked, key=str) == sorted([("orders", None), ("shop", "eu1"), ("shop", "eu2")], key=str)
+
+
+def test_the_hook_opens_one_source_of_a_group_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shop.eu2` (a task of source eu2's task group) opens eu2 with eu2's connection; the bare pipeline name
+    (the lease steps) opens its first source; an unknown source is a ConfigError naming the sources."""
+    from cdc_airflow import hooks
+    from cdc_core.run import pipeline
+
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(pipeline.Pipeline, "from_config",
+                        staticmethod(lambda config, source, zk_client=None, **kw: seen.append(kw) or "p"))
+    monkeypatch.setattr(hooks.CdcPipelineHook, "connection_info", lambda self, conn_id, role, kind: conn_id)
+    monkeypatch.setattr(hooks.CdcPipelineHook, "object_store", lambda self: None)
+    monkeypatch.setattr(hooks.CdcPipelineHook, "zookeeper_digest", lambda self: None)
+    from cdc_core.capture import source as capture_source
+
+    monkeypatch.setattr(capture_source.SourceParams, "from_connection", staticmethod(lambda info: f"params:{info}"))
+    pc = _group_pc()
+    assert hooks.CdcPipelineHook("shop.eu2", config=pc).source_params() == "params:shard_eu2"
+    hooks.CdcPipelineHook("shop.eu2", config=pc).get_conn()
+    hooks.CdcPipelineHook("shop", config=pc).get_conn()
+    assert [kw["source_id"] for kw in seen] == ["eu2", "eu1"]
+    with pytest.raises(ConfigError, match="has no source 'eu9'"):
+        hooks.CdcPipelineHook("shop.eu9", config=pc).source_params()
