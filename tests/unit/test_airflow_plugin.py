@@ -730,7 +730,9 @@ def test_a_group_pipeline_has_a_monitor_section_per_source(monkeypatch: pytest.M
     from cdc_core.model import config
 
     pcs = (_pc(), _group_pc())
-    monkeypatch.setattr(config, "load_config", lambda: type("Cfg", (), {"pipelines": pcs})())
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(config, "load_config", lambda: SimpleNamespace(pipelines=pcs))
     asked: list[tuple[str, Any]] = []
 
     def status(pc: Any, source: Any = None) -> dict[str, Any]:
@@ -747,6 +749,7 @@ def test_the_hook_opens_one_source_of_a_group_pipeline(monkeypatch: pytest.Monke
     """`shop.eu2` (a task of source eu2's task group) opens eu2 with eu2's connection; the bare pipeline name
     (the lease steps) opens its first source; an unknown source is a ConfigError naming the sources."""
     from cdc_airflow import hooks
+
     from cdc_core.run import pipeline
 
     seen: list[dict[str, Any]] = []
