@@ -20,6 +20,7 @@ from cdc_core.cli import main
 from cdc_core.lake import delta_state
 from cdc_core.model.errors import SourceError
 from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
+from tests.support.source_facts import run_sql
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ def source_rows(shard: Any, schemas: tuple[str, ...], source: str) -> set[tuple[
     try:
         with conn.cursor() as cur:
             for schema in schemas:
-                cur.execute(f"SELECT id, amount, note FROM `{schema}`.orders")
+                cur.run_sql(f"SELECT id, amount, note FROM `{schema}`.orders")
                 out |= {(source, f"{schema}.orders", *row) for row in cur.fetchall()}
     finally:
         conn.close()
@@ -57,16 +58,6 @@ def lake_rows(uri: str) -> set[tuple[Any, ...]]:
     listed = [tuple(r.values()) for r in rows.to_pylist()]
     assert len(listed) == len(set(listed)), "duplicate rows in the lake"
     return set(listed)
-
-
-def execute(shard: Any, *statements: str) -> None:
-    conn = shard.root_connect()
-    try:
-        with conn.cursor() as cur:
-            for s in statements:
-                cur.execute(s)
-    finally:
-        conn.close()
 
 
 def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_not_stop_the_others(
@@ -85,7 +76,7 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
         for schema in SCHEMAS[sid]:
             stmts += [f"DROP DATABASE IF EXISTS `{schema}`", f"CREATE DATABASE `{schema}`",
                       f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))"]
-        execute(shard, *stmts)
+        run_sql(shard, *stmts)
         sources.append({"id": sid, "conn_id": f"shard_{sid}_{suffix}", "start": shard.binlog_end()})
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [{
@@ -101,11 +92,11 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     # Equal keys everywhere; row 4 moves from shard a to shard b, keeping its key; DDL on shard b only.
     for sid, shard in shards.items():
         for schema in SCHEMAS[sid]:
-            execute(shard, f"INSERT INTO `{schema}`.orders VALUES (1, 10, '{schema}'), (2, 20, NULL), (3, 30, 'x')",
+            run_sql(shard, f"INSERT INTO `{schema}`.orders VALUES (1, 10, '{schema}'), (2, 20, NULL), (3, 30, 'x')",
                     f"UPDATE `{schema}`.orders SET amount = amount + 1 WHERE id = 2")
-    execute(shards["a"], "INSERT INTO shop_00.orders VALUES (4, 40, 'to move')",
+    run_sql(shards["a"], "INSERT INTO shop_00.orders VALUES (4, 40, 'to move')",
             "DELETE FROM shop_00.orders WHERE id = 4")
-    execute(shards["b"], "INSERT INTO shop_02.orders VALUES (4, 40, 'moved from shop_00')",
+    run_sql(shards["b"], "INSERT INTO shop_02.orders VALUES (4, 40, 'moved from shop_00')",
             "ALTER TABLE shop_02.orders ADD COLUMN coupon VARCHAR(12) NULL",
             "INSERT INTO shop_02.orders VALUES (104, 40, 'with coupon', 'SAVE10')")
 
@@ -134,8 +125,8 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     assert json.loads(record)["sources"] == list(SOURCES) and json.loads(record)["routes"][0]["to"] == "shop.orders"
 
     # Shard c stops: a and b still land, c is shown failing with the reason; the run exits non-zero.
-    execute(shards["a"], "UPDATE shop_01.orders SET note = 'after c stopped' WHERE id = 1")
-    execute(shards["c"], "INSERT INTO shop_03.orders VALUES (9, 90, 'before the stop')")
+    run_sql(shards["a"], "UPDATE shop_01.orders SET note = 'after c stopped' WHERE id = 1")
+    run_sql(shards["c"], "INSERT INTO shop_03.orders VALUES (9, 90, 'before the stop')")
     shards["c"].stop_mariadb()
     try:
         code, out, err = cdc(config, capsys, "run", name)

@@ -42,6 +42,7 @@ from tests.support.security import (
     mariadb_user,
     zk_tree,
 )
+from tests.support.source_facts import run_sql
 
 pytestmark = pytest.mark.integration
 
@@ -55,16 +56,6 @@ DELETES_IN = ("select",)  # tombstone tables cost Spark time: one shows their pa
 
 def q(name: str) -> str:
     return quote_mysql(name)
-
-
-def run_sql(services: Any, *statements: str) -> None:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            for s in statements:
-                cur.execute(s)
-    finally:
-        conn.close()
 
 
 def master_status(services: Any) -> tuple[str, int]:

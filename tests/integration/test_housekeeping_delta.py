@@ -43,6 +43,7 @@ from cdc_core.run.status import pipeline_status
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
 from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
+from tests.support.source_facts import run_sql
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration
@@ -225,13 +226,7 @@ class ShiftedClock:
 
 
 def sql(services: Any, database: str, *statements: str) -> None:
-    conn = services.root_connect(database)
-    try:
-        with conn.cursor() as cur:
-            for s in statements:
-                cur.execute(s)
-    finally:
-        conn.close()
+    run_sql(services, *statements, database=database)
 
 
 def make_pipeline(services: Any, zk_client: Any, zk_root: str, database: str, root: Path, clock: ShiftedClock,

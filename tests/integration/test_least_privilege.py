@@ -15,6 +15,7 @@ import pytest
 from cdc_core.capture.source import SourceParams, check_privileges, connect
 from cdc_core.model.errors import SourceError
 from tests.support.security import least_privilege_grants, mariadb_user
+from tests.support.source_facts import run_sql
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +28,6 @@ def check(services: Any, user: Any, schemas: list[str]) -> None:
     conn = connect(params(services, user))
     try:
         check_privileges(conn, "orders", schemas)
-    finally:
-        conn.close()
-
-
-def run_as_admin(services: Any, statements: list[str]) -> None:
-    conn = services.root_connect()
-    try:
-        with conn.cursor() as cur:
-            for s in statements:
-                cur.execute(s)
     finally:
         conn.close()
 
@@ -81,7 +72,7 @@ def test_each_missing_grant_is_named_with_the_exact_grant_to_run(
             assert f"GRANT SELECT ON `{db.replace('_', chr(92) + '_')}`.* TO" in msg, msg
         if not grants.get("slave", True) or not grants.get("monitor", True):
             assert re.search(r"GRANT (REPLICATION SLAVE|BINLOG MONITOR)(, BINLOG MONITOR)? ON \*\.\* TO", msg), msg
-        run_as_admin(services, statements)  # exactly what the message says ...
+        run_sql(services, *statements)  # exactly what the message says ...
         check(services, user, [db])  # ... and nothing else is missing
 
 

@@ -1,6 +1,8 @@
-"""What the integration tests ask the real MariaDB about its binlog: one helper, imported by the test modules."""
+"""What the integration tests ask (and tell) the real MariaDB servers: helpers imported by the test modules."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from cdc_core.capture.source import SourceFacts, SourceParams, connect, inspect_source
 
@@ -10,5 +12,16 @@ def facts_now(params: SourceParams) -> SourceFacts:
     conn = connect(params)
     try:
         return inspect_source(conn)
+    finally:
+        conn.close()
+
+
+def run_sql(server: Any, *statements: str, database: str | None = None) -> None:
+    """Run statements as root on a test server (the shared services, a private one or a shard), in order."""
+    conn = server.root_connect(database)
+    try:
+        with conn.cursor() as cur:
+            for s in statements:
+                cur.execute(s)
     finally:
         conn.close()
