@@ -103,9 +103,10 @@ def window_steps(
     if pc.is_group:
         acks = []
         for source in pc.source_ids():
-            with TaskGroup(group_id=f"source_{source}", tooltip=f"source {source} of {pc.name}"):
+            group_id = f"{tasks.SOURCE_GROUP_PREFIX}{source}"  # the failure callback reads the source from it
+            with TaskGroup(group_id=group_id, tooltip=f"source {source} of {pc.name}"):
                 acks.append(source_window(pc, unit_name(pc.name, source), lease, first_step, plan_kwargs))
-        ack_ids = [f"source_{source}.{tasks.ACK_TASK}" for source in pc.source_ids()]
+        ack_ids = [f"{tasks.SOURCE_GROUP_PREFIX}{source}.{tasks.ACK_TASK}" for source in pc.source_ids()]
     else:
         acks = [source_window(pc, pc.name, lease, first_step, plan_kwargs)]
         ack_ids = [tasks.ACK_TASK]

@@ -44,6 +44,7 @@ PLAN_TASK = "plan_window"
 ACK_TASK = "ack_window"
 MORE_WORK_TASK = "more_work"  # the short-circuit after release_lease
 CONTINUE_TASK = "continue_run"  # the TriggerDagRunOperator after it
+SOURCE_GROUP_PREFIX = "source_"  # a group pipeline's task group per source: source_<id> (dags/cdc_pipelines.py)
 
 log = logging.getLogger("cdc.airflow")
 
@@ -361,7 +362,8 @@ def task_defaults(pc: Any) -> dict[str, object]:
 def failure_note(pipeline: str) -> Callable[[Mapping[str, Any]], None]:
     """The one failure callback of a pipeline's tasks (`on_failure_callback` and `on_retry_callback` in
     the DAGs' default_args): note the failed step for the monitor page (`Pipeline.note_failure`:
-    `status()["last_error"]`, with the window's seq when the step had one). Not for a refused request
+    `status()["last_error"]`, with the window's seq when the step had one), under the source whose task
+    group the step is in for a group pipeline (`failed_unit`). Not for a refused request
     (the backfill form: nothing changed) or a skip. Best effort: it never fails the task further."""
 
     def note_failure(context: Mapping[str, Any]) -> None:
@@ -375,13 +377,25 @@ def failure_note(pipeline: str) -> Callable[[Mapping[str, Any]], None]:
         try:
             from cdc_airflow.hooks import CdcPipelineHook
 
-            with CdcPipelineHook(pipeline).pipeline() as p:
+            with CdcPipelineHook(failed_unit(pipeline, ti.task_id)).pipeline() as p:
                 p.note_failure(ti.task_id, error, seq=seq, holder=holder_for(ti.dag_id, context["run_id"]))
         except Exception as e:  # ZooKeeper unreachable, say: the task's own log has the failure
             log.warning("step.failure_not_noted pipeline=%s step=%s reason=%s: %s",
                         pipeline, ti.task_id, type(e).__name__, e)
 
     return note_failure
+
+
+def failed_unit(pipeline: str, task_id: str) -> str:
+    """Pure: whose last error a failed task is: the source's (`<pipeline>.<id>`) for a step in a group
+    pipeline's task group `source_<id>`, else the pipeline's (the lease steps; of a group pipeline they
+    open its first source, as `CdcPipelineHook` does)."""
+    from cdc_core.model.sources import unit_name
+
+    group, dot, _ = task_id.partition(".")
+    if dot and group.startswith(SOURCE_GROUP_PREFIX) and len(group) > len(SOURCE_GROUP_PREFIX):
+        return unit_name(pipeline, group.removeprefix(SOURCE_GROUP_PREFIX))
+    return pipeline
 
 
 def rendered_window_seq(task_obj: Any) -> int | None:

@@ -26,7 +26,10 @@ VENV_BIN = ROOT / ".venv" / "bin"
 
 def airflow_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """scripts/airflow_env.sh's environment for AIRFLOW_HOME=home, without this shell's AIRFLOW_*/CDC_*."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
+    # The jar caches are no service setting: a checkout without its own .cache (a git worktree) points
+    # them at another's, and the DAGs' spark-submit must see the same (cdc_core/lake/spark_conf.py).
+    keep = ("CDC_IVY_DIR", "CDC_S3A_IVY_DIR")
+    clean = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(("AIRFLOW", "CDC_"))}
     clean["CDC_AIRFLOW_HOME"] = str(home)
     clean.update(extra or {})
     out = subprocess.run(

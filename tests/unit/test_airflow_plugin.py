@@ -609,6 +609,32 @@ def test_one_failure_callback_notes_the_step_its_window_and_the_run(monkeypatch:
     ]
 
 
+def test_a_group_pipelines_failed_step_is_noted_under_its_own_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of the task group `source_eu2` is eu2's failure (its last error, its monitor section), not the
+    first source's; the lease steps stay the pipeline's."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from cdc_airflow import hooks
+
+    opened: list[str] = []
+
+    class Hook:
+        def __init__(self, pipeline: str) -> None:
+            opened.append(pipeline)
+
+        @contextmanager
+        def pipeline(self) -> Any:
+            yield SimpleNamespace(note_failure=lambda *a, **k: None)
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", Hook)
+    note = tasks.failure_note("shop")
+    for task_id in ("source_eu2.plan_window", "source_us-1.merge_window", "acquire_lease", "stage_window"):
+        ti = SimpleNamespace(task_id=task_id, dag_id="cdc_shop")
+        note({"exception": RuntimeError("down"), "ti": ti, "run_id": "r", "task": None})
+    assert opened == ["shop.eu2", "shop.us-1", "shop", "shop"]
+
+
 def test_the_failure_callback_never_fails_the_task_further(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
