@@ -237,19 +237,23 @@ class Rig:
         }
         self.config_path.write_text(json.dumps({"pipelines": [pipeline]}, indent=2))
 
+    def connections(self) -> dict[str, Any]:
+        """conn_id -> the server it names, for the CLI's environment (a group pipeline has one per source)."""
+        return {CONN_ID: self.services}
+
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        s = self.services
         env = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
         env.update({
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")]),
             "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYTHONUNBUFFERED": "1",
-            f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps({
+        })
+        for conn_id, s in self.connections().items():
+            env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({
                 "conn_type": "mysql", "host": s.mysql_host, "port": s.mysql_port, "login": s.mysql_user,
                 "password": s.mysql_password,
-            }),
-        })
+            })
         if self.merge_address and not self.real_spark:
             env["CDC_MERGE_SERVER"] = self.merge_address
         env.update(extra or {})

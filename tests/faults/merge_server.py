@@ -140,6 +140,7 @@ class MergeServer:
         global _merging  # noqa: PLW0603 (merges are serialised; writer threads read it)
         import spark_apps.merge_window as mw
         from cdc_core.model.errors import CdcError
+        from cdc_core.model.sources import Route
 
         close_zk: Callable[[], None] | None = None
         _local.request = req
@@ -157,7 +158,8 @@ class MergeServer:
                     report = mw.merge_window(
                         self.spark(), manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
                         delete_mode=args.delete_mode, table_options=options, fence_check=fence,
-                        parallelism=args.parallelism,
+                        parallelism=args.parallelism, source=args.source,
+                        routes=[Route.from_dict(r) for r in args.routes], group_sources=args.group_sources,
                     )
                 finally:
                     _merging = None
