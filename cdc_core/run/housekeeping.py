@@ -177,7 +177,7 @@ def clean_staging(
 
     `max_windows` bounds one pass (the after-ack pass must not turn an ack into a long task after an
     upgrade or a long pause); the rest goes in the next passes."""
-    pipeline = coordinator.pipeline
+    pipeline = coordinator.unit  # a group pipeline's source: its own staging directory
     coordinator.verify(grant)  # a zombie stops here (what it would delete is acked anyway)
     now = time.time() if now is None else now
     cursor = coordinator.read_cursor()
@@ -249,7 +249,7 @@ def prune_records(
     slack_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """Remove acked window records past the retention (and beyond the hard bound), fenced on the lease."""
-    pipeline = coordinator.pipeline
+    pipeline = coordinator.unit
     now = time.time() if now is None else now
     retention_seconds = settings.window_records_retention_hours * retention.HOUR
     seqs = coordinator.window_record_seqs()

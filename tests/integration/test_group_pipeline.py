@@ -9,6 +9,7 @@ duplicated or wrong; each source's state lives under its own ZooKeeper path and 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def source_rows(shard: Any, schemas: tuple[str, ...], source: str) -> set[tuple[
     try:
         with conn.cursor() as cur:
             for schema in schemas:
-                cur.run_sql(f"SELECT id, amount, note FROM `{schema}`.orders")
+                cur.execute(f"SELECT id, amount, note FROM `{schema}`.orders")
                 out |= {(source, f"{schema}.orders", *row) for row in cur.fetchall()}
     finally:
         conn.close()
@@ -159,3 +160,25 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     for sid in SOURCES:  # each source's tables against its own rows of the shared lake table
         code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
         assert code == 0 and out.count("equal") >= len(SCHEMAS[sid]), (out, err)
+
+    # Housekeeping cleans each source's own staged windows (under <staging>/<pipeline>/sources/<id>/).
+    from cdc_core.cli import source_params_for
+    from cdc_core.lake import staging
+    from cdc_core.model.config import load_config
+    from cdc_core.run import housekeeping
+    from cdc_core.run.group import PipelineGroup
+
+    pc = load_config(config).pipeline(name)
+    with PipelineGroup.open(pc, lambda s: source_params_for(pc, s)) as group:
+        grant = group.first.acquire("test/cleanup")
+        try:
+            for sid in SOURCES:
+                unit = group.unit(sid)
+                staged = staging.list_windows(unit.staging_root, unit.name)
+                assert staged, sid
+                out = housekeeping.clean_staging(unit.coordinator, grant, unit.staging_root, 3600,
+                                                 now=time.time() + 7200)
+                assert out["windows_deleted"] == len(staged), (sid, out)
+                assert staging.list_windows(unit.staging_root, unit.name) == []
+        finally:
+            group.first.release(grant)
