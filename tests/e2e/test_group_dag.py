@@ -24,22 +24,13 @@ from typing import Any
 import pytest
 
 from tests.support.e2e import CdcCase, DagRunResult
+from tests.support.source_facts import drop_databases, run_sql
 
 pytestmark = pytest.mark.e2e
 
 SOURCES = ("eu1", "eu2")
 SCHEMAS = {"eu1": "shop_00", "eu2": "shop_01"}  # one schema per shard, routed into shop.orders
 STEPS = ("plan_window", "stage_window", "merge_window", "ack_window")
-
-
-def execute(shard: Any, *statements: str) -> None:
-    conn = shard.root_connect()
-    try:
-        with conn.cursor() as cur:
-            for s in statements:
-                cur.execute(s)
-    finally:
-        conn.close()
 
 
 def source_rows(shards: dict[str, Any]) -> set[tuple[Any, ...]]:
@@ -99,7 +90,8 @@ def test_group_pipeline_dags_land_backfill_one_source_and_fail_only_the_stopped_
             "login": shard.mysql_user, "password": shard.mysql_password,
         })
         schema = SCHEMAS[sid]
-        execute(shard, f"DROP DATABASE IF EXISTS `{schema}`", f"CREATE DATABASE `{schema}`",
+        drop_databases(shard, r"shop\_%")
+        run_sql(shard, f"DROP DATABASE IF EXISTS `{schema}`", f"CREATE DATABASE `{schema}`",
                 f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))")
         sources.append({"id": sid, "conn_id": conn_id, "start": shard.binlog_end()})
     case.config_path.write_text(json.dumps({"pipelines": [{
@@ -119,9 +111,9 @@ def test_group_pipeline_dags_land_backfill_one_source_and_fail_only_the_stopped_
     since = datetime.fromtimestamp(int(time.time()) - 1, tz=UTC).isoformat().replace("+00:00", "Z")
     for sid, shard in shards.items():  # equal keys on both shards
         schema = SCHEMAS[sid]
-        execute(shard, f"INSERT INTO `{schema}`.orders VALUES (1, 10, '{sid}'), (2, 20, NULL), (3, 30, 'x')",
+        run_sql(shard, f"INSERT INTO `{schema}`.orders VALUES (1, 10, '{sid}'), (2, 20, NULL), (3, 30, 'x')",
                 f"UPDATE `{schema}`.orders SET amount = amount + 1 WHERE id = 2")
-    execute(shards["eu2"], "DELETE FROM shop_01.orders WHERE id = 3", "INSERT INTO shop_01.orders VALUES (4, 40, 'y')")
+    run_sql(shards["eu2"], "DELETE FROM shop_01.orders WHERE id = 3", "INSERT INTO shop_01.orders VALUES (4, 40, 'y')")
     expected = source_rows(shards)
     assert len(expected) == 6 and {r[2] for r in expected if r[0] == "eu1"} == {1, 2, 3}, expected
 

@@ -21,7 +21,7 @@ from cdc_core.cli import main
 from cdc_core.lake import delta_state
 from cdc_core.model.errors import SourceError
 from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
-from tests.support.source_facts import run_sql
+from tests.support.source_facts import drop_databases, run_sql
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +73,7 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
         conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
                 "login": shard.mysql_user, "password": shard.mysql_password}
         monkeypatch.setenv(f"AIRFLOW_CONN_SHARD_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
+        drop_databases(shard, r"shop\_%")  # another test's shop_* schema on this shard would be captured too
         stmts = []
         for schema in SCHEMAS[sid]:
             stmts += [f"DROP DATABASE IF EXISTS `{schema}`", f"CREATE DATABASE `{schema}`",

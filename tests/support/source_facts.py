@@ -25,3 +25,16 @@ def run_sql(server: Any, *statements: str, database: str | None = None) -> None:
                 cur.execute(s)
     finally:
         conn.close()
+
+
+def drop_databases(server: Any, like: str) -> None:
+    """Drop every database whose name is LIKE `like` on a test-owned server (a shard): tests that share the
+    servers of a session reuse schema names, and a table left by another test would be captured too."""
+    conn = server.root_connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW DATABASES LIKE %s", (like,))
+            for (name,) in cur.fetchall():
+                cur.execute(f"DROP DATABASE `{name}`")
+    finally:
+        conn.close()
