@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from cdc_core.capture.source import SourceParams
-from cdc_core.coordination import make_zk_client
 from cdc_core.model import holders
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import CdcError, ConfigError, Fenced
 from cdc_core.model.logfmt import kv, one_line
+from cdc_core.run import pipeline
 from cdc_core.run.pipeline import Pipeline
 
 log = logging.getLogger("cdc.pipeline")
@@ -54,8 +54,7 @@ class PipelineGroup:
             config.source_config(unknown[0])  # raises, naming the pipeline's sources
         owns = zk_client is None
         if owns:
-            digest = kwargs["zk_digest"] if "zk_digest" in kwargs else config.zookeeper.digest(pipeline=config.name)
-            zk_client = make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", digest))
+            zk_client = pipeline.zk_client_for(config, *([kwargs["zk_digest"]] if "zk_digest" in kwargs else []))
         units: dict[str | None, Pipeline] = {}
         try:
             for sid in chosen:

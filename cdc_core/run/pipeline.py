@@ -124,7 +124,7 @@ class Pipeline:
             zk_digest = config.zookeeper.digest(pipeline=config.name)
         owns = zk_client is None
         if owns:
-            zk_client = make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
+            zk_client = zk_client_for(config, zk_digest)
         coordinator = PipelineCoordinator(
             zk_client, config.zookeeper.root, config.name, before_commit=before_commit, source=source_id,
             **({"clock": clock} if clock is not None else {}),
@@ -948,6 +948,14 @@ class Pipeline:
         if (binlog_file_index(pos.file), pos.offset) < (binlog_file_index(target.file), target.offset):
             return "behind_source_end"
         return None
+
+
+def zk_client_for(config: PipelineConfig, zk_digest: Any = _FROM_CONFIG) -> Any:
+    """A started ZooKeeper client for the pipeline (one per pipeline, shared by a group's sources), with the
+    digest identity the caller resolved, else the configuration's (`ZooKeeperConfig.digest`)."""
+    if zk_digest is _FROM_CONFIG:
+        zk_digest = config.zookeeper.digest(pipeline=config.name)
+    return make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
 
 
 def configure_logging(level: int = logging.INFO) -> None:
