@@ -42,7 +42,7 @@ from spark_apps.merge_window import (
 
 log = logging.getLogger("cdc.maintenance")
 
-KINDS = ("table", "tombstones")
+KINDS = ("table", "tombstones", "base")  # cdc_core.run.housekeeping.LakeTable.kind
 CONFLICT_ATTEMPTS = 5
 _LOG_ENTRY_RE = re.compile(r"^\d{20}\.")
 
@@ -285,7 +285,7 @@ class Maintenance:
 
     def maintain(self, t: dict[str, Any]) -> dict[str, Any]:
         name, uri = t["name"], t["uri"]
-        label = name if t["kind"] == "table" else f"{name} (tombstones)"
+        label = name if t["kind"] == "table" else f"{name} ({t['kind']})"
         t0 = time.monotonic()
         result: dict[str, Any] = {"name": name, "kind": t["kind"], "uri": uri, "status": "ok", "error": None}
         if not DeltaTable.isDeltaTable(self.spark, uri):

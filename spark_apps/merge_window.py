@@ -58,7 +58,7 @@ from cdc_core.model.errors import (
     StagingError,
 )
 from cdc_core.model.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
-from cdc_core.model.layout import TOMBSTONE_DIR, table_uri, tombstone_uri
+from cdc_core.model.layout import TOMBSTONE_DIR, base_uri, table_uri, tombstone_uri
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import (
     COL_COMMIT_TS,
@@ -74,7 +74,7 @@ from cdc_core.model.manifest import (
     StagedTable,
 )
 from cdc_core.model.naming import path_component, quote_spark, table_id
-from cdc_core.model.sources import Lineage, Route, lineage, unit_name
+from cdc_core.model.sources import COL_SOURCE, COL_SOURCE_TABLE, Lineage, Route, lineage, unit_name
 
 log = logging.getLogger("cdc.merge")
 
@@ -369,6 +369,7 @@ class LakeTarget:
 
     @property
     def key(self) -> tuple[str, ...]:
+        """The lake table's key: the lineage prefix (unless the route keys by the primary key) and the key."""
         keys = {st.key for st, _ in self.members}
         if len(keys) > 1:
             raise SchemaConflict(
@@ -376,7 +377,23 @@ class LakeTarget:
                 + "; ".join(f"{st.name} {list(st.key)}" for st, _ in self.members)
                 + ": tables routed into one lake table must share their primary key columns"
             )
+        kinds = {(where.key_prefix, where.derived) for _, where in self.members}
+        if len(kinds) > 1:
+            raise SchemaConflict(
+                f"lake table {self.name}: the routes landing {self.sources_label()} in it disagree on its key "
+                "(`key: source` and `key: primary_key`): give every route into one lake table the same key"
+            )
         return (*self.members[0][1].key_prefix, *next(iter(keys)))
+
+    @property
+    def derived(self) -> bool:
+        """Keyed by the primary key across a group's sources: landed in a base table, then derived from it."""
+        return self.members[0][1].derived
+
+    @property
+    def base_key(self) -> tuple[str, ...]:
+        """A derived table's base key: every lineage column, then the primary key (exact per source)."""
+        return (*self.lineage_columns, *self.key)
 
     @property
     def rows(self) -> int:
@@ -422,8 +439,10 @@ class LakeTarget:
             return staged_facts(window_dir, self.members[0][0])
         each = [staged_facts(window_dir, st) for st, _ in self.members]
         versions = [f.min_version for f in each if f.min_version is not None]
-        # Members' keys differ by their lineage unless the route keys by the primary key alone.
-        unique = bool(self.members[0][1].key_prefix) and all(f.unique_keys for f in each)
+        # Members' keys differ by their lineage unless the route keys by the primary key alone (a derived
+        # table's base is keyed by lineage too).
+        by_lineage = bool(self.members[0][1].key_prefix) or self.derived
+        unique = by_lineage and all(f.unique_keys for f in each)
         return StagedFacts(unique, min(versions) if versions else None)
 
 
@@ -747,9 +766,22 @@ class _Run:
     # ------------------------------------------------------------------------------------ one table
 
     def merge_table(self, st: LakeTarget) -> dict[str, Any]:
+        """Land the window's changes of one lake table; a derived table's land in its base first."""
+        uri = table_uri(self.lake_root, st.schema, st.table)
+        if not st.derived:
+            return self.land(st, uri, st.key, st.name)
+        t0 = time.monotonic()
+        base = self.land(st, base_uri(self.lake_root, st.schema, st.table), st.base_key, f"base of {st.name}")
+        faults.point("mid_derive")  # crash suite: the base holds the window, the derived table not yet
+        result = self.derive(st, uri)
+        result["base"] = {k: v for k, v in base.items() if k != "steps"}
+        result["seconds"] = round(time.monotonic() - t0, 3)
+        return result
+
+    def land(self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str) -> dict[str, Any]:
+        """MERGE the window's changes of `st` into the Delta table `uri` keyed by `key` (once: the txn)."""
         t0 = time.monotonic()
         spark = self.spark
-        uri = table_uri(self.lake_root, st.schema, st.table)
         result: dict[str, Any] = {
             "status": STATUS_ALREADY,
             "inserted": 0,
@@ -768,13 +800,12 @@ class _Run:
         landed = last_txn_version(spark, uri, self.app_id)
         if landed is not None and landed >= self.seq:
             result["seconds"] = round(time.monotonic() - t0, 3)
-            self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
+            self.log("merge.table", table=label, status=STATUS_ALREADY, landed=landed)
             return result
         self.fence()
         step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
-        key = st.key
-        target = self.ensure_table(uri, st.name, [*st.columns(), *metadata_columns(self.delete_mode)], options)
+        target = self.ensure_table(uri, label, [*st.columns(), *metadata_columns(self.delete_mode)], options)
         step("ensure_table")
 
         facts = st.facts(self.window_dir)
@@ -799,7 +830,7 @@ class _Run:
             tomb = tombstone_uri(self.lake_root, st.schema, st.table)
             older = tombstones_may_supersede(tomb, facts.min_version)  # before this window's own
             if st.may_have_deletes():
-                self.write_tombstones(st, tomb, source)
+                self.write_tombstones(st, tomb, source, key)
                 faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
             if older:
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), key)
@@ -808,11 +839,11 @@ class _Run:
         if _has_no_rows(uri):
             # Nothing to match (a table created by this window, e.g. by a snapshot chunk): the MERGE's
             # outcome is exactly its NOT MATCHED clause, so append those rows as the same idempotent commit.
-            status, metrics, version = self.idempotent_insert(uri, st.name, source)
+            status, metrics, version = self.idempotent_insert(uri, label, source)
         else:
             status, metrics, version = self.idempotent_merge(
                 uri,
-                st.name,
+                label,
                 source,
                 lambda view: merge_sql(uri, view, key, self.delete_mode),
                 immutable_source=immutable,
@@ -824,9 +855,61 @@ class _Run:
         result["seconds"] = round(time.monotonic() - t0, 3)
         result["steps"] = steps
         self.log(
-            "merge.table", table=st.name, **{k: v for k, v in result.items() if k != "steps"},
+            "merge.table", table=label, **{k: v for k, v in result.items() if k != "steps"},
             **{f"secs_{k}": v for k, v in steps.items()},
         )
+        return result
+
+    def derive(self, st: LakeTarget, uri: str) -> dict[str, Any]:
+        """Recompute the derived table's rows of the keys this window touched from its base, as one
+        idempotent commit (pipeline, seq): per primary key the alive base row with the latest commit time
+        (ties: the smaller source id, then source table), else the latest tombstone (soft deletes), else
+        no row. A pure function of the base, so a replay after a crash between the two commits, or after
+        other sources' windows landed meanwhile, writes the same rows as an uninterrupted run would."""
+        t0 = time.monotonic()
+        spark = self.spark
+        landed = last_txn_version(spark, uri, self.app_id)
+        if landed is not None and landed >= self.seq:
+            self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
+            return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,
+                    "seconds": round(time.monotonic() - t0, 3)}
+        self.fence()
+        base = spark.read.format("delta").load(base_uri(self.lake_root, st.schema, st.table))
+        options = self.table_options.get(st.name, TableOptions())
+        target = self.ensure_table(uri, st.name, [(f.name, f.dataType) for f in base.schema.fields], options)
+        key = st.key
+        touched = st.read(spark, self.window_dir).select(
+            *[F.col(quote_spark(k)).alias(f"__cdc_k{i}") for i, k in enumerate(key)]
+        ).distinct()
+        same_key = functools.reduce(
+            lambda a, b: a & b, [base[quote_spark(k)].eqNullSafe(touched[f"__cdc_k{i}"]) for i, k in enumerate(key)]
+        )
+        rows = base.join(touched, same_key, "left_semi")
+        order = [F.col(COL_DELETED).asc()] if self.delete_mode == DELETE_SOFT else []  # alive rows first
+        order += [F.col(COL_COMMIT_TS).desc(), F.col(COL_SOURCE).asc(), F.col(COL_SOURCE_TABLE).asc()]
+        w = Window.partitionBy(*[F.col(quote_spark(k)) for k in key]).orderBy(*order)
+        winners = rows.withColumn("__cdc_rn", F.row_number().over(w)).where(F.col("__cdc_rn") == 1).drop("__cdc_rn")
+        winners = conform(winners, target)
+        if _has_no_rows(uri):  # nothing to replace or delete: append the winners (same idempotent commit)
+            status, metrics, version = self.idempotent_insert(uri, st.name, winners)
+        else:
+            # Touched keys without any base row left (deleted on every source) are deleted here.
+            gone = touched.join(
+                winners, functools.reduce(
+                    lambda a, b: a & b,
+                    [winners[quote_spark(k)].eqNullSafe(touched[f"__cdc_k{i}"]) for i, k in enumerate(key)],
+                ), "left_anti",
+            ).select(*[F.col(f"__cdc_k{i}").alias(k) for i, k in enumerate(key)])
+            changes = winners.withColumn(GONE, F.lit(False)).unionByName(
+                conform(gone, target).withColumn(GONE, F.lit(True))
+            )
+            cols = [f.name for f in target.fields]
+            status, metrics, version = self.idempotent_merge(
+                uri, st.name, changes, lambda view: derive_sql(uri, view, key, cols)
+            )
+        result: dict[str, Any] = {"status": status, "delta_version": version, **metrics}
+        result["seconds"] = round(time.monotonic() - t0, 3)
+        self.log("merge.table", table=st.name, derived=True, **result)
         return result
 
     def idempotent_insert(
@@ -843,16 +926,16 @@ class _Run:
         inserted = _commit_output_rows(uri, version) if version is not None else 0
         return status, {"inserted": inserted, "updated": 0, "deleted": 0}, version
 
-    def write_tombstones(self, st: LakeTarget, uri: str, source: DataFrame) -> None:
+    def write_tombstones(self, st: LakeTarget, uri: str, source: DataFrame, key: tuple[str, ...]) -> None:
         label = f"tombstones of {st.name}"
         landed = last_txn_version(self.spark, uri, self.app_id)
         if landed is not None and landed >= self.seq:
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
-        target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in st.key), (COL_VERSION, LongType())])
+        target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in key), (COL_VERSION, LongType())])
         deletes = conform(
             source.where(F.col(COL_OP) == OP_DELETE).select(
-                *[F.col(quote_spark(k)) for k in st.key], F.col(COL_VERSION)
+                *[F.col(quote_spark(k)) for k in key], F.col(COL_VERSION)
             ),
             target,
         )
@@ -1024,6 +1107,25 @@ def merge_sql(uri: str, view: str, key: Sequence[str], delete_mode: str) -> str:
             "WHEN NOT MATCHED THEN INSERT *",
         ]
     return f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
+
+
+GONE = "__cdc_gone"  # a touched key whose base has no row left: deleted from the derived table
+
+
+def derive_sql(uri: str, view: str, key: Sequence[str], columns: Sequence[str]) -> str:
+    """The derived table's MERGE: the touched keys take their recomputed rows, or go. No version test:
+    the rows are recomputed from the base, which already decided every source's order."""
+    q = quote_spark
+    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
+    sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in columns)
+    names = ", ".join(q(c) for c in columns)
+    values = ", ".join(f"s.{q(c)}" for c in columns)
+    return (
+        f"MERGE INTO delta.{q(uri)} AS t USING {view} AS s ON {on} "
+        f"WHEN MATCHED AND s.{GONE} THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND NOT s.{GONE} THEN INSERT ({names}) VALUES ({values})"
+    )
 
 
 def _no_fence() -> None:

@@ -45,7 +45,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.naming import parse_table_pattern, table_id
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
-from cdc_core.model.sources import KEY_PRIMARY, SOURCE_ID_RE, Route
+from cdc_core.model.sources import SOURCE_ID_RE, Route
 from cdc_core.model.window_plan import WindowCaps
 
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "pipelines.yaml"
@@ -652,12 +652,6 @@ class PipelineConfig(PipelineSettings):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"sources: ids must be distinct, {dup} appear more than once")
-        if self.sources and any(r.key == KEY_PRIMARY for r in self.routes):
-            raise ValueError(
-                "routes: key 'primary_key' is not supported in a group pipeline yet (a row moved between two "
-                "servers would need an order across their binlogs); use key 'source' (the default), which keeps "
-                "one row per source and source table"
-            )
         return self
 
     @property

@@ -6,6 +6,8 @@
     <staging_root>/<pipeline>/sources/<id>/...              the same, per source of a group pipeline
     <lake_root>/<schema>/<table>                            one Delta table per source table
     <lake_root>/_cdc_tombstones/<schema>/<table>            hard-delete tombstones
+    <lake_root>/_cdc.base/<schema>/<table>                  a derived lake table's base (group pipelines,
+                                                            `key: primary_key` routes)
     <lake_root>/_cdc.meta/<pipeline>/checkpoints            Delta versions per acked window
 
 Schema, table and pipeline names go through `naming.path_component`, so hostile names cannot leave their
@@ -25,6 +27,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 TOMBSTONE_DIR = "_cdc_tombstones"
 META_DIR = "_cdc.meta"  # a dot: no path_component-encoded table name has one
+BASE_DIR = "_cdc.base"
 REPORTS_DIR = "reports"
 
 
@@ -48,6 +51,12 @@ def table_uri(lake_root: str, schema: str, table: str) -> str:
 
 def tombstone_uri(lake_root: str, schema: str, table: str) -> str:
     return _join(lake_root, TOMBSTONE_DIR, path_component(schema), path_component(table))
+
+
+def base_uri(lake_root: str, schema: str, table: str) -> str:
+    """The base of a derived lake table: every source's rows, keyed by lineage and primary key
+    (cdc_core.model.sources.Lineage.derived)."""
+    return _join(lake_root, BASE_DIR, path_component(schema), path_component(table))
 
 
 def checkpoints_uri(lake_root: str, pipeline: str) -> str:

@@ -83,15 +83,16 @@ def retention_problems(
     """Every way these settings break a floor, as messages naming the keys and the way out ([] = fine)."""
     h = replay_horizon_hours(staging_retention_hours, lease_seconds)
     why = (
-        f"the replay horizon is {h}h (staging_retention_hours {staging_retention_hours} + twice the lease "
-        f"of {lease_seconds}s, rounded up to whole hours)"
+        f"the replay horizon is {h}h (staging_retention_hours {staging_retention_hours} + twice "
+        f"lease_seconds {lease_seconds}, rounded up to whole hours)"
     )
     out = []
     if vacuum_retention_hours < h:
         out.append(
             f"maintenance.vacuum_retention_hours: {vacuum_retention_hours} is shorter than the replay horizon: "
             f"VACUUM could delete files that a merge still reading an older snapshot, or time travel to a window "
-            f"that is still staged, needs; {why}. Set it to at least {h} (or lower staging_retention_hours)"
+            f"that is still staged, needs; {why}. Set it to at least {h} "
+            "(or lower staging_retention_hours or lease_seconds)"
         )
     if txn_retention_hours < h:
         out.append(

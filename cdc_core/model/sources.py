@@ -34,8 +34,9 @@ LINEAGE_COLUMNS = (COL_SOURCE, COL_SOURCE_TABLE)
 UNIT_SEPARATOR = "."  # never in a pipeline name or a source id
 
 # A route's lake key: "source" prefixes the primary key with the lineage columns (the default);
-# "primary_key" trusts the shards to keep keys globally unique (single-source pipelines only, for now: a
-# row moved between two servers would need an order across their binlogs).
+# "primary_key" trusts the shards to keep keys globally unique. In a group pipeline such a lake table is
+# *derived*: each source lands exactly in a lineage-keyed base table, and the pk-keyed table is recomputed
+# from the base for the keys each window touched (docs/group-pipelines.md, "Global keys").
 KEY_SOURCE = "source"
 KEY_PRIMARY = "primary_key"
 
@@ -89,6 +90,9 @@ class Lineage:
     lake_table: str
     columns: tuple[tuple[str, str], ...]  # (lineage column, its constant value for this source table)
     key_prefix: tuple[str, ...]  # lineage columns leading the lake key
+    # A group pipeline's route keyed by the primary key alone: the rows land in a base table keyed by
+    # every lineage column, and the lake table is derived from it (one row per primary key).
+    derived: bool = False
 
     @property
     def lake_name(self) -> str:
@@ -106,7 +110,7 @@ def lineage(routes: Sequence[Route], source: str | None, schema: str, table: str
         cols: tuple[tuple[str, str], ...] = ((COL_SOURCE, source),) if source is not None else ()
         cols += ((COL_SOURCE_TABLE, f"{schema}.{table}"),)
         prefix = tuple(c for c, _ in cols) if route.key == KEY_SOURCE else ()
-        return Lineage(target[0], target[1], cols, prefix)
+        return Lineage(target[0], target[1], cols, prefix, derived=source is not None and route.key == KEY_PRIMARY)
     if source is None:
         return Lineage(schema, table, (), ())
     return Lineage(schema, table, ((COL_SOURCE, source),), (COL_SOURCE,))

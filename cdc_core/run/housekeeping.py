@@ -48,7 +48,7 @@ from cdc_core.lake import delta_state, staging
 from cdc_core.lake.job_specs import MaintenanceJobSpec
 from cdc_core.model import layout, retention
 from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
-from cdc_core.model.layout import PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
+from cdc_core.model.layout import BASE_DIR, PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import path_component
 from cdc_core.run.context import PipelineContext
@@ -324,13 +324,13 @@ def cleanup_after_ack(p: Pipeline, grant: LeaseGrant) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class LakeTable:
-    """A Delta table of the pipeline: a source table's, or its hard-delete tombstones'."""
+    """A Delta table of the pipeline: a lake table, its hard-delete tombstones, or a derived table's base."""
 
     name: str  # schema.table of the source table
     schema: str
     table: str
     uri: str
-    kind: str  # "table" | "tombstones"
+    kind: str  # "table" | "tombstones" | "base"
     zorder_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -349,7 +349,8 @@ def discover_tables(
     lake_root: str, table_filter: TableFilter, table_options: dict[str, Any] | None = None
 ) -> list[LakeTable]:
     """The pipeline's Delta tables under `lake_root`: every `<schema>/<table>` holding a Delta log whose
-    name matches the pipeline's table filter, plus its tombstone table when there is one.
+    name matches the pipeline's table filter, plus its tombstone table and its base (a derived table of a
+    group pipeline, docs/group-pipelines.md) when there are.
 
     The filter, not the lake, decides ownership: several pipelines may share a lake root, each with its
     own tables (two pipelines writing one table is not supported anyway).
@@ -375,9 +376,10 @@ def discover_tables(
             name = f"{schema}.{table}"
             zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
             out.append(LakeTable(name, schema, table, uri, "table", zorder))
-            tomb = f"{prefix}/{TOMBSTONE_DIR}/{schema_dir}/{table_dir}"
-            if delta_state.table_exists(tomb):
-                out.append(LakeTable(name, schema, table, tomb, "tombstones"))
+            for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR)):
+                uri = f"{prefix}/{top}/{schema_dir}/{table_dir}"
+                if delta_state.table_exists(uri):
+                    out.append(LakeTable(name, schema, table, uri, kind))
     return out
 
 

@@ -475,7 +475,8 @@ def render_tables(m: Any, now: float) -> str:
             "<th>last commit</th><th>last maintenance</th></tr></thead><tbody>"
         )
         for t in tables:
-            name = f"{t.get('name')}" + (" (tombstones)" if t.get("kind") == "tombstones" else "")
+            kind = t.get("kind") or "table"
+            name = f"{t.get('name')}" + (f" ({kind})" if kind != "table" else "")  # tombstones, a derived table's base
             lm = t.get("last_maintenance") if isinstance(t.get("last_maintenance"), Mapping) else None
             maint = "never"
             if lm:

@@ -183,3 +183,72 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
                 assert staging.list_windows(unit.staging_root, unit.name) == []
         finally:
             group.first.release(grant)
+
+
+def test_global_keys_rows_moved_between_shards_end_as_one_row_per_key(
+    shard_servers: Any, services: Any, zk_root: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`key: primary_key` in a group pipeline (docs/group-pipelines.md, "Global keys"): the shards keep ids
+    globally unique and rows move between them (a DELETE on one server, an INSERT with the same id on the
+    other). The lake table has one row per id, from whichever shard holds it now, whatever order the two
+    sides of a move land in: one run lands source a's window, then b's, so id 2 (a -> b) lands its delete
+    first and id 10 (b -> a) its insert first. The intermediate states, and a crash between the base and
+    the derived commit, are tested on the merge job itself (tests/integration/test_merge_window.py)."""
+    shards = dict(zip(("a", "b"), list(shard_servers)[:2], strict=True))
+    suffix = uuid.uuid4().hex[:6]
+    name = f"gk_{suffix}"
+    schema = {"a": "gshop_00", "b": "gshop_01"}
+    sources = []
+    for sid, shard in shards.items():
+        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
+                "login": shard.mysql_user, "password": shard.mysql_password}
+        monkeypatch.setenv(f"AIRFLOW_CONN_GK_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
+        drop_databases(shard, r"gshop\_%")
+        run_sql(shard, f"CREATE DATABASE `{schema[sid]}`",
+                f"CREATE TABLE `{schema[sid]}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))")
+        sources.append({"id": sid, "conn_id": f"gk_{sid}_{suffix}", "start": shard.binlog_end()})
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [{
+        "name": name, "sources": sources, "tables": {"include": ["gshop_*.orders"]},
+        "routes": [{"from": r"gshop_[0-9]+\.orders", "to": "gshop.orders", "key": "primary_key"}],
+        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
+    }]}))
+    uri = str(tmp_path / "lake" / "gshop" / "orders")
+
+    def expected() -> dict[int, tuple[Any, ...]]:
+        out: dict[int, tuple[Any, ...]] = {}
+        for sid, shard in shards.items():
+            for row in source_rows(shard, (schema[sid],), sid):
+                assert row[2] not in out, f"id {row[2]} on two shards: the test broke its own guarantee"
+                out[row[2]] = row
+        return out
+
+    def lake() -> dict[int, tuple[Any, ...]]:
+        rows = delta_state.read_rows(uri, columns=["_cdc_source", "_cdc_source_table", "id", "amount", "note"])
+        listed = [tuple(r.values()) for r in rows.to_pylist()]
+        by_id = {r[2]: r for r in listed}
+        assert len(by_id) == len(listed), f"two rows for one id: {sorted(listed)}"
+        return by_id
+
+    run_sql(shards["a"], "INSERT INTO gshop_00.orders VALUES (1, 10, 'a'), (2, 20, 'a'), (3, 30, 'a')")
+    run_sql(shards["b"], "INSERT INTO gshop_01.orders VALUES (10, 100, 'b'), (11, 110, 'b')")
+    run_sql(shards["a"], "DELETE FROM gshop_00.orders WHERE id = 2",
+            "INSERT INTO gshop_00.orders VALUES (10, 101, 'moved to a')",
+            "UPDATE gshop_00.orders SET amount = 11 WHERE id = 1")
+    run_sql(shards["b"], "DELETE FROM gshop_01.orders WHERE id = 10",
+            "INSERT INTO gshop_01.orders VALUES (2, 21, 'moved to b')")
+    code, out, err = cdc(config, capsys, "run", name)
+    assert code == 0 and out["failed"] == [], (out, err)
+    assert lake() == expected()
+    assert lake()[2] == ("b", "gshop_01.orders", 2, 21, "moved to b")
+    assert lake()[10] == ("a", "gshop_00.orders", 10, 101, "moved to a")
+    from cdc_core.capture.source import TableFilter
+    from cdc_core.run.housekeeping import discover_tables
+
+    found = discover_tables(str(tmp_path / "lake"), TableFilter(include=("gshop.orders",)))  # what maintenance keeps
+    assert sorted(t.kind for t in found) == ["base", "table", "tombstones"]  # the base's tombstones (hard deletes)
+    for sid in shards:  # each source's table against its rows of the lake table
+        code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
+        assert code == 0 and "equal" in out, (out, err)

@@ -901,3 +901,122 @@ def test_incompatible_routed_columns_fail_the_window_naming_both_tables(spark, s
     msg = str(err.value)
     assert "shop_00.orders" in msg and "shop_01.orders" in msg and "'qty'" in msg and "route" in msg
     assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "orders"))  # nothing was written
+
+
+# ------------------------------------------------------------------------- global keys (derived tables)
+
+
+def _global_routes():
+    from cdc_core.model.sources import Route
+
+    return [Route(r"shop_[0-9]+\.orders", "shop.orders", key="primary_key")]
+
+
+class _Window:
+    """One window of source `src` (seq given) of pipeline `grp`, changes of shop_<nn>.orders."""
+
+    def __init__(self, staging_dir: Path, src: str, seq: int) -> None:
+        self.b = WindowBuilder(staging_dir, f"grp.{src}", seq)
+        self.src = src
+
+    def changes(self, shard: str, *ch: tuple[str, int, str | None, int]) -> _Window:
+        self.b.file(shard, "orders", ("id",), [ID, NOTE],
+                    [(op, {"id": i, "note": note}, change_version_at(t)) for op, i, note, t in ch])
+        return self
+
+
+def change_version_at(t: int) -> int:
+    """A change version whose commit time is t (VersionClock: offset units of 1.001 ms): equal t, equal time."""
+    from cdc_core.model.positions import change_version
+
+    return change_version(0, "mysql-bin.000001", t)
+
+
+def test_global_keys_derived_table_moves_both_ways_in_any_landing_order(spark, staging_dir, lake_dir, monkeypatch):
+    """A group pipeline's `key: primary_key` route (docs/group-pipelines.md, "Global keys"): each source lands in
+    the lineage-keyed base, the lake table holds one row per id, recomputed from the base for the ids a window
+    touched (alive row with the latest commit time, ties: the smaller source id). A row moved A -> B and back,
+    each time with the two sources' windows landing in the other order, ends as exactly one row; a crash
+    between the base commit and the derived commit is replayed to the same result."""
+    import spark_apps.merge_window as job
+    from cdc_core.model.layout import base_uri
+
+    routes = _global_routes()
+
+    def land(w: _Window) -> dict[str, Any]:
+        return run(spark, w.b.build(), lake_dir, source=w.src, routes=routes, group_sources=("a", "b"))
+
+    def lake() -> dict[int, tuple[str, str | None]]:
+        got = contents(spark, lake_dir, "shop", "orders", key=("id",))
+        return {k[0]: (r["_cdc_source"], r["note"]) for k, r in got.items()}
+
+    land(_Window(staging_dir, "a", 1).changes("shop_00", ("I", 1, "v1", 1100), ("I", 2, "a2", 1200)))
+    report = land(_Window(staging_dir, "b", 1).changes("shop_10", ("I", 3, "b3", 1300)))
+    assert statuses(report) == {"shop.orders": STATUS_COMMITTED} and report["tables"]["shop.orders"]["base"]
+    assert lake() == {1: ("a", "v1"), 2: ("a", "a2"), 3: ("b", "b3")}
+
+    # Move id 1 from a to b in the same second (equal commit times): b's insert lands first. The base
+    # holds a's old row (1100) and b's (2000): b's is newer. Then a's delete: b's is the only one.
+    land(_Window(staging_dir, "b", 2).changes("shop_10", ("I", 1, "moved", 2000)))
+    assert lake()[1] == ("b", "moved")
+    land(_Window(staging_dir, "a", 2).changes("shop_00", ("D", 1, "v1", 2000)))
+    assert lake() == {1: ("b", "moved"), 2: ("a", "a2"), 3: ("b", "b3")}
+
+    # And back, the other order: b's delete lands first (no alive row: the id is briefly gone), then a's
+    # insert, whose job crashes between the base commit and the derived commit, and is replayed.
+    land(_Window(staging_dir, "b", 3).changes("shop_10", ("D", 1, "moved", 3000)))
+    assert 1 not in lake()
+
+    class Crash(BaseException):
+        pass
+
+    real_point = job.faults.point
+
+    def crash(name: str) -> None:
+        if name == "mid_derive":
+            raise Crash
+        real_point(name)
+
+    a3 = _Window(staging_dir, "a", 3).changes("shop_00", ("I", 1, "back", 3000))
+    monkeypatch.setattr(job.faults, "point", crash)
+    with pytest.raises(Crash):
+        land(a3)
+    monkeypatch.setattr(job.faults, "point", real_point)
+    table, base = uri(lake_dir, "shop", "orders"), base_uri(str(lake_dir), "shop", "orders")
+    assert last_txn_version(spark, base, "grp.a") == 3 and last_txn_version(spark, table, "grp.a") == 2
+    assert 1 not in lake()  # the base holds the window, the lake table not yet
+    assert statuses(land(a3)) == {"shop.orders": STATUS_COMMITTED}
+    assert last_txn_version(spark, table, "grp.a") == 3
+    assert lake() == {1: ("a", "back"), 2: ("a", "a2"), 3: ("b", "b3")}
+    assert statuses(land(a3)) == {"shop.orders": STATUS_ALREADY}  # a replay after the derived commit
+
+    # Equal commit times and two alive rows (a's update and b's insert of id 2 in one second, a's delete
+    # not landed yet): the smaller source id wins until a's delete lands.
+    land(_Window(staging_dir, "a", 4).changes("shop_00", ("U", 2, "a2-upd", 4000)))
+    land(_Window(staging_dir, "b", 4).changes("shop_11", ("I", 2, "b2", 4000)))
+    assert lake()[2] == ("a", "a2-upd")
+    land(_Window(staging_dir, "a", 5).changes("shop_00", ("D", 2, "a2-upd", 4001)))
+    assert lake() == {1: ("a", "back"), 2: ("b", "b2"), 3: ("b", "b3")}
+
+    # The base keeps every source's own rows exactly (what verify and a rebuild read).
+    rows = spark.read.format("delta").load(base).collect()
+    assert sorted((r["_cdc_source"], r["_cdc_source_table"], r["id"], r["note"]) for r in rows) == [
+        ("a", "shop_00.orders", 1, "back"), ("b", "shop_10.orders", 3, "b3"), ("b", "shop_11.orders", 2, "b2"),
+    ]
+
+
+def test_global_keys_soft_deletes_keep_the_latest_tombstone(spark, staging_dir, lake_dir):
+    """Soft deletes with a derived table: a row moved a -> b shows b's alive row (a's tombstone loses to an alive
+    row); a row deleted on every source stays as its latest tombstone."""
+    routes = _global_routes()
+
+    def land(w: _Window) -> None:
+        run(spark, w.b.build(), lake_dir, source=w.src, routes=routes, group_sources=("a", "b"), delete_mode="soft")
+
+    land(_Window(staging_dir, "a", 1).changes("shop_00", ("I", 1, "a1", 1000), ("I", 2, "a2", 1000)))
+    land(_Window(staging_dir, "b", 1).changes("shop_10", ("I", 1, "moved", 1500)))
+    land(_Window(staging_dir, "a", 2).changes("shop_00", ("D", 1, "a1", 1500), ("D", 2, "a2", 1600)))
+    got = contents(spark, lake_dir, "shop", "orders", key=("id",), meta=True)
+    assert {k[0]: (r["_cdc_source"], r["note"], r[COL_DELETED]) for k, r in got.items()} == {
+        1: ("b", "moved", False), 2: ("a", "a2", True),
+    }

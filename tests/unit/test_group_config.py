@@ -71,8 +71,7 @@ def test_the_one_source_form_is_unchanged(tmp_path: Path) -> None:
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a(', to: s.t}]\n", "not a regular expression"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: 's.\\2'}]\n", "refers to a group"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: 'nodot'}]\n", "schema.table"),
-        ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: s.t, key: primary_key}]\n",
-         "not supported in a group pipeline"),
+        ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: s.t, key: bogus}]\n", "primary_key"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: s.t, bogus: 1}]\n", "unknown key"),
     ],
 )
@@ -97,7 +96,14 @@ def test_lineage_routes_and_keys() -> None:
     assert lineage(routes, None, "shop_07", "items").columns == ()
     assert lineage(routes, None, "shop_07", "orders").key_prefix == ("_cdc_source_table",)
     global_keys = (Route(r"shop_[0-9]+\.orders", "shop.orders", key="primary_key"),)
-    assert lineage(global_keys, None, "shop_1", "orders").key_prefix == ()
+    single = lineage(global_keys, None, "shop_1", "orders")
+    assert single.key_prefix == () and not single.derived  # one server: the primary key is the lake key
+    # A group pipeline: keyed by the primary key, derived from a base keyed by every lineage column.
+    grouped = lineage(global_keys, "eu1", "shop_1", "orders")
+    assert grouped.key_prefix == () and grouped.derived
+    assert grouped.columns == (("_cdc_source", "eu1"), ("_cdc_source_table", "shop_1.orders"))
+    assert not routed.derived and not unrouted.derived
+    assert layout.base_uri("/lake", "shop", "orders") == "/lake/_cdc.base/shop/orders"
     assert lineage(routes, "eu1", "shop_x", "orders").lake_name == "shop_x.orders"  # the pattern wants digits
 
 
