@@ -9,6 +9,10 @@ duplicated or wrong; each source's state lives under its own ZooKeeper path and 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -252,3 +256,75 @@ def test_global_keys_rows_moved_between_shards_end_as_one_row_per_key(
     for sid in shards:  # each source's table against its rows of the lake table
         code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
         assert code == 0 and "equal" in out, (out, err)
+
+
+def test_a_shard_stopped_while_its_window_is_staged_fails_only_that_source_until_it_restarts(
+    shard_servers: Any, services: Any, zk_root: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A source's server stops in the middle of a run, while that source's own window is being read: the `cdc run`
+    process (a subprocess, paused at the fault point `mid_stage_before` with its binlog reader set up) is resumed
+    after the server stopped. That source fails with a SourceError and is shown failing; the next source of the
+    same run still lands its window. Once the server is back, the next run re-stages the planned window (plans are
+    immutable) and the lake equals the union of the shards, nothing lost or doubled."""
+    first, second = list(shard_servers)[:2]
+    shards = {"b": second, "a": first}  # b runs first: it is the one stopped
+    suffix = uuid.uuid4().hex[:6]
+    name = f"stop_{suffix}"
+    schemas = {"b": ("mshop_01",), "a": ("mshop_00",)}
+    sources = []
+    for sid, shard in shards.items():
+        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
+                "login": shard.mysql_user, "password": shard.mysql_password}
+        monkeypatch.setenv(f"AIRFLOW_CONN_STOP_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
+        drop_databases(shard, r"mshop\_%")
+        schema = schemas[sid][0]
+        run_sql(shard, f"CREATE DATABASE `{schema}`",
+                f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))")
+        sources.append({"id": sid, "conn_id": f"stop_{sid}_{suffix}", "start": shard.binlog_end()})
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [{
+        "name": name, "sources": sources, "tables": {"include": ["mshop_*.orders"]},
+        "routes": [{"from": r"mshop_[0-9]+\.orders", "to": "mshop.orders"}],
+        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
+    }]}))
+    for sid, shard in shards.items():
+        schema = schemas[sid][0]
+        run_sql(shard, *(f"INSERT INTO `{schema}`.orders VALUES ({i}, {i * 10}, '{sid}')" for i in range(1, 6)))
+    uri = str(tmp_path / "lake" / "mshop" / "orders")
+
+    once = tmp_path / "fault-once"
+    env = {**os.environ, "CDC_FAULT": "mid_stage_before", "CDC_FAULT_ACTION": "stop", "CDC_FAULT_ONCE": str(once)}
+    proc = subprocess.Popen([sys.executable, "-m", "cdc_core.cli", "--config", str(config), "run", name],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    paused = Path(f"{once}.mid_stage_before.pid")
+    try:
+        deadline = time.monotonic() + 600
+        while not paused.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never reached b's staging"
+            time.sleep(0.5)
+        shards["b"].stop_mariadb()
+        os.kill(int(paused.read_text()), signal.SIGCONT)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    try:
+        assert proc.returncode == SourceError.exit_code, (out, err[-3000:])
+        result = json.loads(out)
+        assert result["failed"] == ["b"] and result["sources"]["b"]["error"].startswith("SourceError"), result
+        assert result["sources"]["a"]["windows"], result  # the other source's window landed in the same run
+        assert {r for r in lake_rows(uri) if r[0] == "a"} == source_rows(shards["a"], schemas["a"], "a")
+        code, status, err = cdc(config, capsys, "status", name)
+        assert code == 0 and status["failing"] == ["b"], (status, err)
+    finally:
+        shards["b"].start_mariadb()
+        shards["b"].wait_mariadb()
+
+    code, out, err = cdc(config, capsys, "run", name)
+    assert code == 0 and out["failed"] == [], (out, err)
+    assert lake_rows(uri) == set().union(*(source_rows(shards[s], schemas[s], s) for s in shards))
+    code, status, err = cdc(config, capsys, "status", name)
+    assert status["failing"] == [], status
