@@ -245,3 +245,45 @@ def test_the_server_is_launched_with_the_merge_jobs_spark_settings(monkeypatch: 
     assert confs == {job[i + 1] for i, a in enumerate(job) if a == "--conf"} and "spark.driver.memory=2g" in confs
     assert submit[submit.index("--jars") + 1] == "a.jar"
     assert mc.ADDRESS_ENV not in env  # the server never forwards to itself
+
+
+# ------------------------------------------------- the same job as spark-submit's (a drift guard)
+
+
+def test_the_server_runs_the_spark_submit_jobs_steps_with_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`merge_server.run_job` and `merge_window._run` (spark-submit's) make the same calls: same fence, same
+    merge arguments (txn identity, options, properties, routes), same report target."""
+    import spark_apps.merge_window as mw
+
+    calls: list[tuple[str, Any]] = []
+    session = FakeSession()
+    spec = MergeJobSpec(window_dir="/w", lake_root="/l", pipeline="p", seq=9, token=0x42, report="/r/w9.json",
+                        zk_hosts="zk:1", zk_root="/root", delete_mode="soft", parallelism=3,
+                        table_options={"db.t": {"partition_by": ["a"]}}, table_properties={"delta.x": "1"},
+                        routes=[{"from": "db.*", "to": "lake.t"}], source="s1", group_sources=["s1", "s2"])
+
+    def fence(hosts: str, root: str, pipeline: str, token: int) -> tuple[Any, Any]:
+        calls.append(("fence", (hosts, root, pipeline, token)))
+        return (lambda: calls.append(("check", None))), (lambda: calls.append(("close", None)))
+
+    def merge(spark: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        assert spark is session
+        calls.append(("merge", (args[1:], {k: (v if k != "fence_check" else "fence") for k, v in kw.items()})))
+        return {"seq": 9}
+
+    monkeypatch.setattr(mw, "zk_fence_check", fence)
+    monkeypatch.setattr(ms, "zk_fence_check", fence)
+    monkeypatch.setattr(mw, "read_manifest", lambda d: calls.append(("manifest", d)) or "M")
+    monkeypatch.setattr(mw, "merge_window", merge)
+    monkeypatch.setattr(mw, "write_report", lambda target, report: calls.append(("report", (target, report))))
+    monkeypatch.setattr(mw, "build_session", lambda name: session)
+    session.stop = lambda: None  # type: ignore[attr-defined]
+    session.sparkContext.setLogLevel = lambda level: None
+
+    mw._run(spec.args())
+    by_spark_submit = [(k, v) for k, v in calls if k != "report"] + [("report", calls[-2][1][0])]
+    calls.clear()
+    ms.run_job(session, spec.args())
+    by_server = [(k, v) for k, v in calls if k != "report"] + [("report", calls[-2][1][0])]
+    assert by_server == by_spark_submit
+    assert [k for k, _ in by_server] == ["manifest", "fence", "check", "merge", "close", "report"]
