@@ -479,7 +479,7 @@ def _warm(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         f"{w.get('load_start')} at start, {w.get('load_end')} at end. Default: the merge is a spark-submit per "
         "window; warm: the same job sent to `cdc merge-server` (started once: ready after "
         f"{_f(w.get('server_ready_seconds'))} s; its first window {_f((w.get('first_warm_window') or {}).get('seconds'))} s, "
-        "not counted). Alternating rounds, one run each per round.",
+        f"not counted). Alternating rounds, one run each per round. {w.get('note', '')}".rstrip(),
         "",
         "| merge path | window p50, s | min | max | runs | phases of the last run (s) | load of each run (1 min) |",
         "|---|---|---|---|---|---|---|",
@@ -494,7 +494,7 @@ def _warm(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
     lines.append("")
     ratio = w.get("ratio_warm_to_default")
     targets.append((
-        "one-row window p50, warm / default", _f(ratio), f"<= {w.get('target_ratio', 0.25)}",
+        "one-row window p50, warm / default", _f(ratio, digits=2), f"<= {w.get('target_ratio', 0.25)}",
         _ok(ratio is not None and ratio <= float(w.get("target_ratio", 0.25))),
     ))
     return lines
