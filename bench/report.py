@@ -109,6 +109,7 @@ def render(r: dict[str, Any]) -> str:
     lines += _memory(r.get("memory"), targets)
     lines += _families(r.get("families"), r.get("families_run"), targets)
     lines += _tables(r.get("tables"), targets)
+    lines += _warm(r.get("warm"), targets)
     head = [
         "## Targets (ratios measured in the same run)",
         "",
@@ -120,7 +121,7 @@ def render(r: dict[str, Any]) -> str:
     tried += [f"| {t['what']} | {t['figure']} | {t['verdict']} |" for t in TRIED + r.get("tried", [])]
     errors = [
         f"- {sec}: {e}"
-        for sec in ("capture", "merge", "fixed", "memory", "tables")
+        for sec in ("capture", "merge", "fixed", "memory", "tables", "warm")
         for e in _section_errors(r.get(sec))
     ]
     errors += [
@@ -463,4 +464,37 @@ def _tables_snapshot(tb: dict[str, Any], targets: list[Any]) -> list[str]:
                 f"initial load of {hi} tables x {loads[hi].get('rows')} rows", f"{_f(big)} s", "<= 900 s",
                 _ok(big is not None and big <= 900),
             ))
+    return lines
+
+
+def _warm(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
+    """bench/warm.py: a one-row window through `cdc run`, spark-submit per window vs the merge server."""
+    if not w or not w.get("window_seconds"):
+        return []
+    secs = w["window_seconds"]
+    lines = [
+        "## Warm merge option (bench/warm.py, a one-row window, `cdc run` end to end)",
+        "",
+        f"`{w.get('command', 'python -m bench.warm')}`, {w.get('started')} to {w.get('finished')}; load average "
+        f"{w.get('load_start')} at start, {w.get('load_end')} at end. Default: the merge is a spark-submit per "
+        "window; warm: the same job sent to `cdc merge-server` (started once: ready after "
+        f"{_f(w.get('server_ready_seconds'))} s; its first window {_f((w.get('first_warm_window') or {}).get('seconds'))} s, "
+        f"not counted). Alternating rounds, one run each per round. {w.get('note', '')}".rstrip(),
+        "",
+        "| merge path | window p50, s | min | max | runs | phases of the last run (s) | load of each run (1 min) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode in ("default", "warm"):
+        st = secs.get(mode) or {}
+        runs = (w.get("runs") or {}).get(mode) or [{}]
+        ph = ", ".join(f"{n} {v}" for n, v in (runs[-1].get("phases") or {}).items())
+        loads = ", ".join(str((r.get("load") or [None])[0]) for r in runs if r)
+        lines.append(f"| {mode} | {_f(st.get('median'))} | {_f(st.get('min'))} | {_f(st.get('max'))} | "
+                     f"{st.get('runs')} | {ph} | {loads} |")
+    lines.append("")
+    ratio = w.get("ratio_warm_to_default")
+    targets.append((
+        "one-row window p50, warm / default", _f(ratio, digits=2), f"<= {w.get('target_ratio', 0.25)}",
+        _ok(ratio is not None and ratio <= float(w.get("target_ratio", 0.25))),
+    ))
     return lines

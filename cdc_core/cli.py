@@ -415,6 +415,37 @@ def maintain(  # noqa: PLR0917 - one parameter per click option
         _emit(run.run())
 
 
+@cli.command("merge-server")
+@click.argument("pipeline")
+@click.option("--listen", default=None,
+              help="host:port to listen on (default: the pipeline's spark.merge_server.address)")
+@click.option("--ping", "ping_only", is_flag=True, help="Only ask the running server for its status")
+@click.pass_context
+def merge_server(ctx: click.Context, pipeline: str, listen: str | None, ping_only: bool) -> None:
+    """Run the warm merge option's server in the foreground: one long-running Spark application that merges the
+    windows `cdc run` sends it (spark.merge_server in the config, or CDC_MERGE_SERVER=host:port), with the
+    pipeline's Spark master, jars, confs and credentials. SIGTERM / Ctrl-C stop it cleanly (the merge in
+    flight finishes first); killed any other way, the next `cdc run` replays the window (docs/performance.md)."""
+    import os
+
+    from cdc_core.lake import merge_client
+
+    with _pipeline(ctx, pipeline, any_source=True) as p:
+        address = listen or (p.config.spark.merge_server.address if p.config.spark.merge_server else None)
+        if not address:
+            raise ConfigError(
+                f"pipeline {p.pipeline_name!r} has no spark.merge_server.address: give --listen host:port"
+            )
+        if ping_only:
+            _emit(merge_client.ping(address))
+            return
+        argv, env = p.merge_server_launch(address)
+    click.echo(f"merge server for pipeline {p.pipeline_name!r} starting on {address} (Spark session first)", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, env)  # noqa: S606 (the server is this process from here on: signals reach it directly)
+
+
 @cli.command()
 @click.argument("pipeline")
 @click.pass_context

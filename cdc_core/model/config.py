@@ -286,6 +286,23 @@ class ZooKeeperConfig(_Model):
         return v
 
 
+class MergeServerConfig(_Model):
+    """The warm merge option (cdc_core.lake.merge_client): `cdc run` sends each window's merge job to a
+    long-running merge server (`cdc merge-server <pipeline>`) instead of starting spark-submit."""
+
+    address: str  # host:port the server listens on
+    # How long a merge request may take before the client gives up (the step then fails, retryable).
+    timeout_seconds: float = Field(default=3600, gt=0)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        host, sep, port = v.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:7199")
+        return v.strip()
+
+
 class SparkConfig(_Model):
     conn_id: str = "spark_local"  # Airflow connection of type spark (master URL)
     shuffle_partitions: int = Field(default=2, gt=0)
@@ -293,6 +310,8 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
     # Tables of one window the merge job lands at the same time (one Spark session per writer thread).
     merge_parallelism: int = Field(default=4, ge=1, le=64)
+    # null: each window's merge is a spark-submit (the default); {address: host:port}: the warm option.
+    merge_server: MergeServerConfig | None = None
 
     @field_validator("conn_id")
     @classmethod

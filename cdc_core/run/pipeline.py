@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ from cdc_core.capture.source import (
     inspect_source,
 )
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
-from cdc_core.lake import delta_state, object_store, staging
+from cdc_core.lake import delta_state, merge_client, object_store, staging
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import (
     SparkJob,
@@ -74,6 +75,7 @@ log = logging.getLogger("cdc.pipeline")
 _FROM_CONFIG: Any = object()  # `Pipeline.from_config`'s default: read the credential from the configuration
 
 MERGE_JOB = PROJECT_ROOT / "spark_apps" / "merge_window.py"
+MERGE_SERVER_APP = PROJECT_ROOT / "spark_apps" / "merge_server.py"
 
 
 @dataclass
@@ -591,18 +593,58 @@ class Pipeline:
         pipeline's Spark connection unless given."""
         return self.merge_job(grant, seq).command(master or self.spark_master())
 
+    def merge_server_address(self) -> str | None:
+        """The warm option's merge server (env CDC_MERGE_SERVER, else `spark.merge_server.address`), or None:
+        spark-submit per window."""
+        server = self.config.spark.merge_server
+        return os.environ.get(merge_client.ADDRESS_ENV) or (server.address if server else None)
+
+    def merge_server_launch(self, listen: str) -> tuple[list[str], dict[str, str]]:
+        """The command and environment of this pipeline's merge server (`cdc merge-server`): the Python
+        driver `spark_apps/merge_server.py`, whose Spark application gets the merge job's master, jars, confs
+        and environment (credentials included) through PYSPARK_SUBMIT_ARGS, as spark-submit would give them."""
+        merge_client.parse_address(listen)
+        job = self.spark_job(MERGE_SERVER_APP, ["--listen", listen, "--pipeline", self.pipeline_name],
+                             f"cdc-merge-server-{self.pipeline_name}")
+        cmd = job.command(self.spark_master())
+        submit_args = cmd[1 : cmd.index(job.application)]
+        env = {**self.spark_job_env(), "PYSPARK_SUBMIT_ARGS": shlex.join([*submit_args, "pyspark-shell"])}
+        env.pop(merge_client.ADDRESS_ENV, None)
+        return [sys.executable, job.application, *job.args], env
+
+    def _merge_on_server(self, address: str, grant: LeaseGrant, seq: int) -> subprocess.CompletedProcess[str]:
+        """The merge job's outcome from the merge server, shaped as spark-submit's; an unreachable server (or
+        one killed before answering) fails the step with a retryable LakeError, never skips it."""
+        server = self.config.spark.merge_server
+        timeout = server.timeout_seconds if server else None
+        args = self.merge_application_args(grant, seq)
+        try:
+            answer = merge_client.request_merge(address, args, timeout=timeout)
+        except merge_client.MergeServerUnavailable as e:
+            raise merge_client.MergeServerUnavailable(
+                f"pipeline {self.name!r}: merge of window {seq} failed: {e}"
+            ) from e
+        return subprocess.CompletedProcess(["merge-server", address], answer.rc, answer.stdout, answer.stderr)
+
     def merge_locally(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
-        """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator)."""
+        """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator), or
+        on the pipeline's merge server when one is configured (the warm option, `merge_server_address`)."""
         manifest = self.manifest(seq)
         if not manifest.tables:
             self.log_event("window.merge_skipped", grant, seq=seq, reason="empty")
             return {"seq": seq, "skipped": "empty"}
         self.renew(grant)
-        cmd = self.spark_submit_command(grant, seq)
-        env = self.spark_job_env()
-        self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes)
+        server = self.merge_server_address()
+        self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
+                       **({"merge_server": server} if server else {}))
         t0 = time.time()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if server:  # the warm option: the same job, run by a long-running merge server
+            proc = self._merge_on_server(server, grant, seq)
+        else:
+            proc = subprocess.run(
+                self.spark_submit_command(grant, seq), env=self.spark_job_env(), capture_output=True, text=True,
+                check=False,
+            )
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             if proc.returncode == Fenced.exit_code:  # the job's own lease check: this run is a zombie

@@ -1,34 +1,32 @@
-"""One Spark JVM for many `cdc run` subprocesses: the fault suite's merge service.
+"""The fault suite's merge server: the product's warm merge server (spark_apps/merge_server.py) in the
+pytest process, plus fault injection for the requesting CLI.
 
-A `cdc run` merges a window with `spark-submit spark_apps/merge_window.py <args>`: a new JVM and Spark
-session per window (10-25 s here, minutes when the machine is busy). The crash suite runs hundreds of
-windows, so its CLI processes (tests/faults/cli_shim.py) hand the merge job's *arguments* to this
-server instead, which runs the very same job code (`merge_window.parse_args`, `read_manifest`,
-`zk_fence_check`, `merge_window`, `write_report`) in a Spark session it keeps. The answer mimics what
-`spark-submit` returns (exit code, the report as the last stdout line, the error on stderr), so the
-CLI's own merge step (`Pipeline.merge_locally`) runs unchanged.
+A `cdc run` started by the suite (tests/faults/cli_shim.py, harness.py) has `CDC_MERGE_SERVER` set, so
+its merge step (`Pipeline.merge_locally`) sends the job's arguments to this server, exactly as the warm
+option does in production (cdc_core/lake/merge_client.py): one Spark JVM for the whole suite instead of
+one per window. The job code, the per-request session, the serialisation and the spark-submit-like
+answer are the product's; this module only adds:
 
-Fault points inside the job (`mid_merge`, `mid_merge_table`) fire for the *requesting* process: the
-server kills the client with SIGKILL at that point and abandons the rest of the job, which leaves the
-lake exactly as a crashed spark-submit would (tables before the point committed, the rest not). A
-client killed while the server merges leaves an orphaned merge running, like a spark-submit outliving
-its parent; it still fences on the lease before each table.
-
-Merges are serialised (one session); each client connection is served by its own thread.
+- Fault points inside the job (`mid_merge`, `mid_merge_table`) fire for the *requesting* process, whose
+  armed points (CDC_FAULT, CDC_FAULT_ONCE) travel with the request: the server kills the client with
+  SIGKILL at that point and abandons the rest of the job, which leaves the lake exactly as a crashed
+  spark-submit would (tables before the point committed, the rest not). A client killed while the server
+  merges leaves an orphaned merge running, like a spark-submit outliving its parent; it still fences on
+  the lease before each table.
+- `default_spark`: a small Delta session that the suite's oracles share (`server.spark()`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
-import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from spark_apps.merge_server import MergeServer as ProductMergeServer
 
 _local = threading.local()
 # The request being merged (merges are serialised): the job's writer threads fire fault points too.
@@ -63,144 +61,44 @@ class _FaultProxy:
         raise _ClientKilled(name)
 
 
-class MergeServer:
+class MergeServer(ProductMergeServer):
     """`with MergeServer(spark_factory) as s:` ... clients use `s.address` ("host:port")."""
 
     def __init__(self, spark_factory: Callable[[], Any]):
-        self._spark_factory = spark_factory
-        self._spark: Any = None
-        self._lock = threading.Lock()
-        self._server: socketserver.ThreadingTCPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__(spark_factory)
         self._saved_faults: Any = None
-        self.merges = 0
-
-    @property
-    def address(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
-
-    def spark(self) -> Any:
-        """The session, (re)created when missing or stopped by someone else (a module's `spark` fixture)."""
-        s = self._spark
-        if s is None or s.sparkContext._jsc is None:
-            self._spark = s = self._spark_factory()
-        return s
 
     def start(self) -> MergeServer:
         import spark_apps.merge_window as mw
 
-        self._saved_faults = mw.faults
-        mw.faults = _FaultProxy(mw.faults)
-        outer = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                line = self.rfile.readline()
-                if not line:
-                    return
-                try:
-                    answer = outer._merge(json.loads(line))
-                except _ClientKilled:
-                    return
-                with contextlib.suppress(OSError):  # the client may be gone (killed by a test's timer)
-                    self.wfile.write((json.dumps(answer) + "\n").encode())
-
-        socketserver.ThreadingTCPServer.daemon_threads = True
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="merge-server", daemon=True)
-        self._thread.start()
+        if self._saved_faults is None:
+            self._saved_faults = mw.faults
+            mw.faults = _FaultProxy(mw.faults)
+        super().start()
         return self
 
     def stop(self, stop_spark: bool = True) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        super().stop(stop_spark)
         if self._saved_faults is not None:
             import spark_apps.merge_window as mw
 
             mw.faults = self._saved_faults
             self._saved_faults = None
-        if stop_spark and self._spark is not None:
-            with contextlib.suppress(Exception):
-                self._spark.stop()
-            self._spark = None
 
-    def __enter__(self) -> MergeServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _merge(self, req: dict[str, Any]) -> dict[str, Any]:
-        """What `spark-submit merge_window.py <args>` would have returned, as {rc, stdout, stderr}."""
+    @contextlib.contextmanager
+    def job_context(self, req: dict[str, Any]) -> Iterator[None]:
         global _merging  # noqa: PLW0603 (merges are serialised; writer threads read it)
-        import spark_apps.merge_window as mw
-        from cdc_core.model.errors import CdcError
-        from cdc_core.model.sources import Route
-
-        close_zk: Callable[[], None] | None = None
-        _local.request = req
+        _local.request = _merging = req
         try:
-            args = mw.parse_args(req["args"])
-            options = mw.parse_table_options(args.table_options)
-            manifest = mw.read_manifest(args.window_dir)
-            fence = None
-            if args.zk_hosts:
-                fence, close_zk = mw.zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
-                fence()
-            with self._lock:
-                _merging = req
-                try:
-                    report = mw.merge_window(
-                        self.spark(), manifest, args.window_dir, args.lake_root, args.pipeline, args.seq, args.token,
-                        delete_mode=args.delete_mode, table_options=options, fence_check=fence,
-                        parallelism=args.parallelism, source=args.source,
-                        routes=[Route.from_dict(r) for r in args.routes], group_sources=args.group_sources,
-                    )
-                finally:
-                    _merging = None
-                self.merges += 1
-            mw.write_report(args.report, report)
-            return {"rc": 0, "stdout": json.dumps(report, sort_keys=True) + "\n", "stderr": ""}
-        except _ClientKilled:
-            raise
-        except CdcError as e:
-            err = f"merge_window: {type(e).__name__}: {mw.one_line(e)}\n"
-            return {"rc": e.exit_code, "stdout": "", "stderr": err}
-        except Exception as e:
-            err = f"merge_window: unexpected {type(e).__name__}: {mw.one_line(e)}\n"
-            return {"rc": 1, "stdout": "", "stderr": err}
+            yield
         finally:
-            _local.request = None
-            if close_zk is not None:
-                close_zk()
+            _local.request = _merging = None
 
-
-def request_merge(address: str, app_args: list[str], timeout: float = 1800) -> dict[str, Any]:
-    """Client side (in the CLI process): send the job's arguments, wait for the answer."""
-    host, _, port = address.rpartition(":")
-    req = {
-        "args": app_args,
-        "pid": os.getpid(),
-        "fault": os.environ.get("CDC_FAULT", ""),
-        "fault_once": os.environ.get("CDC_FAULT_ONCE"),
-    }
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall((json.dumps(req) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    if not data:
-        return {"rc": 1, "stdout": "", "stderr": "merge server closed the connection without an answer\n"}
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+    def merge(self, req: dict[str, Any]) -> Any:
+        try:
+            return super().merge(req)
+        except _ClientKilled:
+            return None  # the client is dead: nobody to answer
 
 
 def default_spark() -> Any:
