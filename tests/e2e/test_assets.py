@@ -2,7 +2,8 @@
 asset event per table the window changed, with the window's facts in its extra, and queues the
 downstream DAGs of docs/examples/cdc_downstream.py (one scheduled on `orders`, one on `orders & items`)
 exactly as the scheduler would trigger them (Airflow's asset-triggered run queue); a window that
-changes one table announces that table only; a run with nothing new announces nothing. The lake's
+changes one table announces that table only; a run with nothing new announces nothing (and skips the merge,
+still acking its window). The lake's
 checkpoints table and `cdc versions` agree with the events' Delta versions.
 
 Two DAG runs plus a reserialize: about a minute.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e import ROOT, CdcCase, binlog_position, sql
+from tests.support.e2e import ROOT, CdcCase, assert_all, binlog_position, sql
 
 pytestmark = pytest.mark.e2e
 
@@ -106,6 +107,12 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     assert second.state == "success", second.explain()
     third = case.run_dag(f"cdc_{case.name}", env=env)
     assert third.state == "success", third.explain()
+    # Nothing new for these tables: the merge never starts Spark, the empty window is still acked (the
+    # run test_pipeline_dags.py would otherwise spend on it).
+    assert third.tasks["merge_window"] == "skipped", third.explain()
+    assert_all(third, "success", ["acquire_lease", "plan_window", "stage_window", "ack_window", "release_lease"])
+    with case.pipeline() as p:
+        assert p.coordinator.read_cursor().seq == 3  # acked: the cursor moved past the empty window
     later = _events(case)[len(events):]
     assert [(e["table"], e["window_seq"]) for e in later] == [(f"{db}.order_items", 2)], later
     # The ack found the earlier events through the alias (what keeps a re-run from emitting twice).

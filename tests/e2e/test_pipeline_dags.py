@@ -1,8 +1,8 @@
 """The generated DAGs end to end, with real MariaDB, ZooKeeper, Spark+Delta and Airflow (`airflow dags test`):
 
 - scheduled runs land inserts, updates, deletes, a primary-key change, a large transaction and an
-  ADD COLUMN, and every Delta table then equals its source table row for row; a run with nothing new
-  skips the merge and still acks;
+  ADD COLUMN, and every Delta table then equals its source table row for row (a run with nothing new
+  skips the merge and still acks: test_assets.py, whose third run is one);
 - a merge that dies half-way (after its first table committed) is retried by Airflow and converges
   without duplicates;
 - a run started while someone else holds the lease skips entirely and leaves that lease alone;
@@ -69,17 +69,12 @@ def test_scheduled_runs_land_every_kind_of_change(cdc_case: CdcCase) -> None:
     # It acked a window that reached the source's end: nothing left, so no continuation run.
     assert second.tasks["more_work"] == "success" and second.tasks["continue_run"] == "skipped", second.explain()
     assert continuation_runs(case) == [], second.explain()
-
-    # Nothing new for these tables: the merge never starts Spark, the window is still acked.
-    third = case.run_pipeline()
-    assert third.state == "success", third.explain()
-    assert third.tasks["merge_window"] == "skipped", third.explain()
-    assert_all(third, "success", ["acquire_lease", "plan_window", "stage_window", "ack_window", "release_lease"])
-    assert_lake_equals_source(case, ["customers", "orders"])
+    # (A run with nothing new for the pipeline's tables, which skips the merge and still acks, is the third
+    # run of test_assets.py: one DAG run fewer here.)
 
     with case.pipeline() as p:
         status = pipeline_status(p)
-    assert status["cursor"]["seq"] == 3, status
+    assert status["cursor"]["seq"] == 2, status
     lease = status["lease"]  # released by the last run (gone, or expired)
     assert lease is None or lease.get("holder") is None or lease["expires_at"] <= time.time(), status
 

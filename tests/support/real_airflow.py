@@ -66,11 +66,14 @@ class RealAirflow:
 
     def wait(self, what: str, check: Callable[[], Any], timeout: float) -> Any:
         """Poll `check` until it returns something truthy; fail with every process's log tail on a timeout
-        or when one of the processes died."""
-        deadline = time.monotonic() + timeout
+        or when one of the processes died. Prints when each wait ended and how long it took (shown with
+        `pytest -s` or on a failure): where a real-Airflow test spends its time."""
+        started = time.monotonic()
+        deadline = started + timeout
         while True:
             got = check()
             if got:
+                print(f"[{time.monotonic() - self._started:7.1f} s] {what}: {time.monotonic() - started:.1f} s")
                 return got
             dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
             if dead or time.monotonic() > deadline:
