@@ -805,7 +805,10 @@ class _Run:
         self.fence()
         step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
-        target = self.ensure_table(uri, label, [*st.columns(), *metadata_columns(self.delete_mode)], options)
+        # A routed table's schema conflict names the source tables of this window, not only the lake table.
+        routed = COL_SOURCE_TABLE in st.lineage_columns
+        described = f"{label} (routed from {st.sources_label()})" if routed else label
+        target = self.ensure_table(uri, described, [*st.columns(), *metadata_columns(self.delete_mode)], options)
         step("ensure_table")
 
         facts = st.facts(self.window_dir)

@@ -902,6 +902,18 @@ def test_incompatible_routed_columns_fail_the_window_naming_both_tables(spark, s
     assert "shop_00.orders" in msg and "shop_01.orders" in msg and "'qty'" in msg and "route" in msg
     assert not DeltaTable.isDeltaTable(spark, uri(lake_dir, "shop", "orders"))  # nothing was written
 
+    # The same pair across two windows: the lake table holds qty INT from shop_00; shop_01's window is refused,
+    # naming the lake table, the source table and the column.
+    ok = WindowBuilder(staging_dir, "grp.a", 2)
+    ok.file("shop_00", "orders", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 3})])
+    run(spark, ok.build(), lake_dir, source="a", routes=routes)
+    bad = WindowBuilder(staging_dir, "grp.a", 3, clock=ok.clock)
+    bad.file("shop_01", "orders", ("id",), [ID, Col("qty", pa.string(), "STRING")], [("I", {"id": 1, "qty": "3"})])
+    with pytest.raises(SchemaConflict) as err:
+        run(spark, bad.build(), lake_dir, source="a", routes=routes)
+    msg = str(err.value)
+    assert "shop.orders (routed from shop_01.orders)" in msg and "'qty'" in msg, msg
+
 
 # ------------------------------------------------------------------------- global keys (derived tables)
 
