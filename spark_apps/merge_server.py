@@ -40,53 +40,19 @@ try:
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cdc_core.coordination.fence import zk_fence_check
 from cdc_core.lake import merge_client
 from cdc_core.model.errors import CdcError, ConfigError
 from cdc_core.model.logfmt import kv, one_line
-from cdc_core.model.sources import Route
 
 log = logging.getLogger("cdc.merge_server")
 
 
 def run_job(spark: Any, argv: Sequence[str]) -> dict[str, Any]:
-    """The merge job of `merge_window._run`, on a session the caller gives: parse the spec, fence before
-    anything, MERGE every table (fencing before each commit), write the report; returns the report."""
+    """The merge job of spark-submit (`merge_window.run_job`, the same code), on a new session of this
+    application (the txn identity and commit metadata are session confs: never shared between requests)."""
     import spark_apps.merge_window as mw
 
-    close_zk: Callable[[], None] | None = None
-    try:
-        args = mw.parse_args(argv)
-        options = mw.parse_table_options(args.table_options)
-        properties = mw.parse_table_properties(args.table_properties)
-        manifest = mw.read_manifest(args.window_dir)
-        fence = None
-        if args.zk_hosts and args.zk_root:  # parse_args refused hosts without a root
-            fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
-            fence()  # fail before writing anything when already fenced
-        report = mw.merge_window(
-            spark,
-            manifest,
-            args.window_dir,
-            args.lake_root,
-            args.pipeline,
-            args.seq,
-            args.token,
-            delete_mode=args.delete_mode,
-            table_options=options,
-            fence_check=fence,
-            table_properties=properties,
-            parallelism=args.parallelism,
-            source=args.source,
-            routes=[Route.from_dict(r) for r in args.routes],
-            group_sources=args.group_sources,
-        )
-        report["session_seconds"] = 0.0  # informational: the session was already up
-        mw.write_report(args.report, report)
-        return report
-    finally:
-        if close_zk is not None:
-            close_zk()
+    return mw.run_job(argv, lambda _spec: spark)
 
 
 def job_answer(job: Callable[[], dict[str, Any]]) -> merge_client.MergeAnswer:

@@ -1424,8 +1424,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> dict[str, Any]:
+    """spark-submit's job: a Spark + Delta session of its own, stopped at the end."""
+    started: list[SparkSession] = []
+
+    def new_session(args: MergeJobSpec) -> SparkSession:
+        spark = build_session(f"cdc-merge-{unit_name(args.pipeline, args.source)}-{args.seq}")
+        spark.sparkContext.setLogLevel("WARN")
+        started.append(spark)
+        return spark
+
+    try:
+        return run_job(argv, new_session)
+    finally:
+        for spark in started:
+            spark.stop()
+
+
+def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], SparkSession]) -> dict[str, Any]:
+    """The merge job, on the session `session_for(spec)` gives (a new one for spark-submit, a new session of a
+    running application for the warm merge server, spark_apps/merge_server.py): parse the spec, fence before
+    anything, MERGE every table (fencing before each commit), write the report; returns the report."""
     close_zk: Callable[[], None] | None = None
-    spark: SparkSession | None = None
     try:
         args = parse_args(argv)
         options = parse_table_options(args.table_options)
@@ -1436,8 +1455,7 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
             fence()  # fail before paying for anything when already fenced
         t_session = time.monotonic()
-        spark = build_session(f"cdc-merge-{unit_name(args.pipeline, args.source)}-{args.seq}")
-        spark.sparkContext.setLogLevel("WARN")
+        spark = session_for(args)
         session_seconds = round(time.monotonic() - t_session, 3)
         report = merge_window(
             spark,
@@ -1456,14 +1474,12 @@ def _run(argv: Sequence[str] | None) -> dict[str, Any]:
             routes=[Route.from_dict(r) for r in args.routes],
             group_sources=args.group_sources,
         )
-        report["session_seconds"] = session_seconds  # informational (Spark + Delta session start)
+        report["session_seconds"] = session_seconds  # informational (Spark + Delta session start; ~0 when warm)
         write_report(args.report, report)
         return report
     finally:
         if close_zk is not None:
             close_zk()
-        if spark is not None:
-            spark.stop()
 
 
 if __name__ == "__main__":

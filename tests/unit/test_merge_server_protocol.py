@@ -251,8 +251,9 @@ def test_the_server_is_launched_with_the_merge_jobs_spark_settings(monkeypatch: 
 
 
 def test_the_server_runs_the_spark_submit_jobs_steps_with_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`merge_server.run_job` and `merge_window._run` (spark-submit's) make the same calls: same fence, same
-    merge arguments (txn identity, options, properties, routes), same report target."""
+    """`merge_server.run_job` and `merge_window._run` (spark-submit's) are one job (`merge_window.run_job`) on
+    different sessions: same fence, same merge arguments (txn identity, options, properties, routes), same
+    report target; spark-submit's session is stopped at the end, the server's is not."""
     import spark_apps.merge_window as mw
 
     calls: list[tuple[str, Any]] = []
@@ -272,18 +273,20 @@ def test_the_server_runs_the_spark_submit_jobs_steps_with_the_same_arguments(mon
         return {"seq": 9}
 
     monkeypatch.setattr(mw, "zk_fence_check", fence)
-    monkeypatch.setattr(ms, "zk_fence_check", fence)
     monkeypatch.setattr(mw, "read_manifest", lambda d: calls.append(("manifest", d)) or "M")
     monkeypatch.setattr(mw, "merge_window", merge)
     monkeypatch.setattr(mw, "write_report", lambda target, report: calls.append(("report", (target, report))))
     monkeypatch.setattr(mw, "build_session", lambda name: session)
-    session.stop = lambda: None  # type: ignore[attr-defined]
+    stopped: list[int] = []
+    session.stop = lambda: stopped.append(1)  # type: ignore[attr-defined]
     session.sparkContext.setLogLevel = lambda level: None
 
     mw._run(spec.args())
     by_spark_submit = [(k, v) for k, v in calls if k != "report"] + [("report", calls[-2][1][0])]
+    assert stopped == [1]
     calls.clear()
     ms.run_job(session, spec.args())
     by_server = [(k, v) for k, v in calls if k != "report"] + [("report", calls[-2][1][0])]
     assert by_server == by_spark_submit
+    assert stopped == [1]  # the server's application keeps running
     assert [k for k, _ in by_server] == ["manifest", "fence", "check", "merge", "close", "report"]
