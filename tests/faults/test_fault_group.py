@@ -375,6 +375,8 @@ class Figures:
     derived_whole: int = 0  # checks where shop.accounts held every source's base window: all of it compared
     derived_partial: int = 0  # checks where some base window was not derived yet: the other ids compared
     derived_rows: int = 0  # shop.accounts rows compared with the function of the base
+    contested: int = 0  # ids with two alive base rows (a move half landed), counted per check
+    ties: int = 0  # ... of which the two latest have equal commit times (the tie rule decides)
 
 
 class GroupOracle:
@@ -655,6 +657,12 @@ class GroupOracle:
         cols = sorted(set(base[0] if base else ()) & set(derived[0] if derived else ()))  # the whole row
         actual = {r["id"]: tuple(r[c] for c in cols) for r in derived}
         expected = {i: tuple(r[c] for c in cols) for i, r in derive_rows(base).items()}
+        alive = Counter(r["id"] for r in base if not r.get("_cdc_deleted"))
+        for i in (i for i, n in alive.items() if n > 1):
+            self.figures.contested += 1
+            times = sorted((r["_cdc_commit_ts"] for r in base if r["id"] == i and not r.get("_cdc_deleted")),
+                           key=lambda t: (t is not None, t and t.timestamp()), reverse=True)
+            self.figures.ties += times[0] == times[1]
         compare = (set(actual) | set(expected)) - pending
         self._diff_accounts(f"shop.{GLOBAL} differs from the function of its base (txn versions {held}, base "
                             f"{in_base}; ids of base-only windows left out: {len(pending)})",
