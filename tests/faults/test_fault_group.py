@@ -1,25 +1,36 @@
-"""Crashes of a group pipeline's `cdc run` (SIGKILL, no cleanup) at every point of CRASH_POINTS, with several
-sources holding unfinished windows at once.
+"""Crashes of a group pipeline's `cdc run` (SIGKILL, no cleanup) at every point of POINTS (CRASH_POINTS and
+`mid_derive`), with several sources holding unfinished windows at once.
 
 Two shards of `shard_servers` are the sources of one group pipeline (docs/group-pipelines.md): source `a`
-(shard 1) has two schemas, source `b` (shard 2) one, each with `orders` and `items` and equal keys
-everywhere; a route lands them in `shop.orders` and `shop.items`, where (`_cdc_source`, `_cdc_source_table`)
-lead the key. A seeded random workload (inserts, updates, deletes, primary-key changes, a row moved from
-shard 1 to shard 2 keeping its key) runs on both shards. `cdc run <p> --source a`, `--source b` and
-whole-group runs are killed at each of CRASH_POINTS in turn (`STEPS`), so that both sources hold a planned,
-staged, half-merged (some of its Delta commits landed) or merged-but-unacked window at the same time, with new
-changes written between some crashes; then clean runs land everything.
+(shard 1) has two schemas, source `b` (shard 2) one, each with `orders`, `items` and `accounts`. `orders` and
+`items` have equal keys everywhere; a route lands them in `shop.orders` and `shop.items`, where
+(`_cdc_source`, `_cdc_source_table`) lead the key. `accounts` ids are globally unique (one allocator shared by
+every source and schema); a `key: primary_key` route lands them in `shop.accounts`, one row per id, derived
+from the lineage-keyed base `<lake>/_cdc.base/shop/accounts` ("Global keys"). A seeded random workload
+(inserts, updates, deletes, primary-key changes, orders moved between the shards both ways keeping their key,
+and accounts moved shard 1 -> shard 2, shard 2 -> shard 1 and between a's schemas: a DELETE, then an INSERT of
+the same id in another transaction on the other server) runs on both shards. `cdc run <p> --source a`,
+`--source b` and whole-group runs are killed at each of POINTS in turn (`STEPS`), so that both sources hold a
+planned, staged, half-merged (some of its Delta commits landed), half-derived (the base of shop.accounts
+holds the window, the derived table not) or merged-but-unacked window at the same time, with new changes
+written between some crashes; then clean runs land everything.
 
 The oracle (`GroupOracle`), after every run, per source: window plans never change and acked windows stay
 acked; the cursor never moves back and stands at the end of its last acked window; every Delta table a
 window of the source acked holds that window under the source's txnAppId `<pipeline>.<id>` (the cursor
-never gets ahead of Delta), and no table holds a window the source never planned; no (txnAppId, version) is
-committed twice in any Delta log (tombstone tables included); each lake table has no duplicate key, and
-the source's rows in it equal the source's tables replayed up to the end of the window the table holds
-for that source. At the end, the lake equals the union of the real source tables, keyed by
-(`_cdc_source`, `_cdc_source_table`, primary key), and each cursor is at its shard's last transaction.
-Then damage is made on purpose (a duplicated row, a lost row, a cursor moved back, a Delta table gone
-under acked windows) and the oracle must report each.
+never gets ahead of Delta: for shop.accounts the derived table and its base), and no table holds a window
+the source never planned; no (txnAppId, version) is committed twice in any Delta log (tombstones, base and
+derived table included); each lineage-keyed table (shop.orders, shop.items, the base of shop.accounts) has
+no duplicate key, and the source's rows in it equal the source's tables replayed up to the end of the window
+the table holds for that source. The derived shop.accounts has one row per id; per source its txn version
+is at most the base's; and it equals the documented function of the base (per id the alive row with the
+latest `_cdc_commit_ts`, ties to the smaller `_cdc_source`, then `_cdc_source_table`; no row: no id) for
+every id, or, while a base window is not derived yet, for every id no such window touched. At the end, the
+lake equals the union of the real source tables, keyed by (`_cdc_source`, `_cdc_source_table`, primary key),
+shop.accounts equals the union of the shards' accounts keyed by id alone (`_cdc_source`: the shard holding
+it), and each cursor is at its shard's last transaction. Then damage is made on purpose (a duplicated row, a
+lost row, a cursor moved back, a Delta table gone under acked windows; in shop.accounts a second row for an
+id, a lost row, a row of an id no shard has) and the oracle must report each.
 
 Merges go to the suite's one-JVM merge server (tests/faults/merge_server.py) with `merge_parallelism: 1`,
 so that a crash inside the merge job leaves a known set of tables committed.
@@ -28,6 +39,7 @@ so that a crash inside the merge job leaves a known set of tables committed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -37,7 +49,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -45,7 +57,7 @@ from cdc_core.coordination import STATE_ACKED, Cursor, PipelineCoordinator, Wind
 from cdc_core.lake import delta_state
 from cdc_core.model import layout
 from cdc_core.model.naming import table_id
-from cdc_core.model.sources import Route, lineage, unit_name
+from cdc_core.model.sources import KEY_PRIMARY, Route, lineage, unit_name
 from tests.faults.harness import RC_OK, CliResult, Rig
 from tests.faults.scenarios import CRASH_POINTS
 
@@ -55,30 +67,53 @@ SEED = 4242
 BIG_CAPS = {"max_events": 100_000, "max_bytes": 1 << 30, "max_transactions": 1000}
 SOURCES = ("a", "b")
 KEYS = 10  # orders ids 1..KEYS, items (1..KEYS/2, 1..3): equal keys in every schema of every shard
-COLUMNS = {"orders": ("id", "amount", "note"), "items": ("order_id", "line", "qty", "sku")}
-KEY = {"orders": ("id",), "items": ("order_id", "line")}
+COLUMNS = {"orders": ("id", "amount", "note"), "items": ("order_id", "line", "qty", "sku"),
+           "accounts": ("id", "balance", "note")}
+KEY = {"orders": ("id",), "items": ("order_id", "line"), "accounts": ("id",)}
 DDL = {
     "orders": "CREATE TABLE `{s}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(40) NULL)",
     "items": "CREATE TABLE `{s}`.items (order_id INT NOT NULL, line SMALLINT NOT NULL, qty INT NOT NULL, "
              "sku VARCHAR(16) NULL, PRIMARY KEY (order_id, line))",
+    "accounts": "CREATE TABLE `{s}`.accounts (id INT PRIMARY KEY, balance INT NOT NULL, note VARCHAR(40) NULL)",
 }
+LINEAGE_KEYED = ("orders", "items")  # `key: source` routes: (_cdc_source, _cdc_source_table) lead the lake key
+GLOBAL = "accounts"  # the `key: primary_key` route: ids unique across every shard and schema (one allocator)
+BASE = "accounts.base"  # the oracle's name for its base table, <lake>/_cdc.base/shop/accounts
+# Every point a group run with a global-keys route passes through: the single-source ones and the derived
+# table's own (between its base commit and its derived commit, in the merge job).
+POINTS = (*CRASH_POINTS, "mid_derive")
 
-# The scenario: (fault point, whose run is killed: a source id or None for the whole group, where new changes
-# are written before the run, and what each source holds unfinished afterwards). A group run lands source a,
-# then b, so its crash hits a while a has anything to do; the last step hits b after a's window was empty.
-STEPS: tuple[tuple[str, str | None, tuple[str, ...], dict[str, str]], ...] = (
-    ("after_acquire", "a", (), {"a": "none", "b": "none"}),
-    ("after_plan", "a", (), {"a": "planned", "b": "none"}),
-    ("mid_stage_before", "b", (), {"a": "planned", "b": "planned"}),
-    ("mid_stage", None, ("a", "b"), {"a": "planned", "b": "planned"}),  # a's read killed half-way: nothing written
-    ("after_stage", None, (), {"a": "staged", "b": "planned"}),
-    ("mid_merge", "b", ("a", "b"), {"a": "staged", "b": "half-merged"}),
-    ("mid_merge_table", None, (), {"a": "half-merged", "b": "half-merged"}),
-    ("after_merge", None, ("a", "b"), {"a": "merged", "b": "half-merged"}),
-    ("before_ack", "b", (), {"a": "merged", "b": "merged"}),
-    ("mid_ack", None, (), {"a": "merged", "b": "merged"}),
-    ("after_ack", None, ("a", "b"), {"a": "none", "b": "merged"}),
-    ("mid_merge", None, ("b",), {"a": "none", "b": "half-merged"}),
+class Step(NamedTuple):
+    point: str
+    who: str | None  # whose run is killed: a source id, or None for the whole group
+    writes: tuple[str, ...]  # sources that get new transactions before the run
+    expected: dict[str, str]  # what each source holds unfinished afterwards (GroupOracle.pending)
+    windows: int = 1  # the run's --windows
+
+
+# The scenario. A group run lands source a, then b, so its crash hits a while a has anything to do; a pending
+# window whose merge was done is acked when a run starts (recovered), before that run's own window. Every
+# window with a batch touches `accounts`, the first of its lake tables (sorted by name), so `mid_merge` (after
+# the first table) finds both of accounts' commits landed and `mid_derive` fires at the window's first table.
+STEPS: tuple[Step, ...] = (
+    Step("after_acquire", "a", (), {"a": "none", "b": "none"}),
+    Step("after_plan", "a", (), {"a": "planned", "b": "none"}),
+    Step("mid_stage_before", "b", (), {"a": "planned", "b": "planned"}),
+    Step("mid_stage", None, ("a", "b"), {"a": "planned", "b": "planned"}),  # a's read killed half-way: nothing written
+    Step("after_stage", None, (), {"a": "staged", "b": "planned"}),
+    Step("mid_merge", "b", ("a", "b"), {"a": "staged", "b": "half-merged"}),
+    Step("mid_merge_table", None, (), {"a": "half-merged", "b": "half-merged"}),
+    Step("after_merge", None, ("a", "b"), {"a": "merged", "b": "half-merged"}),
+    Step("before_ack", "b", (), {"a": "merged", "b": "merged"}),
+    Step("mid_ack", None, (), {"a": "merged", "b": "merged"}),
+    Step("after_ack", None, ("a", "b"), {"a": "none", "b": "merged"}),
+    Step("mid_merge", None, ("b",), {"a": "none", "b": "half-merged"}),  # a's window is empty, b is killed
+    # Base committed, derived not: a's new window (the last changes of both shards are written before it);
+    # then b finishes its half-merged window and its next one stops there too; then a group run replays a's
+    # window (its base commit is a no-op) and dies there again. The clean runs then replay both.
+    Step("mid_derive", None, ("a", "b"), {"a": "half-derived", "b": "half-merged"}),
+    Step("mid_derive", "b", (), {"a": "half-derived", "b": "half-derived"}, windows=2),
+    Step("mid_derive", None, (), {"a": "half-derived", "b": "half-derived"}),
 )
 
 
@@ -106,6 +141,7 @@ class Source:
     shard: Any
     schemas: tuple[str, ...]
     rng: random.Random
+    ids: Any = None  # accounts ids: one allocator shared by every source (ids are globally unique)
     rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = field(default_factory=dict)  # (table, key) -> row
     txns: list[tuple[int, list[Change]]] = field(default_factory=list)  # (GTID sequence, changes)
 
@@ -184,9 +220,13 @@ class Source:
         r = self.rng
         if table.endswith(".orders"):
             return (*key, r.randint(1, 10**6), r.choice([None, f"n{r.randint(0, 999)}", "größe ✓", ""]))
+        if table.endswith(".accounts"):
+            return (*key, r.randint(-1000, 10**5), r.choice([None, f"acct {self.sid}{r.randint(0, 99)}", ""]))
         return (*key, r.randint(0, 500), r.choice([None, f"sku-{r.randint(0, 99)}"]))
 
     def _free_key(self, txn: Txn, table: str) -> tuple[Any, ...] | None:
+        if table.endswith(".accounts"):  # a new id from the shared allocator: never on any shard before
+            return (next(self.ids),)
         if table.endswith(".orders"):
             keys: list[tuple[Any, ...]] = [(i,) for i in range(1, KEYS + 1)]
         else:
@@ -199,7 +239,7 @@ class Source:
         table = table or r.choice(self.tables())
         present = sorted(k for t, k in txn.work if t == table)
         op = op or r.choices(["insert", "update", "delete", "rekey"], [4, 3, 2, 1])[0]
-        if op == "rekey" and not table.endswith(".orders"):
+        if op == "rekey" and table.endswith(".items"):
             op = "update"
         free = self._free_key(txn, table)
         if op == "insert" or not present:
@@ -217,10 +257,11 @@ class Source:
 
     def batch(self, transactions: int) -> None:
         """`transactions` random ones; the first touches every table with an insert, an update and a delete, so
-        that every window has two lake tables and deletes (the merge job's fault points can fire)."""
+        that every window has several lake tables and deletes (the merge job's fault points can fire), and
+        adds an account to each accounts table (more ids to move and derive)."""
         txn = self.transaction()
         for table in self.tables():
-            for op in ("insert", "update", "delete"):
+            for op in ("insert", "update", "delete", *(("insert",) if table.endswith(".accounts") else ())):
                 self.random_change(txn, table, op)
         self.commit(txn)
         for _ in range(transactions - 1):
@@ -250,6 +291,31 @@ class Source:
         txn.put(there, key, row)
         other.commit(txn)
         return row
+
+    def move_account(self, other: Source) -> tuple[Any, ...]:
+        """An account (a global id) moves from one of this source's schemas to one of `other`'s (another
+        schema when `other` is this source): a DELETE here, then an INSERT of the same id and values there,
+        two transactions (on two servers when `other` is another source). Returns the row."""
+        held = [(t, k) for t, k in sorted(self.rows) if t.endswith(".accounts")]
+        if not held:
+            txn = self.transaction()
+            self.random_change(txn, f"{self.schemas[0]}.accounts", "insert")
+            self.commit(txn)
+            held = [(t, k) for t, k in sorted(self.rows) if t.endswith(".accounts")]
+        here, key = self.rng.choice(held)
+        there = self.rng.choice([f"{s}.accounts" for s in other.schemas if f"{s}.accounts" != here])
+        row = self.rows[(here, key)]
+        txn = self.transaction()
+        txn.delete(here, key)
+        self.commit(txn)
+        txn = other.transaction()
+        txn.put(there, key, row)
+        other.commit(txn)
+        return row
+
+    def accounts(self, rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
+        """id -> (_cdc_source, _cdc_source_table, id, balance, note) of `rows`' accounts."""
+        return {k[0]: (self.sid, t, *row) for (t, k), row in rows.items() if t.endswith(".accounts")}
 
 
 class Txn:
@@ -306,6 +372,11 @@ class Figures:
     rows_duplicated: int = 0
     wrong_values: int = 0  # rows with a wrong value, or rows the source does not have
     windows_acked: Counter[str] = field(default_factory=Counter)
+    derived_whole: int = 0  # checks where shop.accounts held every source's base window: all of it compared
+    derived_partial: int = 0  # checks where some base window was not derived yet: the other ids compared
+    derived_rows: int = 0  # shop.accounts rows compared with the function of the base
+    contested: int = 0  # ids with two alive base rows (a move half landed), counted per check
+    ties: int = 0  # ... of which the two latest have equal commit times (the tie rule decides)
 
 
 class GroupOracle:
@@ -338,7 +409,18 @@ class GroupOracle:
         return unit_name(self.pipeline, sid)
 
     def uri(self, table: str) -> str:
+        """A lake table's location; BASE: the base of the derived table (`<lake>/_cdc.base/shop/accounts`)."""
+        if table == BASE:
+            return layout.base_uri(str(self.lake_root), self.LAKE_SCHEMA, GLOBAL)
         return layout.table_uri(str(self.lake_root), self.LAKE_SCHEMA, table)
+
+    def label(self, table: str) -> str:
+        return f"base of shop.{GLOBAL}" if table == BASE else f"shop.{table}"
+
+    @staticmethod
+    def kind(table: str) -> str:
+        """The source tables whose rows a Delta table holds (COLUMNS, KEY)."""
+        return GLOBAL if table == BASE else table
 
     def lake_table(self, sid: str, source_table: str) -> str:
         """The lake table (`orders` or `items` of schema `shop`) a source table lands in."""
@@ -354,6 +436,7 @@ class GroupOracle:
         windows = {sid: self._check_zk(sid, problems) for sid in self.sources}
         snapshots = self._check_delta(windows, problems)
         self._check_rows(windows, snapshots, problems, final=final)
+        self._check_derived(windows, snapshots, problems, final=final)
         if final:
             for sid, src in self.sources.items():
                 cursor = self._cursors[sid]
@@ -441,10 +524,14 @@ class GroupOracle:
         from deltalake import DeltaTable
 
         snapshots: dict[str, tuple[int, dict[str, int | None]] | None] = {}
-        for table in COLUMNS:
+        # The derived table before its base: a commit landing meanwhile can only make the base newer.
+        for table in (*LINEAGE_KEYED, GLOBAL, BASE):
             uri = self.uri(table)
-            tomb = layout.tombstone_uri(str(self.lake_root), self.LAKE_SCHEMA, table)
-            for what, u in ((f"shop.{table}", uri), (f"tombstones of shop.{table}", tomb)):
+            logs = [(self.label(table), uri)]
+            if table != GLOBAL:  # the derived table's hard deletes are its base's tombstones
+                logs.append((f"tombstones of shop.{self.kind(table)}",
+                             layout.tombstone_uri(str(self.lake_root), self.LAKE_SCHEMA, self.kind(table))))
+            for what, u in logs:
                 seen: dict[tuple[str, int], str] = {}
                 for commit, txns in sorted(self._delta_log_txns(u).items()):
                     for txn in txns:
@@ -469,21 +556,22 @@ class GroupOracle:
                 txns[sid] = None if v is None else int(v)
             snapshots[table] = (int(dt.version()), txns)
         # The cursor never gets ahead of Delta: every table an acked window of a source landed in holds that
-        # window (or a later one) under the source's txnAppId.
+        # window (or a later one) under the source's txnAppId (a derived table: it and its base).
         for sid, recs in windows.items():
             for s, rec in sorted(recs.items()):
                 if rec.state != STATE_ACKED:
                     continue
                 for source_table in sorted((rec.result or {}).get("tables") or {}):
-                    table = self.lake_table(sid, source_table)
-                    snap = snapshots.get(table)
-                    v = snap[1][sid] if snap else None
-                    if v is None or v < s:
-                        problems.append(
-                            f"source {sid}: window {s} is acked (cursor {self._cursors[sid].seq}) but Delta table "
-                            f"shop.{table} holds only window {v} of {self.unit(sid)!r} ({source_table}): the cursor "
-                            "got ahead of Delta"
-                        )
+                    lake_table = self.lake_table(sid, source_table)
+                    for table in (lake_table, BASE) if lake_table == GLOBAL else (lake_table,):
+                        snap = snapshots.get(table)
+                        v = snap[1][sid] if snap else None
+                        if v is None or v < s:
+                            problems.append(
+                                f"source {sid}: window {s} is acked (cursor {self._cursors[sid].seq}) but Delta table "
+                                f"{self.label(table)} holds only window {v} of {self.unit(sid)!r} ({source_table}): "
+                                "the cursor got ahead of Delta"
+                            )
         return snapshots
 
     def _check_rows(self, windows: dict[str, dict[int, WindowRecord]],
@@ -492,9 +580,10 @@ class GroupOracle:
         """No duplicate key in a lake table; each source's rows in it equal the source replayed to the end of the
         window the table holds for that source (final: equal the shard's real rows)."""
         real = {sid: src.real_rows() for sid, src in self.sources.items()} if final else {}
-        for table, snap in snapshots.items():
-            cols = ["_cdc_source", "_cdc_source_table", *COLUMNS[table]]
-            nkey = 2 + len(KEY[table])
+        for table in (*LINEAGE_KEYED, BASE):  # lineage-keyed: the routed tables and the derived table's base
+            snap, kind, name = snapshots[table], self.kind(table), self.label(table)
+            cols = ["_cdc_source", "_cdc_source_table", *COLUMNS[kind]]
+            nkey = 2 + len(KEY[kind])
             if snap is None:
                 listed: list[tuple[Any, ...]] = []
             else:
@@ -504,11 +593,11 @@ class GroupOracle:
             dups = sum(n - 1 for n in keys.values() if n > 1)
             if dups:
                 self.figures.rows_duplicated += dups
-                problems.append(f"shop.{table}: duplicated {dups} (count {len(listed)} != distinct keys {len(keys)}): "
+                problems.append(f"{name}: duplicated {dups} (count {len(listed)} != distinct keys {len(keys)}): "
                                 f"{sorted(k for k, n in keys.items() if n > 1)[:5]}")
             strangers = {r[0] for r in listed} - set(self.sources)
             if strangers:
-                problems.append(f"shop.{table}: rows of unknown sources {sorted(map(str, strangers))}")
+                problems.append(f"{name}: rows of unknown sources {sorted(map(str, strangers))}")
             for sid, src in self.sources.items():
                 actual = {(r[1], tuple(r[2:nkey])): tuple(r[2:]) for r in listed if r[0] == sid}
                 v = snap[1][sid] if snap else None
@@ -517,12 +606,12 @@ class GroupOracle:
                 elif v is None:
                     state, at = {}, "no window"
                 elif v not in windows[sid]:
-                    problems.append(f"shop.{table} holds window {v} of source {sid}, which has no record")
+                    problems.append(f"{name} holds window {v} of source {sid}, which has no record")
                     continue
                 else:
                     g = gtid_seq(windows[sid][v].plan.end.gtid, src.domain)
                     state, at = src.state_at(g), f"window {v} (to GTID {src.domain}-..-{g})"
-                expected = {k: row for k, row in state.items() if k[0].endswith(f".{table}")}
+                expected = {k: row for k, row in state.items() if k[0].endswith(f".{kind}")}
                 missing = sorted(set(expected) - set(actual))
                 extra = sorted(set(actual) - set(expected))
                 wrong = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
@@ -531,16 +620,89 @@ class GroupOracle:
                 self.figures.wrong_values += len(extra) + len(wrong)
                 if missing or extra or wrong:
                     problems.append(
-                        f"shop.{table}, rows of source {sid} differ from the source at {at}: missing {len(missing)} "
+                        f"{name}, rows of source {sid} differ from the source at {at}: missing {len(missing)} "
                         f"{missing[:3]}, extra {len(extra)} {extra[:3]}, wrong {len(wrong)} "
                         f"{[(k, actual[k], expected[k]) for k in wrong[:3]]}"
                     )
+
+    def _check_derived(self, windows: dict[str, dict[int, WindowRecord]],
+                       snapshots: dict[str, tuple[int, dict[str, int | None]] | None], problems: list[str],
+                       *, final: bool) -> None:
+        """The derived table shop.accounts (docs/group-pipelines.md, "Global keys"): one row per id; per source
+        its txn version is at most the base's (a window is derived after it landed in the base); each id is
+        the function of the base (`derive`): exactly for every id when the table holds every source's base
+        window, else for the ids no base-only window touched. Final: the union of the shards' accounts."""
+        snap_d, snap_b = snapshots[GLOBAL], snapshots[BASE]
+        held = {sid: snap_d[1][sid] if snap_d else None for sid in self.sources}
+        in_base = {sid: snap_b[1][sid] if snap_b else None for sid in self.sources}
+        pending: set[int] = set()  # ids a window that landed in the base but not in the derived table touched
+        for sid, src in self.sources.items():
+            d, b = held[sid] or 0, in_base[sid] or 0
+            if d > b:
+                problems.append(f"shop.{GLOBAL} holds window {d} of source {sid}, its base only "
+                                f"{in_base[sid]}: derived from a base that did not hold it")
+            elif d < b:
+                lo, hi = (gtid_seq(windows[sid][v].plan.end.gtid, src.domain) if v in windows[sid] else 0
+                          for v in (d, b))
+                pending |= {k[0] for g, changes in src.txns if lo < g <= hi
+                            for t, k, _ in changes if t.endswith(f".{GLOBAL}")}
+        derived = delta_state.read_rows(self.uri(GLOBAL), version=snap_d[0]).to_pylist() if snap_d else []
+        base = delta_state.read_rows(self.uri(BASE), version=snap_b[0]).to_pylist() if snap_b else []
+        ids = Counter(r["id"] for r in derived)
+        dups = sorted(i for i, n in ids.items() if n > 1)
+        if dups:
+            self.figures.rows_duplicated += sum(ids[i] - 1 for i in dups)
+            problems.append(f"shop.{GLOBAL}: more than one row for id {dups[:5]} (count {len(derived)} != "
+                            f"distinct ids {len(ids)})")
+        cols = sorted(set(base[0] if base else ()) & set(derived[0] if derived else ()))  # the whole row
+        actual = {r["id"]: tuple(r[c] for c in cols) for r in derived}
+        expected = {i: tuple(r[c] for c in cols) for i, r in derive_rows(base).items()}
+        alive = Counter(r["id"] for r in base if not r.get("_cdc_deleted"))
+        for i in (i for i, n in alive.items() if n > 1):
+            self.figures.contested += 1
+            times = sorted((r["_cdc_commit_ts"] for r in base if r["id"] == i and not r.get("_cdc_deleted")),
+                           key=lambda t: (t is not None, t and t.timestamp()), reverse=True)
+            self.figures.ties += times[0] == times[1]
+        compare = (set(actual) | set(expected)) - pending
+        self._diff_accounts(f"shop.{GLOBAL} differs from the function of its base (txn versions {held}, base "
+                            f"{in_base}; ids of base-only windows left out: {len(pending)})",
+                            {i: actual[i] for i in compare if i in actual},
+                            {i: expected[i] for i in compare if i in expected}, problems)
+        if pending:
+            self.figures.derived_partial += 1
+        else:
+            self.figures.derived_whole += 1
+        if final:  # the shards' accounts, keyed by id alone: exactly one row each, from the shard holding it
+            shards: dict[int, tuple[Any, ...]] = {}
+            for src in self.sources.values():
+                for i, row in src.accounts(src.real_rows()).items():
+                    if i in shards:
+                        problems.append(f"id {i} is on two shards ({shards[i][:2]}, {row[:2]}): the test broke "
+                                        "its own guarantee")
+                    shards[i] = row
+            names = ["_cdc_source", "_cdc_source_table", *COLUMNS[GLOBAL]]
+            self._diff_accounts(f"shop.{GLOBAL} differs from the union of the shards' accounts",
+                                {r["id"]: tuple(r[c] for c in names) for r in derived}, shards, problems)
+
+    def _diff_accounts(self, what: str, actual: dict[int, tuple[Any, ...]], expected: dict[int, tuple[Any, ...]],
+                       problems: list[str]) -> None:
+        missing = sorted(set(expected) - set(actual))
+        extra = sorted(set(actual) - set(expected))
+        wrong = sorted(i for i in set(expected) & set(actual) if expected[i] != actual[i])
+        self.figures.derived_rows += len(expected)
+        self.figures.rows_lost += len(missing)
+        self.figures.wrong_values += len(extra) + len(wrong)
+        if missing or extra or wrong:
+            problems.append(f"{what}: missing {len(missing)} {missing[:3]}, extra {len(extra)} "
+                            f"{[actual[i] for i in extra[:3]]}, wrong {len(wrong)} "
+                            f"{[(actual[i], expected[i]) for i in wrong[:3]]}")
 
     # ----------------------------------------------------------------------------- what is pending
 
     def pending(self) -> dict[str, str]:
         """Per source, its unfinished window: none, planned, half-staged, staged, half-merged (some of its Delta
-        commits landed: tables or tombstones) or merged (all landed, not acked)."""
+        commits landed: tables or tombstones), half-derived (the base of shop.accounts holds it, the derived
+        table not: the merge job stopped between the two) or merged (all landed, not acked)."""
         out = {}
         for sid, co in self.coordinators.items():
             rec = co.pending_window()
@@ -558,13 +720,36 @@ class GroupOracle:
             landed = [(delta_state.last_txn_version(self.uri(t), unit) or 0) >= seq for t in tables]
             tombs = [layout.tombstone_uri(str(self.lake_root), self.LAKE_SCHEMA, t) for t in tables]
             tombs_landed = [(delta_state.last_txn_version(u, unit) or 0) >= seq for u in tombs]
-            if landed and all(landed):
+            base_landed = GLOBAL in tables and (delta_state.last_txn_version(self.uri(BASE), unit) or 0) >= seq
+            if base_landed and (delta_state.last_txn_version(self.uri(GLOBAL), unit) or 0) < seq:
+                out[sid] = "half-derived"
+            elif landed and all(landed):
                 out[sid] = "merged"
             elif any(landed) or any(tombs_landed):
                 out[sid] = "half-merged"
             else:
                 out[sid] = "staged"
         return out
+
+
+def derive_rows(base: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """The derived table as the documented function of its base rows: per id, the alive row with the latest
+    `_cdc_commit_ts` (no time: last, as Spark orders NULLs descending), ties to the smaller `_cdc_source`,
+    then `_cdc_source_table` (byte order); an id without an alive row has none."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in base:
+        if r.get("_cdc_deleted"):
+            continue
+        best = out.get(r["id"])
+        if best is None or _derive_order(r) < _derive_order(best):
+            out[r["id"]] = r
+    return out
+
+
+def _derive_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    ts = r["_cdc_commit_ts"]
+    newest_first = (0, -ts.timestamp()) if ts is not None else (1, 0.0)
+    return (*newest_first, r["_cdc_source"].encode(), r["_cdc_source_table"].encode())
 
 
 # ---------------------------------------------------------------------------------------------- the rig
@@ -591,11 +776,16 @@ class GroupRig(Rig):
         self.prefix = f"g{tag}"
         # Source a: two schemas on shard 1 (equal keys in both); source b: one schema on shard 2.
         layout_ = {"a": (self.shards[0], ("00", "01")), "b": (self.shards[1], ("02",))}
+        ids = itertools.count(1)  # accounts ids, shared: globally unique across both shards and all schemas
         self.sources = {
-            sid: Source(sid, shard, tuple(f"{self.prefix}_{n}" for n in nums), random.Random(f"{self.seed}-{sid}"))
+            sid: Source(sid, shard, tuple(f"{self.prefix}_{n}" for n in nums), random.Random(f"{self.seed}-{sid}"),
+                        ids)
             for sid, (shard, nums) in layout_.items()
         }
-        self.routes = (Route(rf"{self.prefix}_0[0-9]\.(orders|items)", r"shop.\1"),)
+        self.routes = (
+            Route(rf"{self.prefix}_0[0-9]\.(orders|items)", r"shop.\1"),
+            Route(rf"{self.prefix}_0[0-9]\.{GLOBAL}", f"shop.{GLOBAL}", key=KEY_PRIMARY),
+        )
         self.starts: dict[str, dict[str, Any]] = {}
         for sid, src in self.sources.items():
             src.create()
@@ -616,7 +806,7 @@ class GroupRig(Rig):
         pipeline = {
             "name": self.name,
             "sources": [{"id": sid, "conn_id": self.conn_id(sid), "start": self.starts[sid]} for sid in self.sources],
-            "tables": {"include": [f"{self.prefix}_0*.orders", f"{self.prefix}_0*.items"]},
+            "tables": {"include": [f"{self.prefix}_0*.{t}" for t in COLUMNS]},
             "routes": [r.to_dict() for r in self.routes],
             "snapshot": {"on_start": False},
             "zookeeper": {"hosts": self.services.zk_hosts, "root": self.zk_root},
@@ -657,10 +847,10 @@ class GroupRig(Rig):
         return True
 
 
-def crash(rig: GroupRig, point: str, source: str | None) -> CliResult:
+def crash(rig: GroupRig, point: str, source: str | None, windows: int = 1) -> CliResult:
     """SIGKILL a run (of one source, or of the whole group) at `point`; it must fire there."""
     rig.let_next_run_take_lease()
-    r = rig.run_units(source, fault=point)
+    r = rig.run_units(source, windows=windows, fault=point)
     rig.check(f"crash at {point} ({source or 'group'} run, rc {r.rc})")
     if not (r.killed and point in r.fired):
         raise AssertionError(f"the {source or 'group'} run was not killed at {point}:\n{r.explain()}")
@@ -686,7 +876,7 @@ def drain(rig: GroupRig, max_runs: int = 5) -> int:
 def test_group_pipeline_crashes_at_every_fault_point_with_several_sources_pending_converge(
     private_services: Any, shard_servers: Any, merge_server: Any, fault_zk: Any, tmp_path: Path
 ) -> None:
-    assert {p for p, *_ in STEPS} == set(CRASH_POINTS)
+    assert {step.point for step in STEPS} == set(POINTS)
     rig = GroupRig(private_services, tmp_path / "group", fault_zk, merge_server.address, SEED,
                    shards=tuple(shard_servers)[:2], caps=BIG_CAPS, windows_per_run=1)
     try:
@@ -694,11 +884,19 @@ def test_group_pipeline_crashes_at_every_fault_point_with_several_sources_pendin
         a.batch(6)
         b.batch(6)
         a.move_to(b)  # shard 1 -> shard 2, keeping its key
+        a.move_account(b)  # a global id: shard 1 -> shard 2
+        moved: tuple[Any, ...] = ()
+        moved_account: tuple[Any, ...] = ()
         together: list[str] = []
-        for point, who, writes, expected in STEPS:
+        for point, who, writes, expected, windows in STEPS:
             for sid in writes:
                 rig.sources[sid].batch(3)
-            r = crash(rig, point, who)
+            if len(writes) == 2:  # rows move both ways: global ids between the shards and between a's schemas
+                a.move_account(a)
+                a.move_account(b)
+                moved_account = b.move_account(a)
+                moved = b.move_to(a)  # an order, keeping its key: the last change on both shards
+            r = crash(rig, point, who, windows)
             pending = rig.oracle.pending()
             assert pending == expected, (
                 f"after the crash at {point} ({who or 'group'} run) the sources hold {pending}, expected {expected}\n"
@@ -706,20 +904,22 @@ def test_group_pipeline_crashes_at_every_fault_point_with_several_sources_pendin
             )
             if all(state != "none" for state in pending.values()):
                 together.append(f"{point}: {pending}")
-        assert len(together) >= 8, together  # both sources had unfinished windows across most of the crashes
-        a.batch(3)
-        b.batch(3)
-        moved = b.move_to(a)  # and one the other way, the last change on both shards
+        assert len(together) >= 11, together  # both sources had unfinished windows across most of the crashes
         runs = drain(rig)
         rig.check("final", final=True)
         f = rig.oracle.figures
         assert (f.rows_lost, f.rows_duplicated, f.wrong_values) == (0, 0, 0), f
         assert f.rows_compared > 0 and all(f.windows_acked[s] >= 3 for s in SOURCES), f
+        # shop.accounts was checked whole and, while some base windows were not derived yet, in part
+        assert f.derived_whole > 0 and f.derived_partial >= 3 and f.derived_rows > 0, f
+        accounts = [r for r in delta_state.read_rows(rig.oracle.uri(GLOBAL)).to_pylist() if r["id"] == moved_account[0]]
+        assert [(r["_cdc_source"], r["balance"], r["note"]) for r in accounts] == [("a", *moved_account[1:])], (
+            accounts)  # the id moved last: one row, under the shard that holds it now
         lake = [r for r in delta_state.read_rows(rig.oracle.uri("orders")).to_pylist() if r["id"] == moved[0]]
         assert [(r["_cdc_source"], r["_cdc_source_table"], r["amount"], r["note"]) for r in lake
                 if r["_cdc_source_table"] in (f"{a.schemas[0]}.orders", f"{b.schemas[0]}.orders")] == [
             ("a", f"{a.schemas[0]}.orders", *moved[1:])
-        ], lake  # exactly one copy of the moved row: under the shard that holds it now
+        ], lake  # exactly one copy of the row moved last: under the shard that holds it now
         print(f"\ngroup fault scenario: {len(STEPS)} crashes, {runs} clean run(s); both sources pending after "
               f"{len(together)} crashes:\n  " + "\n  ".join(together) + f"\n{f}")
         _oracle_notices_damage(rig, merge_server.spark())
@@ -728,8 +928,9 @@ def test_group_pipeline_crashes_at_every_fault_point_with_several_sources_pendin
 
 
 def _oracle_notices_damage(rig: GroupRig, spark: Any) -> None:
-    """The oracle can fail: a duplicated lake row, a lost one, a cursor moved back and a Delta table gone under
-    acked windows (the cursor ahead of Delta) are each reported."""
+    """The oracle can fail: a duplicated lake row, a lost one, a cursor moved back, a Delta table gone under
+    acked windows (the cursor ahead of Delta), and in the derived table a second row for one id, a lost row
+    and a row of an id no shard has are each reported."""
     t = f"delta.`{rig.oracle.uri('orders')}`"
     first = spark.sql(f"SELECT _cdc_source_table, id FROM {t} WHERE _cdc_source = 'b' ORDER BY id LIMIT 1").collect()[0]
     where = f"_cdc_source = 'b' AND _cdc_source_table = '{first[0]}' AND id = {first[1]}"
@@ -749,3 +950,21 @@ def _oracle_notices_damage(rig: GroupRig, spark: Any) -> None:
     shutil.rmtree(rig.oracle.uri("items"))
     with pytest.raises(AssertionError, match=r"Delta table shop\.items holds only window None .* ahead of Delta"):
         rig.check("a Delta table deleted under acked windows")
+    from pyspark.sql import functions as F
+
+    uri = rig.oracle.uri(GLOBAL)
+    g = f"delta.`{uri}`"
+    some = spark.sql(f"SELECT id FROM {g} ORDER BY id LIMIT 1").collect()[0][0]
+    spark.sql(f"INSERT INTO {g} SELECT * FROM {g} WHERE id = {some}")
+    with pytest.raises(AssertionError, match=rf"shop\.accounts: more than one row for id \[{some}\]"):
+        rig.check("a second row for one id in the derived table")
+    spark.sql(f"DELETE FROM {g} WHERE id = {some}")
+    differs = r"shop\.accounts differs from the function of its base"
+    with pytest.raises(AssertionError, match=rf"{differs} .*: missing 1 \[{some}\]"):
+        rig.check("a derived row lost")
+    stranger = 10**9  # no shard has it, the allocator never gave it
+    some = spark.sql(f"SELECT id FROM {g} ORDER BY id LIMIT 1").collect()[0][0]
+    (spark.read.format("delta").load(uri).where(f"id = {some}").withColumn("id", F.lit(stranger))
+     .write.format("delta").mode("append").save(uri))
+    with pytest.raises(AssertionError, match=rf"{differs} .*extra 1 .*{stranger}"):
+        rig.check("a derived row of an id no shard has")
