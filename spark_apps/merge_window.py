@@ -1235,16 +1235,18 @@ def _merge_concurrently(
                 return
             try:
                 result = _land_table(mine, st)
+                with lock:
+                    done[st.name] = result
+                    first = len(done) == 1
+                if crash_after_first and first:
+                    # Crash suite: some tables committed, others still merging. An in-process fault (the
+                    # suite's merge server) raises here: it stops the whole job as a SIGKILL would.
+                    faults.point("mid_merge")
             except BaseException as e:  # re-raised by the caller
                 with lock:
                     errors.append((order[st.name], e))
                 stop.set()
                 return
-            with lock:
-                done[st.name] = result
-                first = len(done) == 1
-            if crash_after_first and first:
-                faults.point("mid_merge")  # crash suite: some tables committed, others still merging
 
     threads = [
         threading.Thread(target=worker, name=f"cdc-merge-{i}", daemon=True) for i in range(min(parallelism, len(todo)))
