@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import uuid
@@ -69,3 +70,7 @@ def running_cluster() -> Iterator[Cluster]:
         stopped = c.script("stop")
         assert stopped.returncode == 0, stopped.stderr[-3000:]
         assert "running" not in c.script("status").stdout
+        # The workers' directories hold every application's copied jars (GBs with the object store's SDK):
+        # keep them only when asked, for a post-mortem.
+        if os.environ.get("CDC_KEEP_SPARK_CLUSTER_DIR") != "1":
+            shutil.rmtree(c.dir, ignore_errors=True)
