@@ -204,6 +204,16 @@ def _merge_families(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {**new, "workloads": kept + new.get("workloads", []), "errors": errors}
 
 
+def save_section(out: str | Path, key: str, section: dict[str, Any]) -> None:
+    """One benchmark module's section into the results file (others' sections kept), RESULTS.md re-rendered,
+    and the section printed: how `python -m bench.tables`, `bench.warm`, ... record what they measured."""
+    path = Path(out)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[key] = section
+    _write(results, path)
+    print(json.dumps(section, indent=1, default=str))
+
+
 def _write(results: dict[str, Any], path: Path) -> None:
     from bench.report import render
 

@@ -306,13 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         if private is not None:
             private.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    out_path = Path(args.out)
-    results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    results[args.key] = section
-    from bench.__main__ import _write
+    from bench.__main__ import save_section
 
-    _write(results, out_path)
-    print(json.dumps(section, indent=1, default=str))
+    save_section(args.out, args.key, section)
     return 0
 
 

@@ -283,6 +283,10 @@ class Source:
             self.commit(txn)
             ids = [free[0]]
         key = self.rng.choice(ids)
+        return self._move(here, key, other, there)
+
+    def _move(self, here: str, key: tuple[Any, ...], other: Source, there: str) -> tuple[Any, ...]:
+        """A DELETE of `key` here, then an INSERT of the same row in `other`'s table `there`: two transactions."""
         row = self.rows[(here, key)]
         txn = self.transaction()
         txn.delete(here, key)
@@ -304,14 +308,7 @@ class Source:
             held = [(t, k) for t, k in sorted(self.rows) if t.endswith(".accounts")]
         here, key = self.rng.choice(held)
         there = self.rng.choice([f"{s}.accounts" for s in other.schemas if f"{s}.accounts" != here])
-        row = self.rows[(here, key)]
-        txn = self.transaction()
-        txn.delete(here, key)
-        self.commit(txn)
-        txn = other.transaction()
-        txn.put(there, key, row)
-        other.commit(txn)
-        return row
+        return self._move(here, key, other, there)
 
     def accounts(self, rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
         """id -> (_cdc_source, _cdc_source_table, id, balance, note) of `rows`' accounts."""

@@ -65,32 +65,45 @@ def lake_rows(uri: str) -> set[tuple[Any, ...]]:
     return set(listed)
 
 
+ORDERS_DDL = "CREATE TABLE `{s}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))"
+
+
+def group_pipeline(
+    prefix: str, shards: dict[str, Any], schemas: dict[str, tuple[str, ...]], route: dict[str, str], *,
+    services: Any, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> tuple[str, Path]:
+    """A group pipeline over `shards` (source id -> shard server), each with fresh `schemas[id]` holding `orders`,
+    every `<prefix>_*.orders` captured and routed by `route`; sources start at their binlog's end. Returns
+    (pipeline name, config file). Other tests' `<prefix>_*` schemas on the shards are dropped first: they would
+    be captured too."""
+    suffix = uuid.uuid4().hex[:6]
+    sources = []
+    for sid, shard in shards.items():
+        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
+                "login": shard.mysql_user, "password": shard.mysql_password}
+        conn_id = f"{prefix}_{sid}_{suffix}"
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+        drop_databases(shard, prefix + r"\_%")
+        run_sql(shard, *(stmt for schema in schemas[sid]
+                         for stmt in (f"CREATE DATABASE `{schema}`", ORDERS_DDL.format(s=schema))))
+        sources.append({"id": sid, "conn_id": conn_id, "start": shard.binlog_end()})
+    name = f"{prefix}_{suffix}"
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [{
+        "name": name, "sources": sources, "tables": {"include": [f"{prefix}_*.orders"]}, "routes": [route],
+        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
+    }]}))
+    return name, config
+
+
 def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_not_stop_the_others(
     shard_servers: Any, services: Any, zk_client: Any, zk_root: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     shards = dict(zip(SOURCES, list(shard_servers)[:3], strict=True))
-    suffix = uuid.uuid4().hex[:6]
-    name = f"shop_{suffix}"
-    sources = []
-    for sid, shard in shards.items():
-        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
-                "login": shard.mysql_user, "password": shard.mysql_password}
-        monkeypatch.setenv(f"AIRFLOW_CONN_SHARD_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
-        drop_databases(shard, r"shop\_%")  # another test's shop_* schema on this shard would be captured too
-        stmts = []
-        for schema in SCHEMAS[sid]:
-            stmts += [f"DROP DATABASE IF EXISTS `{schema}`", f"CREATE DATABASE `{schema}`",
-                      f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))"]
-        run_sql(shard, *stmts)
-        sources.append({"id": sid, "conn_id": f"shard_{sid}_{suffix}", "start": shard.binlog_end()})
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [{
-        "name": name, "sources": sources, "tables": {"include": ["shop_*.orders"]},
-        "routes": [{"from": r"shop_[0-9]+\.orders", "to": "shop.orders"}],
-        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
-        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
-    }]}))
+    name, config = group_pipeline("shop", shards, SCHEMAS, {"from": r"shop_[0-9]+\.orders", "to": "shop.orders"},
+                                  services=services, zk_root=zk_root, tmp_path=tmp_path, monkeypatch=monkeypatch)
     code, out, err = cdc(config, capsys, "validate")
     assert code == 0, (out, err)
     assert "sources=['a', 'b', 'c']" in out
@@ -200,25 +213,12 @@ def test_global_keys_rows_moved_between_shards_end_as_one_row_per_key(
     first and id 10 (b -> a) its insert first. The intermediate states, and a crash between the base and
     the derived commit, are tested on the merge job itself (tests/integration/test_merge_window.py)."""
     shards = dict(zip(("a", "b"), list(shard_servers)[:2], strict=True))
-    suffix = uuid.uuid4().hex[:6]
-    name = f"gk_{suffix}"
     schema = {"a": "gshop_00", "b": "gshop_01"}
-    sources = []
-    for sid, shard in shards.items():
-        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
-                "login": shard.mysql_user, "password": shard.mysql_password}
-        monkeypatch.setenv(f"AIRFLOW_CONN_GK_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
-        drop_databases(shard, r"gshop\_%")
-        run_sql(shard, f"CREATE DATABASE `{schema[sid]}`",
-                f"CREATE TABLE `{schema[sid]}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))")
-        sources.append({"id": sid, "conn_id": f"gk_{sid}_{suffix}", "start": shard.binlog_end()})
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [{
-        "name": name, "sources": sources, "tables": {"include": ["gshop_*.orders"]},
-        "routes": [{"from": r"gshop_[0-9]+\.orders", "to": "gshop.orders", "key": "primary_key"}],
-        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
-        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
-    }]}))
+    name, config = group_pipeline(
+        "gshop", shards, {sid: (sch,) for sid, sch in schema.items()},
+        {"from": r"gshop_[0-9]+\.orders", "to": "gshop.orders", "key": "primary_key"},
+        services=services, zk_root=zk_root, tmp_path=tmp_path, monkeypatch=monkeypatch,
+    )
     uri = str(tmp_path / "lake" / "gshop" / "orders")
 
     def expected() -> dict[int, tuple[Any, ...]]:
@@ -269,26 +269,9 @@ def test_a_shard_stopped_while_its_window_is_staged_fails_only_that_source_until
     immutable) and the lake equals the union of the shards, nothing lost or doubled."""
     first, second = list(shard_servers)[:2]
     shards = {"b": second, "a": first}  # b runs first: it is the one stopped
-    suffix = uuid.uuid4().hex[:6]
-    name = f"stop_{suffix}"
     schemas = {"b": ("mshop_01",), "a": ("mshop_00",)}
-    sources = []
-    for sid, shard in shards.items():
-        conn = {"conn_type": "mysql", "host": shard.mysql_host, "port": shard.mysql_port,
-                "login": shard.mysql_user, "password": shard.mysql_password}
-        monkeypatch.setenv(f"AIRFLOW_CONN_STOP_{sid.upper()}_{suffix.upper()}", json.dumps(conn))
-        drop_databases(shard, r"mshop\_%")
-        schema = schemas[sid][0]
-        run_sql(shard, f"CREATE DATABASE `{schema}`",
-                f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, amount INT NOT NULL, note VARCHAR(20))")
-        sources.append({"id": sid, "conn_id": f"stop_{sid}_{suffix}", "start": shard.binlog_end()})
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [{
-        "name": name, "sources": sources, "tables": {"include": ["mshop_*.orders"]},
-        "routes": [{"from": r"mshop_[0-9]+\.orders", "to": "mshop.orders"}],
-        "snapshot": {"on_start": False}, "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
-        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
-    }]}))
+    name, config = group_pipeline("mshop", shards, schemas, {"from": r"mshop_[0-9]+\.orders", "to": "mshop.orders"},
+                                  services=services, zk_root=zk_root, tmp_path=tmp_path, monkeypatch=monkeypatch)
     for sid, shard in shards.items():
         schema = schemas[sid][0]
         run_sql(shard, *(f"INSERT INTO `{schema}`.orders VALUES ({i}, {i * 10}, '{sid}')" for i in range(1, 6)))

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 
 from cdc_core.cli import main
 from cdc_core.lake import merge_client
+from tests.support.cli import cli_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -117,33 +117,22 @@ class ServerProcess:
 
 @pytest.fixture
 def env(services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    name = "warm_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_WARM", json.dumps(conn))
     monkeypatch.delenv(merge_client.ADDRESS_ENV, raising=False)
-    root = services.root_connect(source_db)
-    with root.cursor() as cur:
-        for t in TABLES:
-            cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)")
-    root.close()
     address = f"127.0.0.1:{_free_port()}"
-    pipeline = {
-        "name": name,
-        "source": {"conn_id": "cdc_source_warm"},
-        "tables": {"include": [f"{source_db}.*"]},
-        "start": services.binlog_end(),
-        "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": services.zk_hosts, "root": zk_root},
-        "staging_root": str(tmp_path / "staging"),
-        "lake_root": str(tmp_path / "lake"),
-        "schedule": None,
-        # One table after the other, so the server dies with exactly the first table of the window committed.
-        "spark": {"merge_server": {"address": address, "timeout_seconds": 900}, "merge_parallelism": 1},
-    }
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(json.dumps({"pipelines": [pipeline]}))
-    return {"name": name, "config": str(config), "db": source_db, "address": address}
+    p = cli_pipeline(
+        services, source_db, zk_root, tmp_path, prefix="warm",
+        ddl=[f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)" for t in TABLES],
+        settings=lambda name: {
+            "staging_root": str(tmp_path / "staging"),
+            "lake_root": str(tmp_path / "lake"),
+            # One table after the other, so the server dies with exactly the first table of the window committed.
+            "spark": {"merge_server": {"address": address, "timeout_seconds": 900}, "merge_parallelism": 1},
+        },
+    )
+    for key, value in p["env"].items():  # the CLI runs in this process: its source connection, as env
+        if key.startswith("AIRFLOW_CONN_"):
+            monkeypatch.setenv(key, value)
+    return {**p, "address": address}
 
 
 def cdc(env: dict[str, Any], capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:

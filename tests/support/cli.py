@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_pipeline(
-    services: Any, source_db: str, zk_root: str, tmp_path: Path, *, prefix: str, ddl: str,
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, *, prefix: str, ddl: str | Sequence[str],
     settings: Callable[[str], dict[str, Any]], env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One pipeline over `source_db` (its table created by `ddl`), starting at the binlog's end, with
-    `settings(name)` on top; its source connection in the returned environment (plus `env`)."""
+    """One pipeline over `source_db` (its tables created by `ddl`: one statement or several), starting at the
+    binlog's end, with `settings(name)` on top; its source connection in the returned environment (plus `env`)."""
     name = f"{prefix}_{uuid.uuid4().hex[:6]}"
     conn_id = f"cdc_source_{prefix}"
     conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
             "login": services.mysql_user, "password": services.mysql_password}
-    write(services, source_db, ddl)
+    write(services, source_db, *([ddl] if isinstance(ddl, str) else ddl))
     cfg = {
         "name": name, "source": {"conn_id": conn_id}, "tables": {"include": [f"{source_db}.*"]},
         "start": services.binlog_end(), "snapshot": {"on_start": False},
