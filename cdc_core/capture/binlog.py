@@ -328,30 +328,28 @@ class _Packets:
             conn._current_timeout = conn._read_timeout
         self.rfile_read = conn._rfile.read
 
-    def read_bytes(self, n: int) -> bytes:
-        try:
-            data: bytes = self.rfile_read(n)
-        except OSError as e:  # pymysql's _read_bytes, minus the EINTR retry Python does itself (PEP 475)
-            self.conn._force_close()
-            raise pymysql.err.OperationalError(2013, f"Lost connection to MySQL server during query ({e})") from None
-        if len(data) < n:
-            self.conn._force_close()
-            raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
-        return data
-
     def read(self) -> bytes:
-        conn, read = self.conn, self.read_bytes
+        conn, read = self.conn, self.rfile_read
         parts: list[bytes] = []
         while True:
-            header = read(4)
-            size = header[0] | header[1] << 8 | header[2] << 16
+            try:  # pymysql's _read_bytes, minus the EINTR retry Python does itself (PEP 475)
+                header = read(4)
+                size = header[0] | header[1] << 8 | header[2] << 16 if len(header) == 4 else -1
+                data = read(size) if size >= 0 else b""
+            except OSError as e:
+                conn._force_close()
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server during query ({e})"
+                ) from None
+            if len(data) != size:
+                conn._force_close()
+                raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
             if header[3] != conn._next_seq_id:
                 conn._force_close()
                 raise pymysql.err.OperationalError(
                     2013, f"Lost connection to MySQL server: packet sequence {header[3]}, expected {conn._next_seq_id}"
                 )
             conn._next_seq_id = (header[3] + 1) % 256
-            data = read(size)
             if size < self._MAX and not parts:
                 break
             parts.append(data)
@@ -589,8 +587,12 @@ class _TxnAssembler:
         prev_commit_ts: float | None = None,
         *,
         track_gtid: bool = True,
+        boundaries: bool = True,
     ) -> None:
         self.identity = identity
+        # Readers only need where each transaction ends and when it committed: without `boundaries`,
+        # `feed` returns the closing event itself (its file, end and timestamp) instead of a TxnBoundary.
+        self.boundaries = boundaries
         self.flavor = identity.flavor
         self.epoch = epoch
         # Readers only count transactions: without GTID tracking, boundaries carry no GTID state.
@@ -616,7 +618,10 @@ class _TxnAssembler:
         self.t_file, self.t_start, self.t_gtid, self.t_events = ev.file, ev.start, gtid, 0
         self.t_ddl = ddl
 
-    def _close(self, ev: _Ev, is_ddl: bool) -> TxnBoundary:
+    def _close(self, ev: _Ev, is_ddl: bool) -> Any:
+        if not self.boundaries:
+            self._reset()
+            return ev
         start_state = self.state
         if self.state is not None and self.t_gtid is not None:
             self.state = self.state.add(self.t_gtid)
@@ -643,7 +648,8 @@ class _TxnAssembler:
         self._reset()
         return b
 
-    def feed(self, ev: _Ev) -> TxnBoundary | None:
+    def feed(self, ev: _Ev) -> Any:
+        """The TxnBoundary this event completes (with `boundaries=False`: the event), else None."""
         k = ev.kind
         if k == "gtid":
             # MariaDB's GTID event opens the transaction (no BEGIN follows) unless it is standalone (DDL).
@@ -1199,8 +1205,15 @@ BATCH_ROWS = 16_384
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 
 
-def decode_workers(plan: WindowPlan) -> int:
-    """Worker processes for decoding a window: none for small windows (starting them costs more)."""
+def decode_workers(plan: WindowPlan, native: bool | None = None) -> int:
+    """Worker processes for decoding a window: none for small windows (starting them costs more), and
+    none with the compiled row walk (`native`, default: when it is available): what is left to decode
+    then costs less than pickling each slice's images to a worker and its batches back (measured on
+    2 cores: inline 1.2-1.8x faster on text, JSON and wide tables; bench/RESULTS.md, issue 19)."""
+    from cdc_core.capture import rowdecode
+
+    if rowdecode.native_available() if native is None else native:
+        return 0
     cores = os.cpu_count() or 1
     if cores < 2 or plan.bytes < PARALLEL_MIN_BYTES:
         return 0
@@ -1238,6 +1251,7 @@ def read_change_batches(
     slice_bytes: int = SLICE_BYTES,
     vectorize: bool = True,
     zero_dates: str = "null",
+    native: bool | None = None,
 ) -> Iterator[RowBatch | SchemaChangeEvent]:
     """The window's changes like `read_changes`, decoded column-wise straight into the staged form.
 
@@ -1248,6 +1262,8 @@ def read_change_batches(
     of the window, by `workers` processes (default `decode_workers(plan)`; 0: in this process).
     Batches come in ordinal order per table (tables interleave); a DDL event after the batches of
     its slice. `vectorize=False` decodes every column with the per-value functions (tests compare).
+    `native`: walk row images with the compiled scanner (default: when built and not switched off with
+    CDC_NATIVE_DECODER=0; `rowdecode.native_available`); False runs the same walk as generated Python.
     """
     if plan.start.same_point(plan.end):
         return
@@ -1257,16 +1273,18 @@ def read_change_batches(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
-    asm = _TxnAssembler(identity, plan.start.epoch, None, plan.start.commit_ts, track_gtid=False)
+    asm = _TxnAssembler(identity, plan.start.epoch, None, plan.start.commit_ts, track_gtid=False, boundaries=False)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)
+    end_index, end_offset = end_key
     epoch = plan.start.epoch
     tables: dict[int, tuple[int, rowdecode.TableSpec] | None] = {}  # table id -> (slice table id, spec)
     specs: dict[tuple[str, str], tuple[int, rowdecode.TableSpec]] = {}  # current shape per table name
     transactions = 0
     last_end: tuple[int, int] | None = None
-    last_label = "nothing"
-    nworkers = decode_workers(plan) if workers is None else workers
+    last_file = ""
+    use_native = rowdecode.native_available() if native is None else native
+    nworkers = decode_workers(plan, use_native) if workers is None else workers
     decoder: Any = WorkerPool(nworkers) if nworkers > 0 else _InlineDecoder()
     inflight: deque[tuple[Callable[[], rowdecode.SliceResult], list[tuple[str, str, int]]]] = deque()
     base = 0  # ordinals taken by the slices already yielded
@@ -1294,7 +1312,7 @@ def read_change_batches(
         base += done.ordinals
 
     def submit(sl: rowdecode.Slice) -> Iterator[Any]:
-        inflight.append((decoder.submit(sl.job(batch_rows, vectorize)), sl.ddl))
+        inflight.append((decoder.submit(sl.job(batch_rows, vectorize, use_native)), sl.ddl))
         while len(inflight) > max(1, nworkers):  # one slice decoding per worker (or the decode thread)
             yield from finish(*inflight.popleft())
 
@@ -1307,19 +1325,24 @@ def read_change_batches(
         only_schemas=table_filter.literal_schemas(),
         rows=ROWS_RAW,
     )
+    file, file_index = "", -1  # the file of the last event and its index (events come file by file)
+    started = False
     try:
         with closing(events):
             for ev in events:
-                if ev.kind in _FORGET_TABLES:
+                kind = ev.kind
+                if kind in _FORGET_TABLES:
                     tables.clear()
                 if ev.end == 0:
                     continue
-                key = _pos_key(ev.file, ev.start)
-                if key < start_key:
-                    continue
-                if key >= end_key:
+                if ev.file is not file:
+                    file, file_index = ev.file, _file_index(ev.file)
+                if not started:
+                    if (file_index, ev.start) < start_key:
+                        continue
+                    started = True
+                if file_index > end_index or (file_index == end_index and ev.start >= end_offset):
                     break
-                kind = ev.kind
                 if kind == "rows":
                     raw = ev.raw
                     found = tables.get(raw.table_id) if raw is not None else None
@@ -1346,17 +1369,16 @@ def read_change_batches(
                 b = asm.feed(ev)
                 if b is None:
                     if not asm.in_txn:  # an event without row changes after the last transaction (QuietTail)
-                        last_end = _pos_key(ev.file, ev.end)
-                        last_label = f"up to {ev.file}:{ev.end}"
+                        last_end, last_file = (file_index, ev.end), file
                     continue
                 transactions += 1
-                last_end = _pos_key(b.end.file, b.end.offset)
-                last_label = f"up to {b.end.file}:{b.end.offset}"
-                current.commit(float(b.end.commit_ts or 0.0))
+                last_end, last_file = (file_index, b.end), file  # b is this event: the transaction's end
+                current.commit(float(b.timestamp or 0))
                 if current.nbytes >= slice_bytes or len(current.order) >= SLICE_EVENTS:
                     yield from submit(current)
                     current = rowdecode.Slice()
         if last_end != end_key:
+            last_label = "nothing" if last_end is None else f"up to {last_file}:{last_end[1]}"
             raise SourceError(
                 f"pipeline {plan.pipeline!r}: window {plan.label()} could not be read to its end from "
                 f"{params.address}: read {last_label} ({transactions} complete transactions). The binlog no longer "

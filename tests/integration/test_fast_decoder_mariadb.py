@@ -165,7 +165,14 @@ def test_columnar_decoder_stages_exactly_what_the_library_decodes(
         return staging.stage_window(plan, items, str(tmp_path / name))
 
     reference = stage("library", read_changes(params, after.identity, plan, tables, schemas_from(params)))
-    fast = stage("vector", read_change_batches(params, after.identity, plan, tables, schemas_from(params), workers=0))
+    fast = stage(
+        "vector",
+        read_change_batches(params, after.identity, plan, tables, schemas_from(params), workers=0, native=True),
+    )
+    python_walk = stage(  # the fallback when the compiled walk is not built (or CDC_NATIVE_DECODER=0)
+        "python_walk",
+        read_change_batches(params, after.identity, plan, tables, schemas_from(params), workers=0, native=False),
+    )
     per_value = stage(
         "per_value",
         read_change_batches(params, after.identity, plan, tables, schemas_from(params), workers=0, vectorize=False),
@@ -180,7 +187,7 @@ def test_columnar_decoder_stages_exactly_what_the_library_decodes(
     other = reference.table(f"{source_db}.other")
     assert len(other.files) == 2 and (other.inserts, other.updates, other.deletes) == (3001, 1000, 1001)
     assert len(reference.ddl) == 1
-    for name, got in (("vector", fast), ("per-value", per_value), ("worker", worker)):
+    for name, got in (("vector", fast), ("python-walk", python_walk), ("per-value", per_value), ("worker", worker)):
         for t in reference.tables:
             want = staging.read_table_changes(str(tmp_path / "library"), reference, t.name)
             have = staging.read_table_changes(str(tmp_path / name.replace("-", "_")), got, t.name)

@@ -6,8 +6,9 @@ extremes, CHAR/VARCHAR trailing spaces, BINARY zero padding, ENUM index 0, the e
 scalars and nesting, -0.0, latin1 text), inserts them and then updates every row to a second random
 image, and demands:
 
-- the binlog window staged by the library path (`read_changes`), the vector kernels, the pure-Python
-  per-value functions and a worker process is byte-identical (manifests carry each file's sha256);
+- the binlog window staged by the library path (`read_changes`), the vector kernels (with the compiled
+  row walk and with its generated-Python fallback), the pure-Python per-value functions and a worker
+  process is byte-identical (manifests carry each file's sha256);
 - the binlog's last image of every row equals the row the snapshot path (`snapshot.read_chunk`) stages;
 - both equal what `SELECT` returns, converted only as docs/type-map.md documents.
 
@@ -343,7 +344,11 @@ class Paths:
             "library": staging.stage_window(plan, read_changes(p, after.identity, plan, tables, lookup),
                                             str(out / "library")),
             "vector": staging.stage_window(
-                plan, read_change_batches(p, after.identity, plan, tables, lookup, workers=0), str(out / "vector")),
+                plan, read_change_batches(p, after.identity, plan, tables, lookup, workers=0, native=True),
+                str(out / "vector")),
+            "python_walk": staging.stage_window(  # the fallback without the compiled row walk
+                plan, read_change_batches(p, after.identity, plan, tables, lookup, workers=0, native=False),
+                str(out / "python_walk")),
             "per_value": staging.stage_window(
                 plan, read_change_batches(p, after.identity, plan, tables, lookup, workers=0, vectorize=False),
                 str(out / "per_value")),
@@ -364,7 +369,7 @@ class Paths:
         # Every family decodes on a vector kernel.
         from cdc_core.capture import rowdecode
 
-        decoders = [d for (spec, vec), d in rowdecode._DECODERS.items() if vec and spec.shape.name == self.name]
+        decoders = [d for (spec, vec, _), d in rowdecode._DECODERS.items() if vec and spec.shape.name == self.name]
         assert decoders
         for d in decoders:
             slow = {lay.name for lay, k in zip(d.layouts, d.kernels, strict=True) if k is None}

@@ -4,6 +4,7 @@ with the library itself), on generated row images."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import random
@@ -99,6 +100,89 @@ def test_scanner_and_row_offsets_find_every_value(case: tuple[list[ColumnLayout]
     assert pos == len(buf)
 
 
+def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: bool) -> rowdecode.TableDecoder:
+    columns = tuple(
+        SourceColumn(lay.name, "datetime" if lay.kind == "datetime2" else "int" if lay.width else "varbinary(300)",
+                     lay.nullable)
+        for lay in layouts
+    )
+    shape = TableSchema("s", "t", columns, tuple(layouts[i].name for i in key_columns))
+    dec = rowdecode.TableDecoder(shape, tuple(layouts), vectorize=False, native=native)
+    assert dec.native is native
+    return dec
+
+
+def test_the_compiled_walk_is_built() -> None:
+    """scripts/setup.sh builds it (setup.py); without it the decoder silently runs the Python walk, so the
+    suite insists on it being there (the Python walk is tested with native=False)."""
+    assert rowdecode._rowscan is not None, "cdc_core/capture/_rowscan.c is not built: run scripts/setup.sh"
+
+
+@settings(max_examples=150, deadline=None)
+@given(table_and_rows(), st.data())
+def test_the_compiled_walk_finds_what_the_python_walk_finds(
+    case: tuple[list[ColumnLayout], list[list[bytes | None]]], data: st.DataObject
+) -> None:
+    """Row starts, ops (updates: a changed key is a delete and an insert), rows per event and every value's
+    offset, compiled and generated-Python walks alike, over write, update and delete events."""
+    layouts, rows = case
+    # 5-byte columns as DATETIME: a key of those is compared by value, which the compiled walk asks Python.
+    layouts = [dataclasses.replace(lay, kind="datetime2") if lay.width == 5 else lay for lay in layouts]
+    keys = sorted(data.draw(st.sets(st.integers(0, len(layouts) - 1), min_size=1, max_size=3)))
+    images = [encode_row(layouts, row)[0] for row in rows]
+    raw = bytearray(b"\xee" * 3)
+    kinds, ends = bytearray(), []
+    i = 0
+    while i < len(images):
+        kind = data.draw(st.sampled_from([rowdecode.EV_WRITE, rowdecode.EV_UPDATE, rowdecode.EV_DELETE]))
+        take = 2 if kind == rowdecode.EV_UPDATE else data.draw(st.integers(1, 3))
+        if kind == rowdecode.EV_UPDATE and i + 2 > len(images):
+            kind, take = rowdecode.EV_WRITE, 1
+        for image in images[i : i + take]:
+            raw += image
+        i += take
+        kinds.append(kind)
+        ends.append(len(raw))
+    raw = bytes(raw[3:])  # a table's buffer starts with its first event
+    ends = [e - 3 for e in ends]
+    results = []
+    for native in (True, False):
+        dec = native_decoder(layouts, keys, native)
+        starts, counts, ops = rowdecode._scan_table(dec, raw, bytes(kinds), ends)
+        starts = np.asarray(starts, dtype=np.int64)
+        offsets = [a.tolist() for a in dec.offsets(np.frombuffer(raw, np.uint8), starts)]
+        results.append((starts.tolist(), list(counts), bytes(ops), offsets))
+    assert results[0] == results[1]
+
+
+def test_the_compiled_walk_reports_images_the_table_map_does_not_describe() -> None:
+    layouts = [ColumnLayout("id", 0, "int", 4, 0, False), var(1)]
+    image = encode_row(layouts, [b"\x01\x00\x00\x00", b"abc"])[0]
+    two = bytes([rowdecode.EV_WRITE, rowdecode.EV_DELETE])
+    for native in (True, False):  # the first event's declared end cuts its image short
+        dec = native_decoder(layouts, [0], native)
+        with pytest.raises(rowdecode.SourceError, match="a rows event's images end at byte 9 of 8"):
+            rowdecode._scan_table(dec, image + image, two, [8, 18])
+    dec = native_decoder(layouts, [0], True)
+    with pytest.raises(rowdecode.SourceError, match="images end at byte"):  # past the buffer: never read beyond
+        rowdecode._scan_table(dec, image + b"\x00", bytes([rowdecode.EV_WRITE]), [len(image) + 1])
+
+
+def test_the_compiled_walk_asks_python_about_keys_equal_in_value_but_not_in_bytes() -> None:
+    """A DOUBLE key of -0.0 updated to 0.0 is the same key (the library compares values): an update."""
+    import struct
+
+    lay = ColumnLayout("k", 0, "double", 8, 0, False)
+    before, after = b"\x00" + struct.pack("<d", -0.0), b"\x00" + struct.pack("<d", 0.0)
+    other = b"\x00" + struct.pack("<d", 1.0)
+    raw = before + after + before + other
+    shape = TableSchema("s", "t", (SourceColumn("k", "double", False),), ("k",))
+    for native in (True, False):
+        dec = rowdecode.TableDecoder(shape, (lay,), native=native)
+        starts, counts, ops = rowdecode._scan_table(dec, raw, bytes([rowdecode.EV_UPDATE]), [len(raw)])
+        assert (np.asarray(starts).tolist(), list(counts), bytes(ops)) == ([9, 18, 27], [3], b"\x01\x02\x00")
+
+
 # ------------------------------------------------------------------------------------ the kernels
 
 
@@ -129,6 +213,8 @@ def random_value(lay: ColumnLayout, rng: random.Random) -> bytes:
     if lay.kind == "decimal":
         p, s = lay.precision, lay.scale
         q = rng.randrange(-(10**p) + 1, 10**p)
+        if rng.random() < 0.2:  # zero, tiny and extreme values (leading zero groups, all nines)
+            q = rng.choice([0, 1, -1, 10**p - 1, -(10**p) + 1, rng.randrange(-1000, 1000)])
         return encode_decimal(decimal.Decimal(q).scaleb(-s), p, s)
     if lay.kind == "date":
         if rng.random() < 0.1:
@@ -165,7 +251,10 @@ KERNEL_CASES = [
     ("double", fixed("double", 8)),
     *(
         (f"decimal({p},{s})", fixed("decimal", rowdecode.decimal_size(p, s), precision=p, scale=s))
-        for p, s in ((1, 0), (5, 5), (9, 0), (10, 2), (12, 3), (18, 9), (18, 0), (18, 18))
+        for p, s in (
+            (1, 0), (5, 5), (9, 0), (10, 2), (12, 3), (18, 9), (18, 0), (18, 18),
+            (20, 5), (38, 10), (30, 30), (39, 0), (47, 17), (65, 30), (65, 0), (64, 1),  # 128-bit and text
+        )
     ),
     ("date", fixed("date", 3)),
     *((f"datetime({f})", fixed("datetime2", 5 + (f + 1) // 2, fsp=f)) for f in range(7)),
@@ -175,10 +264,11 @@ KERNEL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-gather", "numpy-gather"])
 @pytest.mark.parametrize(("mysql_type", "lay"), KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
-def test_every_vector_kernel_equals_the_per_value_path(mysql_type: str, lay: ColumnLayout) -> None:
+def test_every_vector_kernel_equals_the_per_value_path(mysql_type: str, lay: ColumnLayout, native: bool) -> None:
     codec = column_codec(SourceColumn(lay.name, mysql_type, True, ()))
-    kernel = vector_kernel(lay, codec)
+    kernel = vector_kernel(lay, codec, native=native)
     assert kernel is not None, f"{mysql_type} has no vector kernel"
     rng = random.Random(mysql_type)
     buf = bytearray(b"\x00" * 3)
@@ -198,10 +288,11 @@ def test_every_vector_kernel_equals_the_per_value_path(mysql_type: str, lay: Col
     assert got.equals(want), f"{mysql_type}: {got.to_pylist()[:5]} vs {want.to_pylist()[:5]}"
 
 
-def test_a_string_column_with_a_nullable_two_byte_prefix() -> None:
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-gather", "numpy-gather"])
+def test_a_string_column_with_a_nullable_two_byte_prefix(native: bool) -> None:
     lay = var(2)
     codec = column_codec(SourceColumn("v", "varchar(300)", True, (("charset", "utf8mb4"),)))
-    kernel = vector_kernel(lay, codec)
+    kernel = vector_kernel(lay, codec, native=native)
     assert kernel is not None
     values = ["", None, "héllo", "x" * 300, None, "🎉"]
     buf, offs = bytearray(b"\x00"), []
