@@ -99,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         if sections == ["families"] and out_path.exists():
             # A families run adds its table to the existing results: the other sections' figures stay.
             kept = json.loads(out_path.read_text())
-            kept["families_run"] = {k: results[k] for k in ("started", "command", "load_avg_start")}
+            # Every run that measured some of the workloads is listed (each workload has its `measured_at`).
+            runs = kept.pop("families_runs", [])
+            if "families_run" in kept:  # the results file's earlier form: one run
+                runs.append(kept.pop("families_run"))
+            kept["families_runs"] = [*runs, {k: results[k] for k in ("started", "command", "load_avg_start")}]
             results = kept
         if any(s in sections for s in ("capture", "memory", "fixed", "families")):
             if args.shared:
@@ -136,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             private.stop()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    if "families_run" in results and sections == ["families"]:
-        results["families_run"].update(finished=common.now_iso(), load_avg_end=common.load_avg())
+    if "families_runs" in results and sections == ["families"]:
+        results["families_runs"][-1].update(finished=common.now_iso(), load_avg_end=common.load_avg())
     else:
         results["finished"] = common.now_iso()
         results["load_avg_end"] = common.load_avg()

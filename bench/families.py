@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.capture import measure
-from bench.common import SourceInfo, log, short_error
+from bench.common import SourceInfo, log, now_iso, short_error
 from bench.workloads import Workload, _master_status
 
 # family -> (DDL type, MariaDB expression of the row number {n}, 0 <= {j} < 20 the column's index).
@@ -166,7 +166,7 @@ def run(
                         log(f"  {errors[-1]}")
                         continue
                     m = measure(si, wl, repeats, long_run, workdir, stock_max_rows, extras_max_rows=0)
-                    m.update({"family": kind, "op": op, "load_avg": os.getloadavg()[0]})
+                    m.update({"family": kind, "op": op, "load_avg": os.getloadavg()[0], "measured_at": now_iso()})
                     results.append(m)
                     log(f"  {kind} {op} {t}: x{m.get('ratio_ours_to_stock')} stock, "
                         f"{m.get('ratio_ours_to_mysqlbinlog')} of mysqlbinlog")

@@ -10,6 +10,7 @@
  *       -> (starts, counts, ops, bad_event, bad_stop)
  *   column_offsets(raw, starts, widths, prefixes, nullable) -> offsets (int64, column-major)
  *   gather(raw, offs, prefix) -> (value offsets int64[n + 1], concatenated value bytes)
+ *   single_byte_text(raw, offs, prefix, utf8, lens) -> latin1 & co. as UTF-8 (a byte table)
  *   decimal_text(raw, offs, precision, scale) -> (text offsets int64[n + 1], DECIMAL values as text)
  *
  * Every read is bounds-checked against the buffer: a table map that does not describe the rows is
@@ -288,6 +289,75 @@ done:
     return result;
 }
 
+/* Length-prefixed text in a single-byte charset transcoded to UTF-8 by a byte table: `utf8` holds each
+ * byte's UTF-8 bytes (3 per byte, padded), `lens` their count, 0 for a byte the charset does not define.
+ * Returns (text offsets int64[n + 1], UTF-8 bytes, -1), or (None, None, row) for the first row holding an
+ * undefined byte (the caller names the value). NULL rows (offset -1) are empty. */
+static PyObject *single_byte_text(PyObject *self, PyObject *args) {
+    PyObject *o_raw, *o_offs, *o_utf8, *o_lens;
+    int prefix;
+    if (!PyArg_ParseTuple(args, "OOiOO", &o_raw, &o_offs, &prefix, &o_utf8, &o_lens)) return NULL;
+    if (prefix < 1 || prefix > 4) {
+        PyErr_SetString(PyExc_ValueError, "single_byte_text: the length prefix is 1 to 4 bytes");
+        return NULL;
+    }
+    Py_buffer raw = {0}, offs = {0}, utf8 = {0}, lens = {0};
+    PyObject *aoff = NULL, *result = NULL;
+    Grow text = {0};
+    if (get_buffer(o_raw, &raw, 1, "raw") < 0 || get_buffer(o_offs, &offs, 8, "offsets") < 0 ||
+        get_buffer(o_utf8, &utf8, 1, "utf8") < 0 || get_buffer(o_lens, &lens, 1, "lens") < 0)
+        goto done;
+    if (utf8.len != 256 * 3 || lens.len != 256) {
+        PyErr_SetString(PyExc_ValueError, "single_byte_text: the byte table is 256 x 3 bytes and 256 lengths");
+        goto done;
+    }
+    Py_ssize_t n = offs.len / 8;
+    const int64_t *o = offs.buf;
+    const uint8_t *d = raw.buf, *table = utf8.buf, *len = lens.buf;
+    aoff = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int64_t) * (n + 1));
+    if (!aoff) goto done;
+    int64_t *a = (int64_t *)PyBytes_AS_STRING(aoff);
+    a[0] = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        a[r + 1] = a[r];
+        if (o[r] < 0) continue;
+        if (o[r] + prefix > raw.len) goto overrun;
+        Py_ssize_t k = (Py_ssize_t)uint_le(d + o[r], prefix), v = (Py_ssize_t)o[r] + prefix;
+        if (v + k > raw.len) goto overrun;
+        char out[3 * 256];
+        Py_ssize_t used = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            uint8_t b = d[v + j];
+            if (!len[b]) {
+                result = Py_BuildValue("OOn", Py_None, Py_None, r);
+                goto done;
+            }
+            memcpy(out + used, table + 3 * b, 3);
+            used += len[b];
+            if (used > (Py_ssize_t)sizeof(out) - 3) {
+                if (grow_put(&text, out, used) < 0) goto done;
+                used = 0;
+            }
+        }
+        if (used && grow_put(&text, out, used) < 0) goto done;
+        a[r + 1] = (int64_t)text.len;
+    }
+    {
+        PyObject *t = grow_bytes(&text);
+        if (t) result = Py_BuildValue("ONn", aoff, t, (Py_ssize_t)-1);
+    }
+    goto done;
+overrun:
+    PyErr_SetString(PyExc_ValueError, "single_byte_text: a value runs past the buffer");
+done:
+    PyMem_Free(text.data);
+    Py_XDECREF(aoff);
+    Py_buffer *views[] = {&raw, &offs, &utf8, &lens};
+    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
+        if (views[i]->obj) PyBuffer_Release(views[i]);
+    return result;
+}
+
 static const int DIG2BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
 
 static inline uint32_t uint_be(const uint8_t *p, int n) {
@@ -399,6 +469,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"single_byte_text", single_byte_text, METH_VARARGS,
+     "single_byte_text(raw, offsets, prefix, utf8_table, lengths) -> (int64 text offsets, UTF-8 bytes, bad row)"},
     {"decimal_text", decimal_text, METH_VARARGS,
      "decimal_text(raw, offsets, precision, scale) -> (int64 text offsets, text bytes)"},
     {"scan_table", scan_table, METH_VARARGS,

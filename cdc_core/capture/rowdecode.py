@@ -875,6 +875,28 @@ def _k_single_byte_text(
     """Text in a single-byte character set (latin1, cp1251, ...) transcoded to UTF-8 by a byte table."""
     enc = lay.encoding or ""
     table, lens, defined = _charset_table(enc)
+    if native:
+        valid = offs >= 0
+        wide, text, bad = _rowscan.single_byte_text(
+            buf, np.ascontiguousarray(offs, dtype=np.int64), lay.prefix, table.tobytes(), lens.astype(np.uint8).tobytes()
+        )
+        if bad >= 0:
+            o = int(offs[bad])
+            value = bytes(buf[o + lay.prefix : o + lay.prefix + _uint_le(buf, o, lay.prefix)])
+            raise SourceError(
+                f"column {lay.name!r}: the value {value[:40]!r} is not valid in its character set ({enc}); it was "
+                "written as raw bytes. Fix the row at the source or exclude the table"
+            )
+        text_off = np.frombuffer(wide, dtype=np.int64)
+        if int(text_off[-1]) >= 1 << 31:
+            raise StagingError(
+                f"column {lay.name!r}: {int(text_off[-1])} bytes of values in one batch exceed Arrow's 2 GiB string "
+                "limit; lower the staging batch size"
+            )
+        vbuf, nulls = _validity(valid, len(offs))
+        return pa.Array.from_buffers(
+            typ, len(offs), [vbuf, pa.py_buffer(text_off.astype(np.int32)), pa.py_buffer(text)], null_count=nulls
+        )
     valid, lengths, aoff, data = _string_parts(lay, buf, offs, native)
     if len(data) and not defined[data].all():
         row = int(np.searchsorted(aoff, int(np.flatnonzero(~defined[data])[0]), side="right")) - 1

@@ -188,7 +188,11 @@ class SparkJobOperator(BaseOperator):
 
 
 class CdcMergeOperator(SparkJobOperator):
-    """MERGE the run's staged window into Delta with spark_apps/merge_window.py.
+    """MERGE the run's staged window into Delta with spark_apps/merge_window.py: through spark-submit (the
+    Spark connection), or, with the warm option (`spark.merge_server.address`, or CDC_MERGE_SERVER in the
+    worker's environment), on the pipeline's long-running merge server (`cdc merge-server`), exactly as
+    `cdc run` does: the same job, fence and idempotent writes; a server that is down fails the task with a
+    retryable error, never a skip and no silent fallback to spark-submit.
 
     :param pipeline: the pipeline's name in the configuration file.
     :param window: the planned window (`plan_window`'s result; templated: pass the TaskFlow result). The
@@ -219,6 +223,12 @@ class CdcMergeOperator(SparkJobOperator):
                         f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
                         "nothing to merge (the ack step records the empty window)"
                     )
+                server = p.merge_server_address()
+                if server:  # the warm option: the pipeline's merge server runs the same job
+                    self.log.info("window.merge pipeline=%s seq=%s merge_server=%s", self.pipeline, seq, server)
+                    result = p.merge_locally(grant, seq)
+                    self.log.info("window.merged pipeline=%s seq=%s secs=%s", self.pipeline, seq, result.get("secs"))
+                    return
                 p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
                 submit = build_merge_submit(
                     p,

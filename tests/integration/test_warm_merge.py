@@ -10,12 +10,7 @@ windows, after the kill mid-merge), three merge requests.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,101 +19,17 @@ import pytest
 from cdc_core.cli import main
 from cdc_core.lake import merge_client
 from tests.support.cli import cli_pipeline
+from tests.support.merge_server import ServerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
 TABLES = ("a", "b")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if int(text[text.rfind(")") + 2:].split()[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2:].split()[0] != "Z"
-
-
-class ServerProcess:
-    """`cdc merge-server <pipeline>` as an operator runs it: a foreground process of its own."""
-
-    def __init__(self, env: dict[str, Any], workdir: Path) -> None:
-        self.env, self.workdir, self.n = env, workdir, 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.jvms: list[int] = []
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / f"merge-server-{self.n}.log"
-
-    def start(self, extra_env: dict[str, str] | None = None) -> None:
-        self.n += 1
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cdc_core.cli", "--config", self.env["config"], "merge-server",
-                 self.env["name"]],
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}, stdout=out, stderr=out,
-            )
-        deadline = time.monotonic() + 300
-        while True:
-            assert self.proc.poll() is None, f"the merge server exited:\n{self.log.read_text()[-3000:]}"
-            try:
-                status = merge_client.ping(self.env["address"], timeout=5)
-                break
-            except merge_client.MergeServerUnavailable:
-                assert time.monotonic() < deadline, f"never ready:\n{self.log.read_text()[-3000:]}"
-                time.sleep(0.5)
-        assert status["pid"] == self.proc.pid and status["pipelines"] == [self.env["name"]]
-        self.jvms = _children(self.proc.pid)
-
-    def wait_gone(self) -> None:
-        """The server and its JVM are gone (a killed server must not leave its Spark application behind)."""
-        assert self.proc is not None
-        self.proc.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while any(_alive(p) for p in self.jvms) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = [p for p in self.jvms if _alive(p)]
-        for p in left:  # clean up before failing
-            os.kill(p, signal.SIGKILL)
-        assert not left, f"the server's JVM {left} outlived it"
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.wait_gone()
-        assert self.proc.returncode == -signal.SIGKILL
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=60)
-        for p in self.jvms:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
-
-
 @pytest.fixture
 def env(services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.delenv(merge_client.ADDRESS_ENV, raising=False)
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     p = cli_pipeline(
         services, source_db, zk_root, tmp_path, prefix="warm",
         ddl=[f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)" for t in TABLES],
@@ -172,7 +83,7 @@ def _assert_lake_equals_source(env: dict[str, Any], capsys: pytest.CaptureFixtur
 def test_warm_merges_land_exactly_once_through_server_kills(
     services: Any, env: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server = ServerProcess(env, tmp_path)
+    server = ServerProcess(env["config"], env["name"], env["address"], tmp_path)
     try:
         server.start()
         # 1. A window lands through the server, not spark-submit.

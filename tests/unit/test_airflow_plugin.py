@@ -500,6 +500,16 @@ class _OpenPipeline(StubPipeline):
     def merge_application_args(self, grant: Any, seq: int) -> list[str]:
         return ["--seq", str(seq), "--token", str(grant.token)]
 
+    server: str | None = None  # the warm option's merge server (spark.merge_server / CDC_MERGE_SERVER)
+    merged_on_server: list[tuple[Any, int]] = []
+
+    def merge_server_address(self) -> str | None:
+        return self.server
+
+    def merge_locally(self, grant: Any, seq: int) -> dict[str, Any]:
+        _OpenPipeline.merged_on_server.append((grant, seq))
+        return {"seq": seq, "merged": True, "secs": 1.0}
+
 
 class _FakeHook:
     def __init__(self, pipeline: str, *a: Any, **kw: Any) -> None:
@@ -545,6 +555,24 @@ def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(mon
     assert kwargs["application_args"] == ["--seq", "7", "--token", "3"]
     assert kwargs["env_vars"]["CDC_ZK_AUTH"] == "digest:zkuser:zkpw"  # the environment, never the command line
     assert "zkpw" not in " ".join(kwargs["application_args"]) and "zkpw" not in str(kwargs["conf"])
+
+
+def test_the_merge_operator_sends_the_window_to_the_merge_server_when_one_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm option in the DAG: the pipeline's merge path (`Pipeline.merge_locally`, the CLI's: server
+    request, fence and error mapping), no spark-submit."""
+    from cdc_airflow import hooks
+
+    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook)
+    monkeypatch.setattr(_OpenPipeline, "server", "127.0.0.1:7199")
+    monkeypatch.setattr(_OpenPipeline, "merged_on_server", [])
+    monkeypatch.setattr(operators, "spark_submit_hook", lambda *a: pytest.fail("spark-submit with a merge server"))
+    op = operators.CdcMergeOperator(task_id="merge_window", pipeline="orders", conn_id="spark_unit")
+    op.window = {"seq": 7, "kind": "stream"}
+    op.execute({"ti": _LeaseTI(GRANT)})
+    ((grant, seq),) = _OpenPipeline.merged_on_server
+    assert (grant.token, grant.holder, seq) == (GRANT["token"], GRANT["holder"], 7)
 
 
 def test_spark_hook_arguments_are_a_pure_function_of_the_submission() -> None:

@@ -307,6 +307,49 @@ def test_a_string_column_with_a_nullable_two_byte_prefix(native: bool) -> None:
     assert got.to_pylist() == values
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize(("charset", "codec"), [("latin1", None), ("cp1251", "cp1251"), ("ascii", "ascii")])
+def test_single_byte_charsets_transcode_like_python_and_refuse_undefined_bytes(
+    charset: str, codec: str | None, native: bool
+) -> None:
+    from cdc_core.model.types import python_codec
+
+    enc = codec or python_codec(charset)
+    assert enc is not None
+    lay = ColumnLayout("v", 0, "string", 0, 2, True, encoding=enc)
+    col = column_codec(SourceColumn("v", "varchar(300)", True, (("charset", charset),)))
+    kernel = vector_kernel(lay, col, native=native)
+    assert kernel is not None
+    rng = random.Random(charset)
+    defined = [b for b in range(256) if _decodes(bytes([b]), enc)]
+    values: list[bytes | None] = [b"", None, bytes(defined), b"x" * 300]
+    values += [None if rng.random() < 0.1 else bytes(rng.choice(defined) for _ in range(rng.randrange(40)))
+               for _ in range(300)]
+    buf, offs = bytearray(b"\x00"), []
+    for v in values:
+        if v is None:
+            offs.append(-1)
+            continue
+        offs.append(len(buf))
+        buf += len(v).to_bytes(2, "little") + v
+    got = kernel(np.frombuffer(bytes(buf), np.uint8), np.array(offs, dtype=np.int64), bytes(buf))
+    assert got.to_pylist() == [None if v is None else v.decode(enc) for v in values]
+    undefined = [b for b in range(256) if b not in defined]
+    if undefined:
+        bad = b"ok" + bytes([undefined[0]])
+        raw = b"\x00" + len(bad).to_bytes(2, "little") + bad
+        with pytest.raises(rowdecode.SourceError, match="is not valid in its character set"):
+            kernel(np.frombuffer(raw, np.uint8), np.array([1], dtype=np.int64), raw)
+
+
+def _decodes(b: bytes, enc: str) -> bool:
+    try:
+        b.decode(enc)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_a_slice_drops_a_transaction_that_never_commits() -> None:
     shape = TableSchema("s", "t", (SourceColumn("id", "tinyint", False),), ("id",))
     spec = rowdecode.TableSpec(shape, (ColumnLayout("id", 1, "int", 1, 0, False),))
