@@ -435,13 +435,14 @@ def _tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[str]:
     ]
     for label, key in (
         ("", "windows"),
-        (" (a second run, one round, on a quieter machine)", "rerun"),
+        (" (an earlier run on a machine shared with other engineers' suites)", "windows_loaded"),
+        (" (an earlier second run, one round, load 5-6)", "rerun"),
         (" (baseline: `spark.merge_parallelism: 1`, before the change)", "baseline"),
     ):
         sub = tb.get(key) or {}
         if sub.get("command"):
             lines += [f"`{sub['command']}`, load {sub.get('load')}", ""]
-        lines += _tables_windows(sub, targets if key != "baseline" else [], label)
+        lines += _tables_windows(sub, targets if key == "windows" else [], label)
     return lines + _tables_snapshot(tb, targets)
 
 
