@@ -877,8 +877,9 @@ def _k_single_byte_text(
     table, lens, defined = _charset_table(enc)
     if native:
         valid = offs >= 0
+        offs64 = np.ascontiguousarray(offs, dtype=np.int64)
         wide, text, bad = _rowscan.single_byte_text(
-            buf, np.ascontiguousarray(offs, dtype=np.int64), lay.prefix, table.tobytes(), lens.astype(np.uint8).tobytes()
+            buf, offs64, lay.prefix, table.tobytes(), lens.astype(np.uint8).tobytes()
         )
         if bad >= 0:
             o = int(offs[bad])
