@@ -869,58 +869,51 @@ def _charset_table(codec: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return table, lens, defined
 
 
+def _text_array(lay: ColumnLayout, typ: pa.DataType, valid: np.ndarray, offsets: np.ndarray, data: Any) -> pa.Array:
+    """A string array from int64 value offsets (n + 1) and the concatenated UTF-8 bytes."""
+    if int(offsets[-1]) >= 1 << 31:
+        raise StagingError(
+            f"column {lay.name!r}: {int(offsets[-1])} bytes of values in one batch exceed Arrow's 2 GiB string "
+            "limit; lower the staging batch size"
+        )
+    vbuf, nulls = _validity(valid, len(valid))
+    return pa.Array.from_buffers(
+        typ, len(valid), [vbuf, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)], null_count=nulls
+    )
+
+
+def _not_in_charset(lay: ColumnLayout, enc: str, value: bytes) -> SourceError:
+    return SourceError(
+        f"column {lay.name!r}: the value {value[:40]!r} is not valid in its character set ({enc}); it was written "
+        "as raw bytes. Fix the row at the source or exclude the table"
+    )
+
+
 def _k_single_byte_text(
     lay: ColumnLayout, typ: pa.DataType, buf: np.ndarray, offs: np.ndarray, native: bool
 ) -> pa.Array:
     """Text in a single-byte character set (latin1, cp1251, ...) transcoded to UTF-8 by a byte table."""
     enc = lay.encoding or ""
     table, lens, defined = _charset_table(enc)
+    valid = offs >= 0
     if native:
-        valid = offs >= 0
         offs64 = np.ascontiguousarray(offs, dtype=np.int64)
         wide, text, bad = _rowscan.single_byte_text(
             buf, offs64, lay.prefix, table.tobytes(), lens.astype(np.uint8).tobytes()
         )
         if bad >= 0:
             o = int(offs[bad])
-            value = bytes(buf[o + lay.prefix : o + lay.prefix + _uint_le(buf, o, lay.prefix)])
-            raise SourceError(
-                f"column {lay.name!r}: the value {value[:40]!r} is not valid in its character set ({enc}); it was "
-                "written as raw bytes. Fix the row at the source or exclude the table"
-            )
-        text_off = np.frombuffer(wide, dtype=np.int64)
-        if int(text_off[-1]) >= 1 << 31:
-            raise StagingError(
-                f"column {lay.name!r}: {int(text_off[-1])} bytes of values in one batch exceed Arrow's 2 GiB string "
-                "limit; lower the staging batch size"
-            )
-        vbuf, nulls = _validity(valid, len(offs))
-        return pa.Array.from_buffers(
-            typ, len(offs), [vbuf, pa.py_buffer(text_off.astype(np.int32)), pa.py_buffer(text)], null_count=nulls
-        )
-    valid, lengths, aoff, data = _string_parts(lay, buf, offs, native)
+            raise _not_in_charset(lay, enc, bytes(buf[o + lay.prefix : o + lay.prefix + _uint_le(buf, o, lay.prefix)]))
+        return _text_array(lay, typ, valid, np.frombuffer(wide, dtype=np.int64), text)
+    _, lengths, aoff, data = _string_parts(lay, buf, offs, native=False)
     if len(data) and not defined[data].all():
         row = int(np.searchsorted(aoff, int(np.flatnonzero(~defined[data])[0]), side="right")) - 1
         start = int(aoff[row])
-        raw = data[start : start + int(lengths[row])].tobytes()
-        raise SourceError(
-            f"column {lay.name!r}: the value {raw[:40]!r} is not valid in its character set ({enc}); it was written "
-            "as raw bytes. Fix the row at the source or exclude the table"
-        )
+        raise _not_in_charset(lay, enc, data[start : start + int(lengths[row])].tobytes())
     per_byte = lens[data]
-    out_len = np.zeros(len(offs) + 1, dtype=np.int64)
     cum = np.concatenate(([0], np.cumsum(per_byte)))
-    out_len[:] = cum[aoff]
     out = table[data][np.arange(3) < per_byte[:, None]]
-    if int(out_len[-1]) >= 1 << 31:
-        raise StagingError(
-            f"column {lay.name!r}: {int(out_len[-1])} bytes of values in one batch exceed Arrow's 2 GiB string "
-            "limit; lower the staging batch size"
-        )
-    vbuf, nulls = _validity(valid, len(offs))
-    return pa.Array.from_buffers(
-        typ, len(offs), [vbuf, pa.py_buffer(out_len.astype(np.int32)), pa.py_buffer(out)], null_count=nulls
-    )
+    return _text_array(lay, typ, valid, cum[aoff], out)
 
 
 _WIDE_UNITS = {"utf-16-be": ">u2", "utf-16-le": "<u2", "utf-32-be": ">u4"}
@@ -1071,9 +1064,7 @@ def _k_decimal_wide(
     if native and pa.types.is_string(typ):
         valid = offs >= 0
         wide, data = _rowscan.decimal_text(buf, np.ascontiguousarray(offs, dtype=np.int64), lay.precision, lay.scale)
-        vbuf, nulls = _validity(valid, len(offs))
-        aoff = pa.py_buffer(np.frombuffer(wide, dtype=np.int64).astype(np.int32))
-        return pa.Array.from_buffers(typ, len(offs), [vbuf, aoff, pa.py_buffer(data)], null_count=nulls)
+        return _text_array(lay, typ, valid, np.frombuffer(wide, dtype=np.int64), data)
     text, valid = _k_decimal_text(lay, buf, offs)
     if pa.types.is_decimal(typ):
         text = pc.if_else(pa.array(valid), text, "0")

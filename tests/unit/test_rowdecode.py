@@ -288,6 +288,18 @@ def test_every_vector_kernel_equals_the_per_value_path(mysql_type: str, lay: Col
     assert got.equals(want), f"{mysql_type}: {got.to_pylist()[:5]} vs {want.to_pylist()[:5]}"
 
 
+def prefixed(values: list[bytes | None], prefix: int) -> tuple[bytes, np.ndarray]:
+    """Length-prefixed values after one byte of padding, and their offsets (-1 for None)."""
+    buf, offs = bytearray(b"\x00"), []
+    for v in values:
+        if v is None:
+            offs.append(-1)
+            continue
+        offs.append(len(buf))
+        buf += len(v).to_bytes(prefix, "little") + v
+    return bytes(buf), np.array(offs, dtype=np.int64)
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["compiled-gather", "numpy-gather"])
 def test_a_string_column_with_a_nullable_two_byte_prefix(native: bool) -> None:
     lay = var(2)
@@ -295,15 +307,8 @@ def test_a_string_column_with_a_nullable_two_byte_prefix(native: bool) -> None:
     kernel = vector_kernel(lay, codec, native=native)
     assert kernel is not None
     values = ["", None, "héllo", "x" * 300, None, "🎉"]
-    buf, offs = bytearray(b"\x00"), []
-    for v in values:
-        if v is None:
-            offs.append(-1)
-            continue
-        offs.append(len(buf))
-        data = v.encode()
-        buf += len(data).to_bytes(2, "little") + data
-    got = kernel(np.frombuffer(bytes(buf), np.uint8), np.array(offs, dtype=np.int64), bytes(buf))
+    buf, offs = prefixed([None if v is None else v.encode() for v in values], 2)
+    got = kernel(np.frombuffer(buf, np.uint8), offs, buf)
     assert got.to_pylist() == values
 
 
@@ -325,14 +330,8 @@ def test_single_byte_charsets_transcode_like_python_and_refuse_undefined_bytes(
     values: list[bytes | None] = [b"", None, bytes(defined), b"x" * 300]
     values += [None if rng.random() < 0.1 else bytes(rng.choice(defined) for _ in range(rng.randrange(40)))
                for _ in range(300)]
-    buf, offs = bytearray(b"\x00"), []
-    for v in values:
-        if v is None:
-            offs.append(-1)
-            continue
-        offs.append(len(buf))
-        buf += len(v).to_bytes(2, "little") + v
-    got = kernel(np.frombuffer(bytes(buf), np.uint8), np.array(offs, dtype=np.int64), bytes(buf))
+    buf, offs = prefixed(values, 2)
+    got = kernel(np.frombuffer(buf, np.uint8), offs, buf)
     assert got.to_pylist() == [None if v is None else v.decode(enc) for v in values]
     undefined = [b for b in range(256) if b not in defined]
     if undefined:
