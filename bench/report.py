@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import common
+
 # Tried during development and dropped (or kept off by default), with the figure that decided it.
 # Live counterparts of some of them are measured in every run (the *_inline / *_workers and the
 # merge "without deletion vectors" columns).
@@ -90,6 +92,30 @@ TRIED: list[dict[str, str]] = [
         "figure": "a cached source makes Delta refuse materializeSource=none (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION)",
         "verdict": "no persist; materializeSource=none per MERGE when the source is only the immutable staged files",
     },
+    {
+        "what": "delta-rs (deltalake 1.6.6) for the MERGE of tiny tables, no Spark job (bench/tiny_merges.py "
+        "--delta-rs; issue 18)",
+        "figure": "one-row MERGE into a 100-row table: 0.057 s vs 1.1-1.5 s through Spark (2026-11-27, load ~1); "
+        "its conflict check refuses a MERGE racing a concurrent append (checked), but it does not support the "
+        "deletionVectors table feature (its reader refuses such tables, and its MERGE rewrote a DV table without "
+        "refusing), and the lake's tables enable deletion vectors on creation",
+        "verdict": "not used: writing with a writer that does not support one of the table's features is unsafe; "
+        "usable only for tables created without deletion vectors (a table's protocol is fixed at creation)",
+    },
+    {
+        "what": "JVM and Spark knobs for tiny MERGEs (bench/tiny_merges.py --conf, 30 tables, sequential, load ~1)",
+        "figure": "s per table, rounds 2-4: defaults 1.43-1.66; C1 only (-XX:TieredStopAtLevel=1) 2.33-2.51; AQE off "
+        "1.24-1.62; whole-stage codegen off 1.37-1.66; stats collection off 1.27-1.68; codegen factory NO_CODEGEN "
+        "1.34-1.46, plus whole-stage off 1.20-1.62; Delta allFilesInCrc 1.24-1.60 (defaults in that run 1.18-1.50)",
+        "verdict": "none kept: within the noise of one round, except C1 only, which is slower",
+    },
+    {
+        "what": "4 writer threads instead of 1 for tiny MERGEs on local[2] (bench/tiny_merges.py --threads 4)",
+        "figure": "1.14-1.29 s per table vs 1.43-1.66 sequential: the JVM is CPU-bound (JFR: ~97% user CPU of both "
+        "cores; after 150 MERGEs C2 still compiles ~20 CPU-s per 30 s; 40% of Java samples generate Delta's "
+        "log-action projection code in the state-reconstruction tasks)",
+        "verdict": "4 kept (the default); the per-table floor on 2 cores is the Spark MERGE itself",
+    },
 ]
 
 
@@ -135,6 +161,7 @@ def render(r: dict[str, Any]) -> str:
     lines += _families(r.get("families"), runs, targets)
     lines += _tables(r.get("tables"), targets)
     lines += _warm(r.get("warm"), targets)
+    lines += _warm_soak(r.get("warm_soak"), targets)
     head = [
         "## Targets (ratios measured in the same run)",
         "",
@@ -146,7 +173,7 @@ def render(r: dict[str, Any]) -> str:
     tried += [f"| {t['what']} | {t['figure']} | {t['verdict']} |" for t in TRIED + r.get("tried", [])]
     errors = [
         f"- {sec}: {e}"
-        for sec in ("capture", "merge", "fixed", "memory", "tables", "warm")
+        for sec in ("capture", "merge", "fixed", "memory", "tables", "warm", "warm_soak")
         for e in _section_errors(r.get(sec))
     ]
     errors += [
@@ -523,5 +550,39 @@ def _warm(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
     targets.append((
         "one-row window p50, warm / default", _f(ratio, digits=2), f"<= {w.get('target_ratio', 0.25)}",
         _ok(ratio is not None and ratio <= float(w.get("target_ratio", 0.25))),
+    ))
+    return lines
+
+
+SOAK_FLAT = 1.25  # the warm server's memory is flat when its last sample is within 25% of the warmed-up one
+
+
+def _warm_soak(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
+    """bench/warm.py --soak-windows: one merge server through many successive windows, its memory sampled."""
+    if not w or not w.get("samples"):
+        return []
+    samples = w["samples"]
+    lines = [
+        "## Warm merge server over many windows (bench/warm.py --soak-windows)",
+        "",
+        f"`{w.get('command', 'python -m bench.warm --soak-windows N')}`, {w.get('started')} to {w.get('finished')}; "
+        f"load average {w.get('load_start')} at start, {w.get('load_end')} at end. One `cdc merge-server`, "
+        f"{w.get('windows')} successive windows through `cdc run`, each touching {w.get('touch')} of "
+        f"{w.get('tables')} tables in rotation (one new row each); window p50 "
+        f"{_f(_med(w.get('window_seconds')))} s. Live heap: the JVM's heap in use right after a full GC.",
+        "",
+        "| after window | merges served | server Python RSS, MB | JVM RSS, MB | JVM live heap, MB | that window, s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for x in samples:
+        lines.append(f"| {x.get('window')} | {x.get('merges')} | {_f(x.get('python_rss_mb'))} | "
+                     f"{_f(x.get('jvm_rss_mb'))} | {_f(x.get('jvm_live_heap_mb'))} | {_f(x.get('window_seconds'))} |")
+    lines.append("")
+    warmed = next((x for x in samples if int(x.get("window") or 0) >= 50), samples[min(1, len(samples) - 1)])
+    last = samples[-1]
+    growth = common.ratio(last.get("jvm_live_heap_mb"), warmed.get("jvm_live_heap_mb"))
+    targets.append((
+        f"warm server live heap, window {last.get('window')} / window {warmed.get('window')}",
+        _f(growth, digits=2), f"flat (<= {SOAK_FLAT})", _ok(growth is not None and growth <= SOAK_FLAT),
     ))
     return lines

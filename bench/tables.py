@@ -80,10 +80,10 @@ class _Schema:
         conn.commit()
         self.conn = conn
 
-    def touch(self, k: int) -> None:
-        """One new row in each of the first k tables, one transaction per table."""
+    def touch(self, k: int, first: int = 0) -> None:
+        """One new row in each of k tables from the `first` (wrapping around), one transaction per table."""
         with self.conn.cursor() as cur:
-            for n in self.names[:k]:
+            for n in [self.names[(first + j) % len(self.names)] for j in range(k)]:
                 i = self.next_id[n]
                 cur.execute(f"INSERT INTO `{self.db}`.`{n}` VALUES (%s, %s, 'x', 0.5, NOW())", (i, i))
                 self.conn.commit()
@@ -201,32 +201,45 @@ def si_binlog_end(si: SourceInfo) -> dict[str, Any]:
 
 
 def snapshot_load(
-    si: SourceInfo, workdir: Path, tables: int, rows: int, overrides: dict[str, Any] | None = None
+    si: SourceInfo, workdir: Path, tables: int, rows: int, overrides: dict[str, Any] | None = None,
+    through: str = "cli",
 ) -> dict[str, Any]:
-    """Initial load of `tables` tables of `rows` rows through `cdc run --windows N`, until done."""
+    """Initial load of `tables` tables of `rows` rows, until done: through `cdc run --windows N`, or
+    (`through="dags"`) through the pipeline's DAG, one `airflow dags test` run after another (SQLite
+    Airflow, spark-submit per window: what a scheduler's successive runs do), timed from the first run."""
     from bench.fixed import _zk_cleanup
 
-    out: dict[str, Any] = {"tables": tables, "rows": rows, "errors": []}
+    out: dict[str, Any] = {"tables": tables, "rows": rows, "errors": [], "through": through}
     schema = _Schema(si, tables, rows)
     case = _case(si, workdir, "bs_" + uuid.uuid4().hex[:6], schema.db)
     try:
         case.write_config({"kind": "current"}, snapshot={"on_start": True}, **(overrides or {}))
+        if through == "dags":
+            migrate = case.airflow.airflow("db", "migrate", timeout=900)
+            if migrate.returncode != 0:
+                raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-800:]}")
         t_start = time.time()
         runs = windows_total = 0
         while True:
             runs += 1
-            _, _, _, proc = _cli(case, "run", case.name, "--windows", "1000")
-            if proc.returncode != 0:
-                raise RuntimeError(f"cdc run failed (exit {proc.returncode}): {proc.stderr[-800:]}")
-            done = json.loads(proc.stdout)["windows"]
-            windows_total += len(done)
+            if through == "dags":
+                result = case.run_pipeline()
+                if result.state != "success":
+                    raise RuntimeError(f"DAG run {result.run_id} {result.state}: {result.tasks}")
+                out.setdefault("dag_runs", []).append({"seconds": result.seconds, "tasks": result.tasks})
+                windows_total += 1 if result.tasks.get("ack_window") == "success" else 0
+            else:
+                _, _, _, proc = _cli(case, "run", case.name, "--windows", "1000")
+                if proc.returncode != 0:
+                    raise RuntimeError(f"cdc run failed (exit {proc.returncode}): {proc.stderr[-800:]}")
+                windows_total += len(json.loads(proc.stdout)["windows"])
             _, _, _, st = _cli(case, "status", case.name)
             status = json.loads(st.stdout) if st.returncode == 0 else {}
             snap = status.get("snapshot") or {}
             if not snap.get("active") or runs > 50:
                 break
         out["seconds"] = round(time.time() - t_start, 2)
-        out["cli_runs"] = runs
+        out["cli_runs" if through == "cli" else "dag_runs_count"] = runs
         out["windows"] = windows_total
         out["load"] = load_avg()
         lake_db = case.lake / schema.db
@@ -248,6 +261,7 @@ def run(
     snapshot_tables: list[int],
     snapshot_rows: int = 100,
     overrides: dict[str, Any] | None = None,
+    dag_tables: list[int] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"load_start": load_avg()}
     if touched:
@@ -261,6 +275,11 @@ def run(
         if len(snapshot_tables) >= 2:
             lo, hi = str(min(snapshot_tables)), str(max(snapshot_tables))
             out["snapshot"][f"ratio_{hi}_to_{lo}"] = ratio(loads[hi].get("seconds"), loads[lo].get("seconds"))
+    for n in dag_tables or []:
+        log(f"tables: initial load of {n} tables x {snapshot_rows} rows through DAG runs")
+        out.setdefault("snapshot_dags", {})[str(n)] = snapshot_load(
+            si, workdir / f"snapdag{n}", n, snapshot_rows, overrides, through="dags"
+        )
     out["load_end"] = load_avg()
     return out
 
@@ -278,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--snapshot-tables", default="1,300", help="initial loads: tables of --snapshot-rows rows")
     p.add_argument("--snapshot-rows", type=int, default=100)
+    p.add_argument("--snapshot-dag-tables", default="", help="initial loads through DAG runs (airflow dags test)")
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
     p.add_argument("--mariadb-port", type=int, default=33316)
@@ -296,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     si = private.start() if private is not None else source_info()
     try:
         t0 = time.perf_counter()
-        section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config))
+        dag_tables = [int(x) for x in args.snapshot_dag_tables.split(",") if x.strip()]
+        section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config),
+                      dag_tables)
         section.update(
             command="python -m bench.tables " + " ".join(argv if argv is not None else os.sys.argv[1:]),
             started=now_iso(),

@@ -10,6 +10,11 @@ paths, paid once per server) are reported apart and not counted in the rounds.
 
 `python -m bench.warm [--repeats 5]` runs on private services and merges its section into
 bench/results.json as `warm` (bench/RESULTS.md: `python -m bench.report`).
+
+`--soak-windows N` instead keeps one merge server through N successive windows (each touching
+`--soak-touch` of `--soak-tables` tables, in rotation) and samples its memory every `--soak-every`
+windows: the RSS of the server's Python process and of its JVM, and the JVM's live heap after a full GC
+(`jcmd GC.run`, then `jstat -gc`). Saved as `warm_soak`: what a long-running server's memory does.
 """
 
 from __future__ import annotations
@@ -152,6 +157,89 @@ def run(si: SourceInfo, workdir: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def _jvm_child(pid: int) -> int | None:
+    """The JVM the server's pyspark launched (a child process running java)."""
+    try:
+        out = subprocess.run(["ps", "-o", "pid=,comm=", "--ppid", str(pid)], capture_output=True, text=True,
+                             check=False).stdout
+    except OSError:
+        return None
+    for line in out.splitlines():
+        child, comm = line.split(None, 1)
+        if "java" in comm:
+            return int(child)
+    return None
+
+
+def _live_heap_mb(jvm: int) -> float | None:
+    """The JVM's heap in use right after a full GC (what it retains), from jstat's old + young gen use."""
+    subprocess.run(["jcmd", str(jvm), "GC.run"], capture_output=True, check=False, timeout=120)
+    out = subprocess.run(["jstat", "-gc", str(jvm)], capture_output=True, text=True, check=False, timeout=60).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    if len(rows) < 2:
+        return None
+    gc = dict(zip(rows[0], rows[1], strict=False))
+    try:
+        used_kb = sum(float(gc[k]) for k in ("S0U", "S1U", "EU", "OU"))
+    except (KeyError, ValueError):
+        return None
+    return round(used_kb / 1024, 1)
+
+
+def soak(si: SourceInfo, workdir: Path, windows: int, tables: int, touch: int, every: int) -> dict[str, Any]:
+    """One merge server through `windows` successive windows; its memory sampled every `every` windows."""
+    from bench.fixed import _zk_cleanup
+    from cdc_core.lake import merge_client
+
+    out: dict[str, Any] = {"errors": [], "load_start": load_avg(), "windows": windows, "tables": tables,
+                           "touch": touch, "samples": []}
+    schema = _Schema(si, tables)
+    case = _case(si, workdir, "bs_" + uuid.uuid4().hex[:6], schema.db)
+    address = f"127.0.0.1:{_free_port()}"
+    server = None
+    try:
+        case.write_config(si_binlog_end(si))
+        server, ready = _start_server(case, address, workdir / "merge-server.log")
+        out["server_ready_seconds"] = round(ready, 2)
+        jvm = _jvm_child(server.pid)
+        warm_env = {merge_client.ADDRESS_ENV: address}
+        secs = Stat(unit="s")
+        for w in range(windows):
+            schema.touch(touch, first=w * touch)
+            one = _one(case, schema, warm_env)
+            if one["changes"] < touch:
+                out["errors"].append(f"window {w + 1}: {one['changes']} changes, expected {touch}")
+            secs.values.append(one["seconds"])
+            if w == 0 or (w + 1) % every == 0 or w + 1 == windows:
+                sample = {"window": w + 1, "merges": merge_client.ping(address).get("merges"),
+                          "python_rss_mb": _rss_mb(server.pid),
+                          "jvm_rss_mb": _rss_mb(jvm) if jvm else None,
+                          "jvm_live_heap_mb": _live_heap_mb(jvm) if jvm else None,
+                          "window_seconds": one["seconds"], "load": load_avg()[0]}
+                out["samples"].append(sample)
+                log(f"soak: {sample}")
+        out["window_seconds"] = secs.to_dict()
+    except Exception as e:
+        out["errors"].append(short_error(e))
+        log(f"  soak failed: {short_error(e)}")
+    finally:
+        out["server_exit"] = _stop_server(server)
+        schema.drop()
+        _zk_cleanup(si.zk_hosts, case.zk_root)
+    out["load_end"] = load_avg()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import shutil
@@ -165,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mariadb-port", type=int, default=33316)
     p.add_argument("--zk-port", type=int, default=22191)
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"), help="merged into this results file")
-    p.add_argument("--key", default="warm", help="the section's name in the results file")
+    p.add_argument("--key", default=None, help="the section's name in the results file (warm, warm_soak)")
+    p.add_argument("--soak-windows", type=int, default=0, help="soak: this many windows through one server")
+    p.add_argument("--soak-tables", type=int, default=50)
+    p.add_argument("--soak-touch", type=int, default=5, help="soak: tables touched per window (in rotation)")
+    p.add_argument("--soak-every", type=int, default=25, help="soak: windows between memory samples")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="cdc-bench-warm-"))
     private = (
@@ -175,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         started = now_iso()
-        section = run(si, workdir, args.repeats)
+        if args.soak_windows:
+            section = soak(si, workdir, args.soak_windows, args.soak_tables, args.soak_touch, args.soak_every)
+        else:
+            section = run(si, workdir, args.repeats)
         section.update(
             command="python -m bench.warm " + " ".join(argv if argv is not None else sys.argv[1:]),
             started=started,
@@ -188,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     from bench.__main__ import save_section
 
-    save_section(args.out, args.key, section)
+    save_section(args.out, args.key or ("warm_soak" if args.soak_windows else "warm"), section)
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +19,9 @@ from cdc_core.model.errors import ConfigError, CoordinationError, Fenced
 from cdc_core.model.logfmt import one_line
 
 
-def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[LeaseFence, Callable[[], None]]:
     """A check that this run still holds the pipeline's lease (lease node czxid == token), and a closer."""
-    from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+    from kazoo.client import KazooClient
 
     auth_data = None
     extra: dict[str, Any] = {}
@@ -41,15 +41,46 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
         raise CoordinationError(
             f"cannot reach ZooKeeper at {hosts} to check the lease of {pipeline!r}: {one_line(e)}"
         ) from e
-    path = lease_path(root, pipeline)
+    fence = LeaseFence(client, lease_path(root, pipeline), pipeline, token)
+    return fence, fence.close
 
-    def check() -> None:
-        if client.state != KazooState.CONNECTED:
+
+# A merge job's ZooKeeper session can expire under it (a long GC pause, a loaded host): kazoo then opens a
+# new one by itself within moments. The fence only reads the lease node, which any session can, so a check
+# waits this long for the new session before refusing to confirm the lease.
+RECONNECT_SECONDS = 20.0
+
+
+class LeaseFence:
+    """The check (call it): the lease node's czxid is still this run's token; raises Fenced otherwise."""
+
+    def __init__(self, client: Any, path: str, pipeline: str, token: int) -> None:
+        self.client = client
+        self.path = path
+        self.pipeline = pipeline
+        self.token = token
+
+    def _connected(self) -> bool:
+        from kazoo.client import KazooState
+
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while self.client.state != KazooState.CONNECTED:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def __call__(self) -> None:
+        from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+
+        pipeline, path, token = self.pipeline, self.path, self.token
+        if not self._connected():
             raise CoordinationError(
-                f"ZooKeeper session is {client.state}: cannot confirm the lease of {pipeline!r}, so not writing; retry"
+                f"ZooKeeper session is {self.client.state} (for {RECONNECT_SECONDS:.0f} s): cannot confirm the lease "
+                f"of {pipeline!r}, so not writing; retry"
             )
         try:
-            _, stat = client.get(path)
+            _, stat = self.client.get(path)
         except NoNodeError as e:
             raise Fenced(
                 f"fenced: pipeline {pipeline!r} has no lease at {path}; this run (token {token:#x}) stopped writing"
@@ -68,8 +99,6 @@ def zk_fence_check(hosts: str, root: str, pipeline: str, token: int) -> tuple[Ca
                 f"{token:#x}; this run stopped writing (the holder will land the window)"
             )
 
-    def close() -> None:
-        client.stop()
-        client.close()
-
-    return check, close
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()

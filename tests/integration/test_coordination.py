@@ -519,6 +519,58 @@ def test_coordinator_refuses_on_a_stopped_client(new_client: Callable[..., Kazoo
         coord.acquire("run-1", 600)
 
 
+def test_the_merge_jobs_fence_outlives_the_expiry_of_its_own_session(
+    services: Any, zk_client: KazooClient, zk_root: str
+) -> None:
+    """The fence's session expiring under a merge job (a long pause) does not fail the window: the check
+    waits for kazoo's new session and reads the lease again; it still says fenced once the lease moved."""
+    from cdc_core.coordination.fence import zk_fence_check
+
+    coord = PipelineCoordinator(zk_client, zk_root, "orders")
+    grant = coord.acquire("run-1", 600)
+    fence, close = zk_fence_check(services.zk_hosts, zk_root, "orders", grant.token)
+    try:
+        fence()
+        old_session = fence.client.client_id
+        lost, release = threading.Event(), threading.Event()
+
+        def hold_lost(state: str) -> None:  # keeps kazoo's connection thread in LOST until released
+            if state == KazooState.LOST and not lost.is_set():
+                lost.set()
+                release.wait(30)
+
+        fence.client.add_listener(hold_lost)
+        expirer = KazooClient(hosts=services.zk_hosts, client_id=old_session)
+        expirer.start(timeout=15)
+        expirer.stop()  # closes the fence's session
+        expirer.close()
+        assert lost.wait(30), "the fence's session was not expired"
+        outcome: list[BaseException | None] = []
+
+        def check_now() -> None:
+            try:
+                fence()
+                outcome.append(None)
+            except BaseException as e:  # asserted below
+                outcome.append(e)
+
+        checker = threading.Thread(target=check_now)
+        checker.start()
+        time.sleep(1.0)
+        assert fence.client.state == KazooState.LOST and not outcome  # the check waits for a session
+        release.set()
+        checker.join(30)
+        assert outcome == [None]  # confirmed through the new session instead of refusing
+        assert fence.client.client_id[0] != old_session[0]
+        coord.release(grant)
+        successor = coord.acquire("run-2", 600)
+        assert successor.token != grant.token
+        with pytest.raises(Fenced, match="not this run's"):
+            fence()
+    finally:
+        close()
+
+
 def test_digest_acl_locks_out_every_other_identity(
     new_client: Callable[..., KazooClient], zk_client: KazooClient, zk_root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
