@@ -116,6 +116,20 @@ TRIED: list[dict[str, str]] = [
         "log-action projection code in the state-reconstruction tasks)",
         "verdict": "4 kept (the default); the per-table floor on 2 cores is the Spark MERGE itself",
     },
+    {
+        "what": "An idempotent append instead of the MERGE when no staged key can match (bench/tiny_merges.py "
+        "--append)",
+        "figure": "1.2-1.9 s per table vs 1.4-1.6 s for the MERGE (load ~5): both pay Delta 4.4's txn check, which "
+        "reconstructs the table's state (3 Spark jobs) to read its set transactions although the .crc holds them",
+        "verdict": "not done: no gain",
+    },
+    {
+        "what": "CREATE TABLE AS SELECT for a table a window creates (one commit instead of create + append)",
+        "figure": "0.8 s vs 1.8-2.3 s per new table (load ~6), txn identity in the first commit; but a crash between "
+        "its data files and its commit leaves a non-Delta directory where Delta refuses CREATE TABLE "
+        "(DELTA_TABLE_NOT_FOUND, checked), and removing those files is unsafe against a zombie about to commit",
+        "verdict": "not used: crash recovery must never wedge a table",
+    },
 ]
 
 
@@ -518,6 +532,24 @@ def _tables_snapshot(tb: dict[str, Any], targets: list[Any]) -> list[str]:
                 f"initial load of {hi} tables x {loads[hi].get('rows')} rows", f"{_f(big)} s", "<= 900 s",
                 _ok(big is not None and big <= 900),
             ))
+    dags = {k: v for k, v in (tb.get("snapshot_dags") or {}).items() if isinstance(v, dict)}
+    if dags:
+        lines += [
+            f"Through DAG runs (`{tb.get('snapshot_dags_command', 'python -m bench.tables --snapshot-dag-tables N')}`, "
+            f"{tb.get('snapshot_dags_started', '')}): successive `airflow dags test cdc_<pipeline>` runs (SQLite "
+            "Airflow, one window and one spark-submit per run) until the snapshot is done, timed from the first run.",
+            "",
+            "| initial load through DAG runs | seconds | DAG runs | windows | lake tables | merge_window task s per run | "
+            "load |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for k, v in dags.items():
+            merges = ", ".join(_f((r.get("seconds") or {}).get("merge_window")) for r in v.get("dag_runs") or [])
+            lines.append(
+                f"| {k} tables x {v.get('rows')} rows | {_f(v.get('seconds'))} | {v.get('dag_runs_count')} | "
+                f"{v.get('windows')} | {v.get('lake_tables')} | {merges} | {v.get('load')} |"
+            )
+        lines.append("")
     return lines
 
 

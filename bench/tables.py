@@ -316,12 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     si = private.start() if private is not None else source_info()
     try:
         t0 = time.perf_counter()
+        started = now_iso()
         dag_tables = [int(x) for x in args.snapshot_dag_tables.split(",") if x.strip()]
         section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config),
                       dag_tables)
         section.update(
             command="python -m bench.tables " + " ".join(argv if argv is not None else os.sys.argv[1:]),
-            started=now_iso(),
+            started=started,
+            finished=now_iso(),
             section_seconds=round(time.perf_counter() - t0, 1),
         )
     finally:
