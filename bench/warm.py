@@ -19,6 +19,7 @@ windows: the RSS of the server's Python process and of its JVM, and the JVM's li
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,22 +109,42 @@ def _one(case: Any, schema: _Schema, env_extra: dict[str, str]) -> dict[str, Any
             "changes": sum(w.get("changes", 0) for w in windows)}
 
 
-def run(si: SourceInfo, workdir: Path, repeats: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def _bench_case(
+    si: SourceInfo, workdir: Path, out: dict[str, Any], tables: int, what: str
+) -> Iterator[tuple[_Schema, Any, list[subprocess.Popen[bytes]]]]:
+    """A schema of `tables` tables and a pipeline case over it; a failure is recorded in `out`, then the
+    merge server (put in the yielded list) is stopped by its PID and the schema and ZooKeeper nodes go."""
     from bench.fixed import _zk_cleanup
+
+    schema = _Schema(si, tables)
+    case = _case(si, workdir, what[:2] + "_" + uuid.uuid4().hex[:6], schema.db)
+    servers: list[subprocess.Popen[bytes]] = []
+    try:
+        yield schema, case, servers
+    except Exception as e:
+        out["errors"].append(short_error(e))
+        log(f"  {what} failed: {short_error(e)}")
+    finally:
+        out["server_exit"] = _stop_server(servers[0] if servers else None)
+        schema.drop()
+        _zk_cleanup(si.zk_hosts, case.zk_root)
+    out["load_end"] = load_avg()
+
+
+def run(si: SourceInfo, workdir: Path, repeats: int) -> dict[str, Any]:
     from cdc_core.lake import merge_client
 
     out: dict[str, Any] = {"errors": [], "load_start": load_avg(), "repeats": repeats}
-    schema = _Schema(si, 1)
-    case = _case(si, workdir, "bw_" + uuid.uuid4().hex[:6], schema.db)
     address = f"127.0.0.1:{_free_port()}"
-    server = None
-    try:
+    with _bench_case(si, workdir, out, 1, "bw warm") as (schema, case, servers):
         case.write_config(si_binlog_end(si))
         log("warm: warm-up (cursor, then the Delta table created by spark-submit)")
         _run_cli(case, {})
         out["warmup_default"] = _one(case, schema, {})
         log("warm: starting the merge server")
         server, ready = _start_server(case, address, workdir / "merge-server.log")
+        servers.append(server)
         out["server_ready_seconds"] = round(ready, 2)
         warm_env = {merge_client.ADDRESS_ENV: address}
         out["first_warm_window"] = _one(case, schema, warm_env)
@@ -146,14 +168,6 @@ def run(si: SourceInfo, workdir: Path, repeats: int) -> dict[str, Any]:
         out["ratio_warm_to_default"] = ratio(stats["warm"].median, stats["default"].median)
         out["target_ratio"] = TARGET_RATIO
         out["served"] = merge_client.ping(address).get("merges")
-    except Exception as e:
-        out["errors"].append(short_error(e))
-        log(f"  warm failed: {short_error(e)}")
-    finally:
-        out["server_exit"] = _stop_server(server)
-        schema.drop()
-        _zk_cleanup(si.zk_hosts, case.zk_root)
-    out["load_end"] = load_avg()
     return out
 
 
@@ -198,18 +212,15 @@ def _live_heap_mb(jvm: int) -> float | None:
 
 def soak(si: SourceInfo, workdir: Path, windows: int, tables: int, touch: int, every: int) -> dict[str, Any]:
     """One merge server through `windows` successive windows; its memory sampled every `every` windows."""
-    from bench.fixed import _zk_cleanup
     from cdc_core.lake import merge_client
 
     out: dict[str, Any] = {"errors": [], "load_start": load_avg(), "windows": windows, "tables": tables,
                            "touch": touch, "samples": []}
-    schema = _Schema(si, tables)
-    case = _case(si, workdir, "bs_" + uuid.uuid4().hex[:6], schema.db)
     address = f"127.0.0.1:{_free_port()}"
-    server = None
-    try:
+    with _bench_case(si, workdir, out, tables, "bs soak") as (schema, case, servers):
         case.write_config(si_binlog_end(si))
         server, ready = _start_server(case, address, workdir / "merge-server.log")
+        servers.append(server)
         out["server_ready_seconds"] = round(ready, 2)
         jvm = _jvm_child(server.pid)
         warm_env = {merge_client.ADDRESS_ENV: address}
@@ -229,14 +240,6 @@ def soak(si: SourceInfo, workdir: Path, windows: int, tables: int, touch: int, e
                 out["samples"].append(sample)
                 log(f"soak: {sample}")
         out["window_seconds"] = secs.to_dict()
-    except Exception as e:
-        out["errors"].append(short_error(e))
-        log(f"  soak failed: {short_error(e)}")
-    finally:
-        out["server_exit"] = _stop_server(server)
-        schema.drop()
-        _zk_cleanup(si.zk_hosts, case.zk_root)
-    out["load_end"] = load_avg()
     return out
 
 
