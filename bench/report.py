@@ -601,7 +601,8 @@ def _warm_soak(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         f"load average {w.get('load_start')} at start, {w.get('load_end')} at end. One `cdc merge-server`, "
         f"{w.get('windows')} successive windows through `cdc run`, each touching {w.get('touch')} of "
         f"{w.get('tables')} tables in rotation (one new row each); window p50 "
-        f"{_f(_med(w.get('window_seconds')))} s. Live heap: the JVM's heap in use right after a full GC.",
+        f"{_f(_med(w.get('window_seconds')))} s. Live heap: the JVM's heap in use right after a full GC. "
+        f"{w.get('note', '')}".rstrip(),
         "",
         "| after window | merges served | server Python RSS, MB | JVM RSS, MB | JVM live heap, MB | that window, s |",
         "|---|---|---|---|---|---|",
