@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--shared", action="store_true", help="use the shared services (scripts/services.sh)")
     p.add_argument("--keep-services", action="store_true", help="leave the private services running")
-    p.add_argument("--mariadb-port", type=int, default=33316)
+    p.add_argument("--mariadb-port", type=int, default=13316)
     p.add_argument("--zk-port", type=int, default=22191)
     p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, deleted)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"))

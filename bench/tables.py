@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot-dag-tables", default="", help="initial loads through DAG runs (airflow dags test)")
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
-    p.add_argument("--mariadb-port", type=int, default=33316)
+    p.add_argument("--mariadb-port", type=int, default=13316)
     p.add_argument("--zk-port", type=int, default=22191)
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"), help="merged into this results file")
     p.add_argument("--key", default="tables", help="the section's name in the results file")

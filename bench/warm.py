@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.warm", description=__doc__)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
-    p.add_argument("--mariadb-port", type=int, default=33316)
+    p.add_argument("--mariadb-port", type=int, default=13316)
     p.add_argument("--zk-port", type=int, default=22191)
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"), help="merged into this results file")
     p.add_argument("--key", default=None, help="the section's name in the results file (warm, warm_soak)")

@@ -18,7 +18,7 @@ SCHEMA = os.environ.get("CDC_DEMO_SCHEMA", "demo")
 def connect() -> pymysql.Connection:
     return pymysql.connect(
         host=os.environ.get("CDC_MARIADB_HOST", "127.0.0.1"),
-        port=int(os.environ.get("CDC_MARIADB_PORT", "33306")),
+        port=int(os.environ.get("CDC_MARIADB_PORT", "13306")),
         user="root",
         password=os.environ.get("CDC_MARIADB_ROOT_PASSWORD", "root-local-only"),
         autocommit=True,

@@ -8,17 +8,17 @@
 # Ports and paths can be overridden: CDC_SERVICES_DIR, CDC_MARIADB_PORT, CDC_ZK_PORT. A server's identity too
 # (for several servers side by side, each a distinct source): CDC_MARIADB_SERVER_ID (default 1),
 # CDC_MARIADB_GTID_DOMAIN_ID (default 0). Shard i (1..N) lives in $CDC_SERVICES_DIR/shard-<i> on port
-# ${CDC_SHARD_BASE_PORT:-33440}+i with server_id 100+i and GTID domain i, so no shard shares the identity (33440: never the test fixture's shard ports, 33340 + 10 N + i)
+# ${CDC_SHARD_BASE_PORT:-13440}+i with server_id 100+i and GTID domain i, so no shard shares the identity (13440: never the test fixture's shard ports, 13340 + 10 N + i)
 # of the default server (server_id 1, domain 0) or of another shard.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${CDC_SERVICES_DIR:-$ROOT/.local/services}"
-MARIADB_PORT="${CDC_MARIADB_PORT:-33306}"
+MARIADB_PORT="${CDC_MARIADB_PORT:-13306}"
 ZK_PORT="${CDC_ZK_PORT:-22181}"
 SERVER_ID="${CDC_MARIADB_SERVER_ID:-1}"
 GTID_DOMAIN_ID="${CDC_MARIADB_GTID_DOMAIN_ID:-0}"
-SHARD_BASE_PORT="${CDC_SHARD_BASE_PORT:-33440}"
+SHARD_BASE_PORT="${CDC_SHARD_BASE_PORT:-13440}"
 CDC_USER="${CDC_MARIADB_USER:-cdc}"
 CDC_PASSWORD="${CDC_MARIADB_PASSWORD:-cdc-local-only}"
 ROOT_PASSWORD="${CDC_MARIADB_ROOT_PASSWORD:-root-local-only}"

@@ -119,7 +119,7 @@ def services() -> Iterator[Services]:
 @pytest.fixture(scope="session")
 def private_services():  # type: ignore[no-untyped-def]
     """A MariaDB + ZooKeeper of this session's own (tests/faults/services.py), for tests that restart,
-    kill or purge them: never the shared ones. Ports 33317 / 22193 (CDC_PRIVATE_MARIADB_PORT,
+    kill or purge them: never the shared ones. Ports 13317 / 22193 (CDC_PRIVATE_MARIADB_PORT,
     CDC_PRIVATE_ZK_PORT), data under .local/private-faults (fresh when not already running); started on
     first use, stopped (by PID) at the end. Worker N of a parallel run has its own pair (ports + 10 N,
     data under .local/private-faults-gwN): one worker's restarts must not hit the other's tests."""
@@ -145,7 +145,7 @@ def shard_servers():  # type: ignore[no-untyped-def]
     """Three MariaDB servers of this session's own, MariaDB only (tests/support/shards.py): the shards of a
     group pipeline, distinct sources (shard i: server_id 100+i, GTID domain i), each with PrivateServices'
     interface (root_connect, cdc_connect, source_params, binlog_end, stop_mariadb, start_mariadb, ...).
-    Iterating gives shard 1, 2, 3. Ports 33341-33343 (CDC_SHARD_MARIADB_PORT + i), worker N's + 10 N; data
+    Iterating gives shard 1, 2, 3. Ports 13341-13343 (CDC_SHARD_MARIADB_PORT + i), worker N's + 10 N; data
     under .local/shards[-gwN]/shard-<i>, fresh for a shard not already running; started on first use,
     stopped (by PID) at the end. A test that stops a shard starts it again before it ends."""
     from tests.support.shards import ShardServers

@@ -25,7 +25,7 @@ SERVICES = ROOT / "scripts" / "services.sh"
 PRIVATE_DIR = ROOT / ".local" / "private-faults"
 # Overridable (CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT) for machines where another checkout's
 # private services already use these ports; `start()` refuses a port some other process listens on.
-MARIADB_PORT = int(os.environ.get("CDC_PRIVATE_MARIADB_PORT", "33317"))
+MARIADB_PORT = int(os.environ.get("CDC_PRIVATE_MARIADB_PORT", "13317"))
 ZK_PORT = int(os.environ.get("CDC_PRIVATE_ZK_PORT", "22193"))
 
 

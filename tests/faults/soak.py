@@ -3,7 +3,7 @@
     python -m tests.faults.soak --seeds 50            # seeds 1..50, writes tests/faults/RESULTS.md + results.json
     python -m tests.faults.soak --seeds 5 --first-seed 100 --steps 8 --out /tmp/soak
 
-Per seed: a fresh pipeline over a fresh database on a private MariaDB/ZooKeeper of its own (ports 33318/22192,
+Per seed: a fresh pipeline over a fresh database on a private MariaDB/ZooKeeper of its own (ports 13318/22192,
 started here if needed, stopped at the end if started here), a seeded workload (tests/faults/workload.py),
 then `--steps` fault steps drawn by the seed from the scenario menu (tests/faults/scenarios.py: SIGKILL at
 a named fault point, SIGKILL at a random time, zombies, ZooKeeper restart, session expiry, MariaDB
@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="fault steps per seed")
     ap.add_argument("--real-spark-every", type=int, default=0, help="every Nth seed merges with spark-submit")
     ap.add_argument("--out", default=str(HERE), help="where RESULTS.md and results.json go")
-    # Not the pytest fixture's instance (33317/22193): a soak and the test suite may run side by side.
-    ap.add_argument("--mariadb-port", type=int, default=33318)
+    # Not the pytest fixture's instance (13317/22193): a soak and the test suite may run side by side.
+    ap.add_argument("--mariadb-port", type=int, default=13318)
     ap.add_argument("--zk-port", type=int, default=22192)
     args = ap.parse_args(argv)
 

@@ -1,5 +1,5 @@
 """Infrastructure faults around the `cdc run` CLI, on the private MariaDB and ZooKeeper only
-(tests/faults/services.py: ports 33317 / 22193 by default; the shared services are never restarted):
+(tests/faults/services.py: ports 13317 / 22193 by default; the shared services are never restarted):
 
 - ZooKeeper restarted while a run is in the middle of a window, and the run's session expired from
   outside (a second client with the same session id, started then stopped);

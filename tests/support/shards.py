@@ -6,10 +6,10 @@ has server_id 100+i and GTID domain i, so no two shards, and no shard and the de
 domain 0), look like the same source. A test may stop and start any one of them; ZooKeeper is not theirs
 (a group pipeline coordinates through the `services` / `private_services` one).
 
-Ports: shard i of pytest-xdist worker gwN listens on CDC_SHARD_MARIADB_PORT (default 33340) + 10 N + i,
+Ports: shard i of pytest-xdist worker gwN listens on CDC_SHARD_MARIADB_PORT (default 13340) + 10 N + i,
 data under .local/shards[-gwN]/shard-<i>. With the default bases the ports end in 1..MAX_SHARDS (1..6) while
-every worker's private MariaDB (33317 + 10 N) ends in 7, the soak's (33318) in 8 and the shared one is
-33306: no worker's shards meet any other server of the suite, and the workers' shards never meet each other.
+every worker's private MariaDB (13317 + 10 N) ends in 7, the soak's (13318) in 8 and the shared one is
+13306: no worker's shards meet any other server of the suite, and the workers' shards never meet each other.
 
 Used by the `shard_servers` fixture (tests/conftest.py).
 """
@@ -27,7 +27,7 @@ from tests.faults.services import PrivateServices, _listener_pid
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDS_DIR = ROOT / ".local" / "shards"
-BASE_PORT = int(os.environ.get("CDC_SHARD_MARIADB_PORT", "33340"))
+BASE_PORT = int(os.environ.get("CDC_SHARD_MARIADB_PORT", "13340"))
 WORKER_STRIDE = 10  # ports per pytest-xdist worker
 MAX_SHARDS = 6  # shard numbers stay below the 7 that ends every private MariaDB port (see above)
 

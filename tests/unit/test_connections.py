@@ -19,12 +19,12 @@ pytestmark = pytest.mark.unit
 def test_json_form() -> None:
     env = {
         "AIRFLOW_CONN_CDC_SOURCE_LOCAL": json.dumps(
-            {"conn_type": "mysql", "host": "127.0.0.1", "port": 33306, "login": "cdc", "password": "cdc-local-only"}
+            {"conn_type": "mysql", "host": "127.0.0.1", "port": 13306, "login": "cdc", "password": "cdc-local-only"}
         )
     }
     info = resolve_connection("cdc_source_local", env)
     assert (info.host, info.port, info.user, info.password, info.conn_type) == (
-        "127.0.0.1", 33306, "cdc", "cdc-local-only", "mysql"
+        "127.0.0.1", 13306, "cdc", "cdc-local-only", "mysql"
     )
 
 
@@ -95,7 +95,7 @@ def test_same_reading_as_airflow(tmp_path: Path) -> None:
     pytest.importorskip("airflow")
     values = [
         "mysql://cdc%40corp:p%40ss%3Aw0rd@db1.example:3307/shop?charset=utf8mb4",
-        '{"conn_type": "mysql", "host": "127.0.0.1", "port": 33306, "login": "cdc", "password": "cdc-local-only"}',
+        '{"conn_type": "mysql", "host": "127.0.0.1", "port": 13306, "login": "cdc", "password": "cdc-local-only"}',
         '{"conn_type": "spark", "host": "local[2]"}',
     ]
     script = (

@@ -4,6 +4,7 @@ shards."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,15 +14,15 @@ from tests.support.shards import MAX_SHARDS, ShardServers, shard_port
 pytestmark = pytest.mark.unit
 
 WORKERS = range(16)
-SHARED, SOAK, PRIVATE_BASE = 33306, 33318, 33317  # scripts/services.sh, tests/faults/soak.py, tests/faults/services.py
+SHARED, SOAK, PRIVATE_BASE = 13306, 13318, 13317  # scripts/services.sh, tests/faults/soak.py, tests/faults/services.py
 
 
 def test_shard_ports_never_meet_the_suites_other_servers_or_each_other() -> None:
     others = {SHARED, SOAK} | {PRIVATE_BASE + 10 * n for n in WORKERS}  # private_services: + 10 N per worker
-    shards = [shard_port(i, n, base=33340) for n in WORKERS for i in range(1, MAX_SHARDS + 1)]
+    shards = [shard_port(i, n, base=13340) for n in WORKERS for i in range(1, MAX_SHARDS + 1)]
     assert len(set(shards)) == len(shards)
     assert not set(shards) & others
-    assert shard_port(1, 0, base=33340) == 33341 and shard_port(3, 1, base=33340) == 33353
+    assert shard_port(1, 0, base=13340) == 13341 and shard_port(3, 1, base=13340) == 13353
 
 
 def test_a_shard_number_outside_one_workers_ports_is_refused() -> None:
@@ -40,3 +41,21 @@ def test_each_shard_has_its_own_identity_port_and_directory(tmp_path: Path) -> N
         _ = shards[0].zk_hosts
     assert [s.directory.parent.name for s in ShardServers.for_worker(0)] == ["shards"] * 3
     assert [s.directory.parent.name for s in ShardServers.for_worker(2)] == ["shards-gw2"] * 3
+
+
+EPHEMERAL_FIRST = 32768  # Linux's default net.ipv4.ip_local_port_range starts here
+# A default port written as `:-NNNNN` (shell), `"NNNNN")` (os.environ.get) or `default=NNNNN` (argparse).
+DEFAULT_PORT = re.compile(r'(?:PORT:-|PORT", "|port", type=int, default=)(\d{4,5})')
+
+
+def test_every_fixed_default_port_lies_below_the_ephemeral_range() -> None:
+    """An outgoing connection may take any port of the ephemeral range as its local port; a server of the suite
+    (or of the demo, or of a benchmark) listening on a fixed port there fails at random with "port busy"."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [p for d in ("scripts", "tests", "bench") for p in (root / d).rglob("*") if p.suffix in (".py", ".sh")]
+    found = {(p.relative_to(root).as_posix(), int(m)) for p in sources for m in DEFAULT_PORT.findall(p.read_text())}
+    assert len(found) >= 10, found  # the pattern still finds the defaults
+    assert {port for _, port in found} >= {13306, 13317, 13340, 22181}
+    assert [(path, port) for path, port in sorted(found) if port >= EPHEMERAL_FIRST] == []
+    worst_shard = shard_port(MAX_SHARDS, max(WORKERS), base=13340)
+    assert worst_shard < EPHEMERAL_FIRST
