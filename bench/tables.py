@@ -213,7 +213,9 @@ def snapshot_load(
     schema = _Schema(si, tables, rows)
     case = _case(si, workdir, "bs_" + uuid.uuid4().hex[:6], schema.db)
     try:
-        case.write_config({"kind": "current"}, snapshot={"on_start": True}, **(overrides or {}))
+        overrides = dict(overrides or {})  # --config may tune the snapshot too (e.g. max_tables_per_window)
+        snapshot = {"on_start": True, **overrides.pop("snapshot", {})}
+        case.write_config({"kind": "current"}, snapshot=snapshot, **overrides)
         if through == "dags":
             migrate = case.airflow.airflow("db", "migrate", timeout=900)
             if migrate.returncode != 0:
@@ -229,10 +231,17 @@ def snapshot_load(
                 out.setdefault("dag_runs", []).append({"seconds": result.seconds, "tasks": result.tasks})
                 windows_total += 1 if result.tasks.get("ack_window") == "success" else 0
             else:
-                _, _, _, proc = _cli(case, "run", case.name, "--windows", "1000")
+                _, t0, t1, proc = _cli(case, "run", case.name, "--windows", "1000")
                 if proc.returncode != 0:
                     raise RuntimeError(f"cdc run failed (exit {proc.returncode}): {proc.stderr[-800:]}")
                 windows_total += len(json.loads(proc.stdout)["windows"])
+                # Where the last `cdc run` went (with one window per run: the whole load).
+                ph = phases(proc.stderr, t0, t1)
+                rep = _last_report(case) or {}
+                if "merge_submit" in ph and rep.get("seconds") is not None:
+                    ph["merge_job_jvm_session_exit"] = ph["merge_submit"] - float(rep["seconds"])
+                    ph["merge_job_tables"] = float(rep["seconds"])
+                out["phases_last_run"] = {k: round(v, 2) for k, v in ph.items()}
             _, _, _, st = _cli(case, "status", case.name)
             status = json.loads(st.stdout) if st.returncode == 0 else {}
             snap = status.get("snapshot") or {}

@@ -80,6 +80,9 @@ log = logging.getLogger("cdc.coordination")
 _RACE_ATTEMPTS = 4
 # Deleting many window records: stay far below ZooKeeper's 1 MB request limit.
 _PRUNE_BATCH = 200
+# ZooKeeper refuses a request over jute.maxbuffer (1 MB by default) by dropping the connection, which a
+# client sees as a connection loss and would retry forever: refuse a larger multi-op before sending it.
+MAX_REQUEST_BYTES = 900_000
 
 
 def _maintenance_record(d: dict[str, Any]) -> dict[str, Any]:
@@ -403,6 +406,14 @@ class PipelineCoordinator:
         """Commit ops as one multi-op. kazoo's commit() does not raise for a failed op: the failing op
         carries its error, the ops before it RolledBackError, the ops after it RuntimeInconsistency;
         nothing of the multi-op landed. Returns the raw results."""
+        size = sum(len(op[1]) + (len(op[2]) if op[0] in ("create", "set") else 0) for op in ops)
+        if size > MAX_REQUEST_BYTES:
+            raise CoordinationError(
+                f"pipeline {self.pipeline!r}: {what} would write {size:,} bytes to ZooKeeper in one request, more "
+                f"than its request limit allows (1 MB by default, jute.maxbuffer); nothing was written. A window's "
+                "plan and ack carry each of its tables: lower snapshot.max_tables_per_window (snapshot windows) or "
+                "the window caps, then retry"
+            )
         with self._zk(what):
             tx = self.client.transaction()
             for op in ops:

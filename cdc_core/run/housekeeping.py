@@ -454,8 +454,8 @@ def acquire_waiting(
 
 @contextmanager
 def keep_lease(p: Pipeline, grant: LeaseGrant) -> Iterator[LeaseKeeper]:
-    """Renew `grant` every third of the lease while the block runs."""
-    with LeaseKeeper(lambda: p.renew(grant), p.config.lease_seconds / 3, p.name) as keeper:
+    """Renew `grant` every third of the lease while the maintenance job runs (Pipeline.keep_lease)."""
+    with p.keep_lease(grant) as keeper:
         yield keeper
 
 

@@ -45,7 +45,7 @@ from cdc_core.capture.source import (
     describe_tables,
     inspect_source,
 )
-from cdc_core.coordination import LeaseGrant, PipelineCoordinator, WindowRecord, make_zk_client
+from cdc_core.coordination import LeaseGrant, LeaseKeeper, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.lake import delta_state, merge_client, object_store, staging
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import (
@@ -281,6 +281,13 @@ class Pipeline:
 
     def renew(self, grant: LeaseGrant) -> LeaseGrant:
         return self.coordinator.renew(grant, self.config.lease_seconds)
+
+    @contextlib.contextmanager
+    def keep_lease(self, grant: LeaseGrant) -> Iterator[LeaseKeeper]:
+        """Renew `grant` every third of the lease while a Spark job runs, so a long merge or maintenance job
+        never outlives the lease it writes under; a lost lease stops the renewals (the job's fence stops it)."""
+        with LeaseKeeper(lambda: self.renew(grant), self.config.lease_seconds / 3, self.name) as keeper:
+            yield keeper
 
     def release(self, grant: LeaseGrant) -> None:
         self.coordinator.release(grant)
@@ -638,13 +645,14 @@ class Pipeline:
         self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                        **({"merge_server": server} if server else {}))
         t0 = time.time()
-        if server:  # the warm option: the same job, run by a long-running merge server
-            proc = self._merge_on_server(server, grant, seq)
-        else:
-            proc = subprocess.run(
-                self.spark_submit_command(grant, seq), env=self.spark_job_env(), capture_output=True, text=True,
-                check=False,
-            )
+        with self.keep_lease(grant):
+            if server:  # the warm option: the same job, run by a long-running merge server
+                proc = self._merge_on_server(server, grant, seq)
+            else:
+                proc = subprocess.run(
+                    self.spark_submit_command(grant, seq), env=self.spark_job_env(), capture_output=True, text=True,
+                    check=False,
+                )
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             if proc.returncode == Fenced.exit_code:  # the job's own lease check: this run is a zombie

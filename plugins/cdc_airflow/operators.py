@@ -240,13 +240,14 @@ class CdcMergeOperator(SparkJobOperator):
                     secrets=hook.secrets(p),
                     zk_auth=p.zk_auth(),  # the same lookup as the CLI's (Pipeline.spark_job_env)
                 )
+                self.log.info(
+                    "window.merge pipeline=%s seq=%s tables=%s changes=%s",
+                    self.pipeline,
+                    seq,
+                    len(manifest.tables),
+                    manifest.changes,
+                )
+                with p.keep_lease(grant):  # a window of many tables may merge for longer than the lease
+                    self.run_job(submit)
         except CdcError as e:
             raise_for(e, self.pipeline)
-        self.log.info(
-            "window.merge pipeline=%s seq=%s tables=%s changes=%s",
-            self.pipeline,
-            seq,
-            len(manifest.tables),
-            manifest.changes,
-        )
-        self.run_job(submit)

@@ -7,9 +7,11 @@ their own, never the shared `zk_client`. Waits are conditions with deadlines, ne
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -781,3 +783,63 @@ def test_bad_names_are_refused(zk_client: KazooClient) -> None:
         PipelineCoordinator(zk_client, "/r", "Orders/x")
     with pytest.raises(ConfigError):
         PipelineCoordinator(zk_client, "relative", "orders")
+
+
+def test_a_request_over_zookeepers_limit_is_refused_clearly_and_changes_nothing(
+    coord: PipelineCoordinator, zk_client: KazooClient
+) -> None:
+    """ZooKeeper answers a request over jute.maxbuffer (1 MB) by dropping the connection, which reads as a
+    connection loss that a retry repeats forever: the coordinator refuses it first, with what to change."""
+    grant = coord.acquire("run-1", 600)
+    coord.set_start(grant, pos(4))
+    many = tuple(f"{'s' * 64}.{f't{i:05d}'.ljust(64, 'x')}" for i in range(8000))  # ~1 MB of names
+    with pytest.raises(CoordinationError, match=r"store plan 1 would write [\d,]+ bytes.*max_tables_per_window"):
+        coord.store_plan(grant, plan(1, 4, 50, tables=many))
+    assert coord.pending_window() is None and coord.read_cursor().position == pos(4)
+
+    coord.store_plan(grant, plan(1, 4, 50))
+    before = raw(zk_client, coord.window_path(1)), raw(zk_client, coord.cursor_path)
+    huge = {"tables": {name: {"changes": 1, "status": "committed"} for name in many}}
+    with pytest.raises(CoordinationError, match="ack window 1 would write"):
+        coord.ack_window(grant, 1, huge)
+    assert (raw(zk_client, coord.window_path(1)), raw(zk_client, coord.cursor_path)) == before
+    cursor = coord.ack_window(grant, 1, {"changes": 1})  # the session is fine: a normal ack lands
+    assert (cursor.seq, cursor.position) == (1, pos(50))
+
+
+def test_a_merge_longer_than_the_lease_keeps_it(
+    zk_client: KazooClient, zk_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window of many tables may merge for longer than `lease_seconds`: the run renews its lease while the
+    Spark job runs, so nobody takes it over meanwhile (which would fence the merge and waste it)."""
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.config import PipelineConfig
+    from cdc_core.run.pipeline import Pipeline
+
+    coord = PipelineCoordinator(zk_client, zk_root, "orders")
+    other = PipelineCoordinator(zk_client, zk_root, "orders")
+    cfg = PipelineConfig(name="orders", source={"conn_id": "x"}, tables={"include": ["db.*"]}, lease_seconds=2,
+                         staging_root="/nonexistent/staging", lake_root="/nonexistent/lake")
+    p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coord)
+    grant = coord.acquire("run-1", cfg.lease_seconds)
+    seen: list[str] = []
+
+    def slow_job(cmd: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
+        time.sleep(3.5)  # the job outlives the lease it started under
+        try:
+            other.acquire("run-2", 2)
+            seen.append("taken over")
+        except LeaseHeld:
+            seen.append("held")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("t",), changes=1))
+    monkeypatch.setattr(p, "spark_submit_command", lambda grant, seq: ["spark-submit"])
+    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", slow_job)
+    try:
+        assert p.merge_locally(grant, 1)["merged"] is True
+        assert seen == ["held"]
+        coord.verify(grant)  # still this run's lease: the ack can follow
+    finally:
+        coord.close()
+        other.close()

@@ -5,8 +5,10 @@ the plugin registers the way Airflow expects."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -510,6 +512,14 @@ class _OpenPipeline(StubPipeline):
         _OpenPipeline.merged_on_server.append((grant, seq))
         return {"seq": seq, "merged": True, "secs": 1.0}
 
+    events: list[str] = []  # what happened around the Spark job, in order
+
+    @contextlib.contextmanager
+    def keep_lease(self, grant: Any) -> Iterator[None]:
+        _OpenPipeline.events.append(f"keep lease {grant.token:#x}")
+        yield
+        _OpenPipeline.events.append("lease kept")
+
 
 class _FakeHook:
     def __init__(self, pipeline: str, *a: Any, **kw: Any) -> None:
@@ -537,8 +547,10 @@ def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(mon
 
         def submit(self, application: str) -> None:
             submitted.append((self.kwargs, application))
+            _OpenPipeline.events.append("spark-submit")
 
     monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook)
+    monkeypatch.setattr(_OpenPipeline, "events", [])
     monkeypatch.setattr(
         operators, "spark_submit_hook", lambda conn_id, submit: FakeSparkHook(
             **operators.spark_submit_hook_kwargs(conn_id, submit))
@@ -555,6 +567,8 @@ def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(mon
     assert kwargs["application_args"] == ["--seq", "7", "--token", "3"]
     assert kwargs["env_vars"]["CDC_ZK_AUTH"] == "digest:zkuser:zkpw"  # the environment, never the command line
     assert "zkpw" not in " ".join(kwargs["application_args"]) and "zkpw" not in str(kwargs["conf"])
+    # The run's lease is renewed while the job runs (a window of many tables may outlast the lease).
+    assert _OpenPipeline.events == ["keep lease 0x3", "spark-submit", "lease kept"]
 
 
 def test_the_merge_operator_sends_the_window_to_the_merge_server_when_one_is_configured(
