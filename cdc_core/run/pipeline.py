@@ -51,6 +51,7 @@ from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import (
     SparkJob,
     delta_jars,
+    jar_list,
     resolve_spark_master,
     s3a_jars,
     spark_confs,
@@ -585,7 +586,7 @@ class Pipeline:
         return confs
 
     def spark_jars(self) -> str:
-        return ",".join(delta_jars() + (s3a_jars() if self.uses_object_store() else []))
+        return jar_list(delta_jars() + (s3a_jars() if self.uses_object_store() else []), self.spark_master())
 
     def spark_job(self, application: object, args: list[str], name: str) -> SparkJob:
         """One of this pipeline's Spark jobs: its jars, confs and environment (cdc_core.lake.spark_conf.SparkJob)."""

@@ -22,7 +22,7 @@ import pytest
 
 from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import LeaseGrant
-from cdc_core.lake.spark_conf import resolve_spark_master, spark_env, spark_master
+from cdc_core.lake.spark_conf import jar_list, resolve_spark_master, spark_env, spark_master
 from cdc_core.model.config import load_config
 from cdc_core.model.connections import parse_connection
 from cdc_core.model.errors import ConfigError
@@ -146,13 +146,24 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
     monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
     assert p.merge_locally(GRANT, 7)["merged"] is True
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")
+    assert seen["cmd"][seen["cmd"].index("--jars") + 1] == "/jars/delta.jar"  # a cluster's executors get copies
     assert seen["env"]["CDC_ZK_AUTH"] == f"digest:cdc:{ZK_PW}" and ZK_PW not in " ".join(seen["cmd"])
 
 
 def test_cli_falls_back_to_local_only_without_the_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = pipeline(tmp_path, monkeypatch, None)
     monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
-    assert _master(p.spark_submit_command(GRANT, 7)) == ("local[2]", "client")
+    cmd = p.spark_submit_command(GRANT, 7)
+    assert _master(cmd) == ("local[2]", "client")
+    assert cmd[cmd.index("--jars") + 1] == "local:/jars/delta.jar"  # loaded in place, never copied per job
+
+
+def test_jars_are_loaded_in_place_only_by_a_local_master() -> None:
+    jars = ["/c/delta.jar", "/c/aws bundle.jar", "local:/c/x.jar", "s3a://b/y.jar"]
+    assert jar_list(jars, "local[2]") == "local:/c/delta.jar,local:/c/aws bundle.jar,local:/c/x.jar,s3a://b/y.jar"
+    assert jar_list(jars, "local-cluster[2,1,1024]").startswith("local:/c/delta.jar,")
+    for master in ("spark://m1:7077", "yarn", "k8s://https://api:6443"):
+        assert jar_list(jars, master) == ",".join(jars)
 
 
 def test_cdc_maintain_uses_the_connection_and_gives_the_job_the_zk_credential(
@@ -178,6 +189,7 @@ def test_cdc_maintain_uses_the_connection_and_gives_the_job_the_zk_credential(
     report, error = run._tables(GRANT, 1_800_000_000.0)
     assert error is None and report is not None
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")
+    assert seen["cmd"][seen["cmd"].index("--jars") + 1] == "/jars/delta.jar"  # a cluster's executors get copies
     assert seen["env"]["CDC_ZK_AUTH"] == f"digest:cdc:{ZK_PW}"  # the fence check can authenticate
     assert ZK_PW not in " ".join(seen["cmd"])
     assert seen["env"]["PYSPARK_PYTHON"] == sys.executable
