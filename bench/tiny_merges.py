@@ -5,7 +5,8 @@ default) are created once; then each round MERGEs one new row into every table w
 statement (spark_apps.merge_window.merge_sql), as the commit (pipeline, seq), on `--threads` writer threads
 (a session each). Per round: the wall time per table and, per step, the thread seconds per table (schema
 read, staged read, MERGE + commit). `--conf k=v` (repeatable) adds Spark confs, so a knob is measured
-against the defaults in two runs on the same machine; `--delta-rs` also times the same MERGE through
+against the defaults in two runs on the same machine; `--no-txn` drops the txn identity (a reference
+figure: what Delta's idempotent-write check costs; not exactly-once); `--delta-rs` also times the same MERGE through
 delta-rs on tables without deletion vectors (a reference figure: the lake's tables have them).
 
     python -m bench.tiny_merges --tables 30 --rounds 3 [--threads 4] [--conf spark.sql.adaptive.enabled=false]
@@ -44,7 +45,9 @@ def _session(confs: dict[str, str]) -> Any:
     return spark
 
 
-def _round(spark: Any, root: Path, tables: int, threads: int, seq: int, append: bool = False) -> dict[str, Any]:
+def _round(
+    spark: Any, root: Path, tables: int, threads: int, seq: int, append: bool = False, txn: bool = True
+) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
     from spark_apps.merge_window import TXN_APP_ID_CONF, TXN_VERSION_CONF, merge_sql
@@ -66,8 +69,9 @@ def _round(spark: Any, root: Path, tables: int, threads: int, seq: int, append: 
         view = f"src_{i}_{seq}"
         sp.read.parquet(str(src)).createOrReplaceTempView(view)
         t2 = time.monotonic()
-        sp.conf.set(TXN_APP_ID_CONF, "bench")
-        sp.conf.set(TXN_VERSION_CONF, str(seq))
+        if txn:
+            sp.conf.set(TXN_APP_ID_CONF, "bench")
+            sp.conf.set(TXN_VERSION_CONF, str(seq))
         sp.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         if append:  # what the MERGE amounts to when no staged key can match (bench: the alternative's cost)
             sp.table(view).write.format("delta").mode("append").option("txnAppId", "bench").option(
@@ -148,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--conf", action="append", default=[], help="k=v: a Spark conf added to the defaults")
     p.add_argument("--append", action="store_true", help="time an idempotent append of the row instead of the MERGE")
+    p.add_argument("--no-txn", action="store_true",
+                   help="reference only: the MERGE without its txn identity (not exactly-once): the txn check's price")
     p.add_argument("--delta-rs", action="store_true", help="also time delta-rs on tables without deletion vectors")
     p.add_argument("--out", default=None, help="merge the section into this results file (key tiny_merges)")
     args = p.parse_args(argv)
     confs = dict(c.split("=", 1) for c in args.conf)
     root = Path(tempfile.mkdtemp(prefix="cdc-bench-tiny-"))
     section: dict[str, Any] = {"tables": args.tables, "threads": args.threads, "confs": confs, "rounds": [],
-                               "statement": "append" if args.append else "merge",
+                               "statement": "append" if args.append else "merge", "txn": not args.no_txn,
                                "load_start": load_avg()}
     spark = _session(confs)
     try:
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                           "current_timestamp(), 1 FROM range(100)")
         log(f"tiny_merges: {args.tables} tables created in {time.monotonic() - t0:.1f} s")
         for r in range(args.rounds):
-            one = _round(spark, root, args.tables, args.threads, seq=r + 2, append=args.append)
+            one = _round(spark, root, args.tables, args.threads, seq=r + 2, append=args.append, txn=not args.no_txn)
             if args.delta_rs:
                 one["delta_rs_per_table"] = _delta_rs_round(root, args.tables, seq=r + 2)
             section["rounds"].append(one)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,15 @@ class SparkJob:
         for k, v in sorted(self.conf.items()):
             cmd += ["--conf", f"{k}={v}"]
         return [*cmd, self.application, *self.args]
+
+    def python_driver(self, master: str, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+        """The job's Python driver run directly instead of through spark-submit (a long-running process such
+        as the merge server): its argv, and what its environment adds (`env`, plus the spark-submit options
+        in PYSPARK_SUBMIT_ARGS, where pyspark reads them when it starts the JVM)."""
+        cmd = self.command(master)
+        submit_args = cmd[1 : cmd.index(self.application)]
+        env = {**self.env, "PYSPARK_SUBMIT_ARGS": shlex.join([*submit_args, "pyspark-shell"])}
+        return [python, self.application, *self.args], env
 
 
 LOCAL_MASTER = "local[2]"  # only when the pipeline's Spark connection is not defined

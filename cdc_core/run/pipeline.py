@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -614,11 +613,10 @@ class Pipeline:
         merge_client.parse_address(listen)
         job = self.spark_job(MERGE_SERVER_APP, ["--listen", listen, "--pipeline", self.pipeline_name],
                              f"cdc-merge-server-{self.pipeline_name}")
-        cmd = job.command(self.spark_master())
-        submit_args = cmd[1 : cmd.index(job.application)]
-        env = {**self.spark_job_env(), "PYSPARK_SUBMIT_ARGS": shlex.join([*submit_args, "pyspark-shell"])}
+        argv, job_env = job.python_driver(self.spark_master())
+        env = {**self.spark_job_env(), **job_env}
         env.pop(merge_client.ADDRESS_ENV, None)
-        return [sys.executable, job.application, *job.args], env
+        return argv, env
 
     def _merge_on_server(self, address: str, grant: LeaseGrant, seq: int) -> subprocess.CompletedProcess[str]:
         """The merge job's outcome from the merge server, shaped as spark-submit's; an unreachable server (or

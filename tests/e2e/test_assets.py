@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.e2e import ROOT, CdcCase, assert_all, binlog_position, sql
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 
 def _events(case: CdcCase) -> list[dict]:  # type: ignore[type-arg]

@@ -4,10 +4,11 @@ server, scheduler and DAG processor of tests/support/real_airflow.py.
 The DAGs folder holds the pipeline DAGs, the documented downstream example (docs/examples/cdc_downstream.py:
 one DAG on `orders`, one on `orders & items`) and a DAG on a table the window does not change. One
 transaction writes an order with its items; the pipeline DAG is triggered through the REST API and lands the
-window (Spark merge included). The scheduler itself then starts both example DAGs, each run consuming the
-ack's asset events, whose extra matches the lake's checkpoints (`cdc versions`); the DAG on the untouched
-table gets no run. Then the ack task is cleared through the REST API, as an operator retries a step: it runs
-again, finds the window acked, and emits nothing: no new asset event, no new downstream run.
+window (its merge on the test session's warm merge server, `warm_merges`). The scheduler itself then starts
+both example DAGs, each run consuming the ack's asset events, whose extra matches the lake's checkpoints
+(`cdc versions`); the DAG on the untouched table gets no run. Then the ack task is cleared through the REST
+API, as an operator retries a step: it runs again, finds the window acked, and emits nothing: no new asset
+event, no new downstream run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from cdc_core.lake.merge_client import ADDRESS_ENV
 from tests.support.e2e import ROOT, binlog_position, sql
 from tests.support.real_airflow import RealAirflow, real_airflow
 
@@ -60,7 +62,7 @@ def _run_state(airflow: RealAirflow, dag_id: str, run_id: str) -> str:
 
 
 def test_a_real_ack_starts_the_downstream_dags_once(
-    services: Any, source_db: str, zk_root: str, tmp_path: Path
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, warm_merges: str
 ) -> None:
     name = "as_" + uuid.uuid4().hex[:6]
     db = source_db
@@ -94,7 +96,7 @@ def test_a_real_ack_starts_the_downstream_dags_once(
     env = {"CDC_CONFIG": str(config), "AIRFLOW_CONN_CDC_SOURCE_ASSETS": json.dumps(conn),
            "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "CDC_EXAMPLE_PIPELINE": name,
            "CDC_EXAMPLE_ORDERS": f"{db}.orders", "CDC_EXAMPLE_ITEMS": f"{db}.order_items",
-           "CDC_EXAMPLE_UNTOUCHED": f"{db}.untouched"}
+           "CDC_EXAMPLE_UNTOUCHED": f"{db}.untouched", ADDRESS_ENV: warm_merges}
 
     with real_airflow(env) as airflow:
         airflow.login()

@@ -32,7 +32,7 @@ from tests.support.e2e import (
     sql,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 
 def test_a_run_cut_short_by_a_cap_triggers_the_next_run_at_once(cdc_case: CdcCase) -> None:

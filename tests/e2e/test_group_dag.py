@@ -11,7 +11,7 @@ tests/integration/test_group_pipeline.py):
 - with one shard stopped, that source's task group fails (no retries here), the other's ack succeeds,
   the run is failed and the failure is noted under the failing source.
 
-DAG runs are expensive here (each spark-submit ~20-60 s): three runs, three merges.
+Three DAG runs; their merges run on the test session's warm merge server (`warm_merges`), not a spark-submit each.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from tests.support.e2e import CdcCase, DagRunResult
 from tests.support.source_facts import drop_databases, run_sql
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 SOURCES = ("eu1", "eu2")
 SCHEMAS = {"eu1": "shop_00", "eu2": "shop_01"}  # one schema per shard, routed into shop.orders

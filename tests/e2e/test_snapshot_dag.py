@@ -10,7 +10,7 @@ import pytest
 from cdc_core.run.status import pipeline_status
 from tests.support.e2e import CdcCase, assert_lake_equals_source, binlog_position, sql
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 TASKS = ["acquire_lease", "begin_snapshot", "plan_window", "stage_window", "merge_window", "ack_window",
          "release_lease"]

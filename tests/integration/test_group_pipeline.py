@@ -1,9 +1,10 @@
 """A group pipeline as an operator runs it: three MariaDB servers (shards) with overlapping keys, routed into one
 lake table through the `cdc` CLI, exactly once per source.
 
-Real MariaDB x3 (tests/support/shards.py), ZooKeeper and spark-submit. The oracle: the lake table equals the
-union of the sources' tables, each row under (`_cdc_source`, `_cdc_source_table`, id), nothing lost,
-duplicated or wrong; each source's state lives under its own ZooKeeper path and its own Delta txnAppId.
+Real MariaDB x3 (tests/support/shards.py), ZooKeeper and Spark (the session's warm merge server). The oracle:
+the lake table equals the union of the sources' tables, each row under (`_cdc_source`, `_cdc_source_table`,
+id), nothing lost, duplicated or wrong; each source's state lives under its own ZooKeeper path and its own
+Delta txnAppId.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cdc_core.model.errors import SourceError
 from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
 from tests.support.source_facts import drop_databases, run_sql
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 SOURCES = ("a", "b", "c")
 # Which schemas live on which server: two on the first (equal keys in two schemas of one server), one each

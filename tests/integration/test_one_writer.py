@@ -22,7 +22,7 @@ from cdc_core.model.errors import LakeError
 from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
 from cdc_core.model.naming import path_component
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 
 def cdc(config: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:

@@ -18,7 +18,7 @@ import pytest
 
 from cdc_core.cli import main
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 
 def _newest_binlog_settled(ps: Any) -> bool:

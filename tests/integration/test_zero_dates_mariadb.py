@@ -33,7 +33,7 @@ from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
 from tests.support.source_facts import facts_now
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
 TABLE = """
 CREATE TABLE zd (

@@ -20,6 +20,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from cdc_core.lake.merge_client import ADDRESS_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 
@@ -121,10 +123,14 @@ class CdcCase:
             "login": s.mysql_user,
             "password": s.mysql_password,
         }
+        # A test with the `warm_merges` fixture merges on the session's warm merge server (the Airflow
+        # environment drops this process's CDC_* variables, so it is passed on here).
+        warm = {k: os.environ[k] for k in (ADDRESS_ENV,) if os.environ.get(k)}
         return {
             **self.airflow.env,
             "CDC_CONFIG": str(self.config_path),
             f"AIRFLOW_CONN_{self.conn_id.upper()}": json.dumps(conn),
+            **warm,
         }
 
     def write_config(self, start: dict[str, Any], **overrides: Any) -> None:

@@ -56,13 +56,18 @@ class ServerProcess:
     def log(self) -> Path:
         return self.workdir / f"merge-server-{self.n}.log"
 
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The server's argv and what its environment adds to `base_env`."""
+        return [sys.executable, "-m", "cdc_core.cli", "--config", self.config, "merge-server", self.name,
+                "--listen", self.address], {}
+
     def start(self, extra_env: dict[str, str] | None = None) -> None:
         self.n += 1
+        argv, env = self.command()
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cdc_core.cli", "--config", self.config, "merge-server", self.name,
-                 "--listen", self.address],
-                env={**self.base_env, "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}, stdout=out, stderr=out,
+                argv, env={**self.base_env, "SPARK_LOCAL_IP": "127.0.0.1", **env, **(extra_env or {})},
+                stdout=out, stderr=out,
             )
         deadline = time.monotonic() + 300
         while True:
@@ -73,7 +78,7 @@ class ServerProcess:
             except merge_client.MergeServerUnavailable:
                 assert time.monotonic() < deadline, f"never ready:\n{self.log.read_text()[-3000:]}"
                 time.sleep(0.5)
-        assert status["pid"] == self.proc.pid and status["pipelines"] == [self.name]
+        assert status["pid"] == self.proc.pid and status["pipelines"] == ([self.name] if self.name else [])
         self.jvms = _children(self.proc.pid)
 
     def wait_gone(self) -> None:
@@ -103,3 +108,32 @@ class ServerProcess:
                 os.kill(p, signal.SIGKILL)
 
 
+
+
+class SharedMergeServer(ServerProcess):
+    """One warm merge server for every pipeline of a test session (tests/conftest.py `warm_merges`): the
+    product's server (spark_apps/merge_server.py) without a pipeline restriction, on local[2] with the
+    project's Delta jars and default confs, as `Pipeline.merge_server_launch` builds them for one pipeline.
+    It serves pipelines whose Spark job needs nothing of its own: local disk, no ZooKeeper credential, the
+    default Spark confs."""
+
+    def __init__(self, address: str, workdir: Path) -> None:
+        super().__init__("", "", address, workdir)
+        self.base_env.pop(merge_client.ADDRESS_ENV, None)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        from cdc_core.lake.spark_conf import LOCAL_MASTER, SparkJob, delta_jars, jar_list, spark_confs, spark_env
+        from cdc_core.run.pipeline import MERGE_SERVER_APP
+
+        conf = {k: v for k, v in spark_confs(extra={"spark.driver.memory": "1g"}).items() if k != "spark.jars"}
+        job = SparkJob(application=str(MERGE_SERVER_APP), args=["--listen", self.address],
+                       name="cdc-tests-merge-server", jars=jar_list(delta_jars(), LOCAL_MASTER), conf=conf,
+                       env=spark_env())
+        return job.python_driver(LOCAL_MASTER)
+
+    def ensure_running(self) -> str:
+        """Its address, (re)started if it is not running (a test must never inherit a dead server)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.start()
+        return self.address
