@@ -10,7 +10,7 @@ from typing import Any
 from cdc_core.model.errors import CdcError, Fenced
 from cdc_core.model.logfmt import kv
 
-log = logging.getLogger("cdc.housekeeping")
+log = logging.getLogger("cdc.coordination")  # with the lease's other events
 
 
 class LeaseKeeper:
