@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_core.lake.object_store import S3Credentials
-from cdc_core.model.config import ZK_AUTH_ENV
+from cdc_core.model.config import ZK_AUTH_ENV, SparkConfig
 from cdc_core.model.connections import ConnectionInfo, env_var_name, lookup_connection
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
@@ -86,6 +86,15 @@ def spark_confs(shuffle_partitions: int = 2, extra: dict[str, str] | None = None
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, shuffle_partitions)),
     }
     confs.update(extra or {})
+    return confs
+
+
+def job_confs(spark: SparkConfig, store_confs: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The --conf values of a pipeline's Spark jobs: the defaults above, the object store's (when the pipeline
+    uses one), then the pipeline's own `spark` settings, which win; the jars go separately, as --jars."""
+    extra = {**(store_confs or {}), "spark.driver.memory": spark.driver_memory, **spark.conf}
+    confs = spark_confs(spark.shuffle_partitions, extra)
+    confs.pop("spark.jars", None)
     return confs
 
 

@@ -51,9 +51,9 @@ from cdc_core.lake.spark_conf import (
     SparkJob,
     delta_jars,
     jar_list,
+    job_confs,
     resolve_spark_master,
     s3a_jars,
-    spark_confs,
     spark_env,
 )
 from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, sources, windows
@@ -577,12 +577,8 @@ class Pipeline:
         return resolve_spark_master(self.config.spark.conn_id, pipeline=self.name)
 
     def spark_conf(self) -> dict[str, str]:
-        extra = {"spark.driver.memory": self.config.spark.driver_memory, **self.config.spark.conf}
-        if self.uses_object_store():
-            extra = {**object_store.spark_confs(self.store), **extra}  # the user's spark.conf wins
-        confs = spark_confs(self.config.spark.shuffle_partitions, extra)
-        confs.pop("spark.jars", None)  # passed separately as --jars
-        return confs
+        store = object_store.spark_confs(self.store) if self.uses_object_store() else None
+        return job_confs(self.config.spark, store)
 
     def spark_jars(self) -> str:
         return jar_list(delta_jars() + (s3a_jars() if self.uses_object_store() else []), self.spark_master())

@@ -108,8 +108,6 @@ class ServerProcess:
                 os.kill(p, signal.SIGKILL)
 
 
-
-
 class SharedMergeServer(ServerProcess):
     """One warm merge server for every pipeline of a test session (tests/conftest.py `warm_merges`): the
     product's server (spark_apps/merge_server.py) without a pipeline restriction, on local[2] with the
@@ -122,13 +120,13 @@ class SharedMergeServer(ServerProcess):
         self.base_env.pop(merge_client.ADDRESS_ENV, None)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        from cdc_core.lake.spark_conf import LOCAL_MASTER, SparkJob, delta_jars, jar_list, spark_confs, spark_env
+        from cdc_core.lake.spark_conf import LOCAL_MASTER, SparkJob, delta_jars, jar_list, job_confs, spark_env
+        from cdc_core.model.config import SparkConfig
         from cdc_core.run.pipeline import MERGE_SERVER_APP
 
-        conf = {k: v for k, v in spark_confs(extra={"spark.driver.memory": "1g"}).items() if k != "spark.jars"}
         job = SparkJob(application=str(MERGE_SERVER_APP), args=["--listen", self.address],
-                       name="cdc-tests-merge-server", jars=jar_list(delta_jars(), LOCAL_MASTER), conf=conf,
-                       env=spark_env())
+                       name="cdc-tests-merge-server", jars=jar_list(delta_jars(), LOCAL_MASTER),
+                       conf=job_confs(SparkConfig()), env=spark_env())
         return job.python_driver(LOCAL_MASTER)
 
     def ensure_running(self) -> str:

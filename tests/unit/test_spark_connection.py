@@ -193,3 +193,17 @@ def test_cdc_maintain_uses_the_connection_and_gives_the_job_the_zk_credential(
     assert seen["env"]["CDC_ZK_AUTH"] == f"digest:cdc:{ZK_PW}"  # the fence check can authenticate
     assert ZK_PW not in " ".join(seen["cmd"])
     assert seen["env"]["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_job_confs_layer_defaults_then_the_object_store_then_the_pipelines_own() -> None:
+    from cdc_core.lake.spark_conf import job_confs
+    from cdc_core.model.config import SparkConfig
+
+    spark = SparkConfig(shuffle_partitions=4, driver_memory="2g",
+                        conf={"spark.hadoop.fs.s3a.path.style.access": "false", "spark.ui.enabled": "true"})
+    confs = job_confs(spark, {"spark.hadoop.fs.s3a.path.style.access": "true", "spark.hadoop.fs.s3a.endpoint": "e"})
+    assert confs["spark.sql.shuffle.partitions"] == "4" and confs["spark.driver.memory"] == "2g"
+    assert confs["spark.hadoop.fs.s3a.endpoint"] == "e"  # the store's
+    assert confs["spark.hadoop.fs.s3a.path.style.access"] == "false" and confs["spark.ui.enabled"] == "true"  # user's
+    assert "spark.jars" not in confs  # --jars, separately
+    assert job_confs(SparkConfig())["spark.driver.memory"] == "1g"
