@@ -48,6 +48,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.lake import small_writer
 from cdc_core.model import faults
 from cdc_core.model.errors import (
     CdcError,
@@ -98,7 +99,8 @@ TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_b
 # the changed rows of a data file deleted instead of rewriting the file, so its cost follows the window,
 # not the table (bench/RESULTS.md: "without deletion vectors"). Readers need Delta reader version 3
 # (Spark with Delta >= 2.3, delta-rs `DeltaTable.scan`, cdc_core.lake.delta_state.read_rows).
-DEFAULT_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+DV_PROPERTY = "delta.enableDeletionVectors"
+DEFAULT_TABLE_PROPERTIES = {DV_PROPERTY: "true"}
 # Tables of one window merged at the same time (one Spark session each), unless --parallelism says
 # otherwise (the pipeline's `spark.merge_parallelism`). On local[2] the per-table cost is mostly
 # driver-side (Delta log reads, planning, commits), which overlaps well; 4 keeps the driver's memory
@@ -514,6 +516,7 @@ def create_table_sql(
     default_properties: dict[str, str] | None = None,
     *,
     writer: str | None = None,  # the `cdc.writer` record (lake_writers.writer_value)
+    deletion_vectors: bool = True,  # False: without the product's default (a table that starts small)
 ) -> str:
     """The CREATE TABLE of a lake table (or tombstone table) on first sight (pure: the benchmark builds
     its tables with it too). Properties: the product's defaults, then the pipeline's (`--table-properties`,
@@ -523,7 +526,8 @@ def create_table_sql(
     bad = [p for p in options.partition_by if p not in names]
     if bad:
         raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-    props = {**DEFAULT_TABLE_PROPERTIES, **(default_properties or {}), **options.table_properties()}
+    defaults = DEFAULT_TABLE_PROPERTIES if deletion_vectors else {}
+    props = {**defaults, **(default_properties or {}), **options.table_properties()}
     if writer is not None:
         props[WRITER_PROPERTY] = writer
     if any(needs_column_mapping(n) for n in names):
@@ -567,6 +571,9 @@ class _Run:
     source: str | None = None  # a group pipeline's source whose window this is
     group_sources: tuple[str, ...] = ()  # all its sources, and its routes: recorded in `cdc.writer`
     routes: tuple[Route, ...] = ()
+    # Tables holding at most this many rows once the window lands are merged by delta-rs, without a
+    # Spark job (cdc_core.lake.small_writer); 0: every table through Spark.
+    small_table_rows: int = 0
 
     def writer_record(self) -> str:
         return writer_value(self.pipeline, self.group_sources, [r.to_dict() for r in self.routes])
@@ -579,18 +586,32 @@ class _Run:
     def label(self) -> str:
         return f"pipeline {self.app_id!r} window {self.seq}"
 
+    def commit_metadata(self, label: str) -> str:
+        """The commit's userMetadata: which run of which window wrote it (both writers record it)."""
+        return json.dumps(
+            {"pipeline": self.app_id, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
+            sort_keys=True,
+        )
+
     def log(self, event: str, **fields: Any) -> None:
         log.info("%s", kv(event=event, pipeline=self.app_id, seq=self.seq, token=f"{self.token:#x}", **fields))
 
     # ---------------------------------------------------------------------------- table lifecycle
 
     def ensure_table(
-        self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions | None = None
+        self,
+        uri: str,
+        label: str,
+        columns: Sequence[tuple[str, DataType]],
+        options: TableOptions | None = None,
+        *,
+        small: bool = False,
     ) -> StructType:
-        """Create the Delta table, or align its schema with `columns`; returns the schema to merge into."""
+        """Create the Delta table, or align its schema with `columns`; returns the schema to merge into.
+        `small`: a new table starts without deletion vectors, so delta-rs can merge it while it stays small."""
         spark = self.spark
         if not DeltaTable.isDeltaTable(spark, uri):
-            self.create_table(uri, label, columns, options or TableOptions())
+            self.create_table(uri, label, columns, options or TableOptions(), small=small)
         target = spark.read.format("delta").load(uri).schema
         by_name = {f.name.lower(): f for f in target.fields}
         new_cols = [(n, t) for n, t in columns if n.lower() not in by_name]
@@ -653,9 +674,18 @@ class _Run:
         return spark.read.format("delta").load(uri).schema
 
     def create_table(
-        self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
+        self,
+        uri: str,
+        label: str,
+        columns: Sequence[tuple[str, DataType]],
+        options: TableOptions,
+        *,
+        small: bool = False,
     ) -> None:
-        ddl = create_table_sql(uri, label, columns, options, self.default_properties, writer=self.writer_record())
+        ddl = create_table_sql(
+            uri, label, columns, options, self.default_properties, writer=self.writer_record(),
+            deletion_vectors=not small,
+        )
         self.fence()
         try:
             self.spark.sql(ddl)
@@ -690,10 +720,7 @@ class _Run:
         spark = self.spark
         view = f"cdc_src_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
-        meta = json.dumps(
-            {"pipeline": self.app_id, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
-            sort_keys=True,
-        )
+        meta = self.commit_metadata(label)
         try:
             for attempt in (1, 2):
                 self.fence()
@@ -805,14 +832,32 @@ class _Run:
         self.fence()
         step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
+        facts = st.facts(self.window_dir)
+        step("staged_facts")
+        small = self.may_land_small(st, uri, facts)
+        done: dict[str, Any] | None = None
+        if small:
+            done, missing = self.land_small(st, uri, key, label, result)
+            step("small_table")
+            if done is None and not missing:
+                small = False  # not for delta-rs (logged): Spark merges it
+        if done is not None:
+            return self._table_done(label, result, steps, t0)
         # A routed table's schema conflict names the source tables of this window, not only the lake table.
         routed = COL_SOURCE_TABLE in st.lineage_columns
         described = f"{label} (routed from {st.sources_label()})" if routed else label
-        target = self.ensure_table(uri, described, [*st.columns(), *metadata_columns(self.delete_mode)], options)
+        target = self.ensure_table(
+            uri, described, [*st.columns(), *metadata_columns(self.delete_mode)], options, small=small
+        )
         step("ensure_table")
-
-        facts = st.facts(self.window_dir)
-        step("staged_facts")
+        if small:  # the table this run just created small: delta-rs lands its first rows
+            done, _ = self.land_small(st, uri, key, label, result)
+            step("small_table")
+            if done is not None:
+                return self._table_done(label, result, steps, t0)
+        elif self.small_table_rows > 0:
+            self.deletion_vectors_once_grown(uri, label, st.rows)
+            step("ensure_table")
         changes = st.read(spark, self.window_dir)
         # A window usually changes each key once: then there is nothing to pick (no shuffle).
         changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, key)
@@ -854,7 +899,10 @@ class _Run:
         step("merge_commit")
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
-        result.update(status=status, delta_version=version, **metrics)
+        result.update(status=status, delta_version=version, writer="spark", **metrics)
+        return self._table_done(label, result, steps, t0)
+
+    def _table_done(self, label: str, result: dict[str, Any], steps: dict[str, float], t0: float) -> dict[str, Any]:
         result["seconds"] = round(time.monotonic() - t0, 3)
         result["steps"] = steps
         self.log(
@@ -862,6 +910,71 @@ class _Run:
             **{f"secs_{k}": v for k, v in steps.items()},
         )
         return result
+
+    # ------------------------------------------------------------------- small tables, without Spark
+
+    def may_land_small(self, st: LakeTarget, uri: str, facts: StagedFacts) -> bool:
+        """Whether delta-rs may land this table's changes (cdc_core.lake.small_writer decides the rest): a
+        local lake, few staged rows, and in hard-delete mode no delete and no tombstone newer than the
+        window (both need the tombstone table, which Spark writes)."""
+        if self.small_table_rows <= 0 or st.rows == 0 or st.rows > self.small_table_rows:
+            return False  # an empty staged table: Spark commits its txn as before
+        if small_writer.local_path(uri) is None or small_writer.local_path(self.window_dir) is None:
+            return False
+        if self.delete_mode == DELETE_SOFT:
+            return True
+        if st.may_have_deletes():
+            return False
+        return not tombstones_may_supersede(tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version)
+
+    def land_small(
+        self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """(the result, False) when delta-rs landed the table (or found it landed); (None, whether the
+        table is missing) when the table is not one delta-rs may write."""
+        job = small_writer.SmallMerge(
+            uri=uri,
+            label=label,
+            window_dir=self.window_dir,
+            members=tuple(small_writer.Member(member, tuple(where.columns)) for member, where in st.members),
+            key=key,
+            delete_mode=self.delete_mode,
+            app_id=self.app_id,
+            seq=self.seq,
+            user_metadata=self.commit_metadata(label),
+            max_rows=self.small_table_rows,
+        )
+        out = small_writer.land(job, self.fence)
+        if isinstance(out, small_writer.Ineligible):
+            if not out.missing:
+                self.log("merge.spark_table", table=label, reason=out.reason)
+            return None, out.missing
+        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
+        result.update(
+            status=status, inserted=out.inserted, updated=out.updated, deleted=out.deleted,
+            delta_version=out.version, writer=small_writer.WRITER_NAME,
+        )
+        return result, False
+
+    def deletion_vectors_once_grown(self, uri: str, label: str, window_rows: int) -> None:
+        """Turn deletion vectors on for a table created small (without them) once it outgrows the small-table
+        limit: from then on its MERGEs touch the window's rows, not whole files, and it stays with Spark."""
+        wanted = {**DEFAULT_TABLE_PROPERTIES, **self.default_properties}
+        if wanted.get(DV_PROPERTY) != "true":
+            return
+        try:
+            state = small_writer.table_rows_and_properties(uri)
+        except Exception as e:  # a table delta-rs cannot read: leave it as it is
+            self.log("merge.table_state_unknown", table=label, reason=one_line(e))
+            return
+        if state is None:
+            return
+        rows, props = state
+        if DV_PROPERTY in props or rows + window_rows <= self.small_table_rows:
+            return  # set (by the product, the pipeline or the table's options), or still small
+        self.fence()
+        self.spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ({sql_str(DV_PROPERTY)} = 'true')")
+        self.log("merge.table_properties", table=label, properties=DV_PROPERTY, rows=rows)
 
     def derive(self, st: LakeTarget, uri: str) -> dict[str, Any]:
         """Recompute the derived table's rows of the keys this window touched from its base, as one
@@ -947,10 +1060,7 @@ class _Run:
 
     def idempotent_append(self, uri: str, label: str, rows: DataFrame) -> tuple[str, int | None]:
         """Append as the commit (pipeline, seq), once: Delta skips an append whose txn it holds."""
-        meta = json.dumps(
-            {"pipeline": self.app_id, "seq": self.seq, "token": self.token, "run": self.run_id, "table": label},
-            sort_keys=True,
-        )
+        meta = self.commit_metadata(label)
         for attempt in (1, 2):
             self.fence()
             try:
@@ -1279,13 +1389,15 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     source: str | None = None,
     routes: Sequence[Route] = (),
     group_sources: Sequence[str] = (),
+    small_table_rows: int = small_writer.DEFAULT_MAX_ROWS,
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report.
 
     Up to `parallelism` tables land at the same time, each writer thread with a Spark session of
     its own (`spark.newSession()`: the txn identity is a session conf). `source`, `routes`: a group
     pipeline's source and the pipeline's routes (cdc_core.model.sources): which Delta table each staged
-    table lands in and the lineage columns its rows carry."""
+    table lands in and the lineage columns its rows carry. `small_table_rows`: tables holding at most this
+    many rows once the window lands are merged by delta-rs, without a Spark job (0: none)."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
         raise ConfigError(f"--delete-mode must be one of {DELETE_MODES}, got {delete_mode!r}")
@@ -1321,6 +1433,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         source=source,
         group_sources=tuple(group_sources),
         routes=tuple(routes),
+        small_table_rows=max(0, int(small_table_rows)),
     )
     tables = _merge_tables(run, targets, max(1, int(parallelism)))
     report = {
@@ -1475,6 +1588,7 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
             source=args.source,
             routes=[Route.from_dict(r) for r in args.routes],
             group_sources=args.group_sources,
+            small_table_rows=args.small_table_rows,
         )
         report["session_seconds"] = session_seconds  # informational (Spark + Delta session start; ~0 when warm)
         write_report(args.report, report)

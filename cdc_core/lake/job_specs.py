@@ -90,6 +90,7 @@ class MergeJobSpec(_Spec):
     source: str | None = None  # a group pipeline's source: the window is that source's (cdc_core.model.sources)
     routes: list[dict[str, str]] = field(default_factory=list)  # [{"from", "to", "key"}]: many tables into one
     group_sources: list[str] = field(default_factory=list)  # every source of a group pipeline (the writer record)
+    small_table_rows: int = 100_000  # tables up to this many rows merge with delta-rs, no Spark job (0: none)
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,9 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
     # Tables of one window the merge job lands at the same time (one Spark session per writer thread).
     merge_parallelism: int = Field(default=4, ge=1, le=64)
+    # Tables holding at most this many rows once a window lands are merged by delta-rs inside the merge
+    # job, in milliseconds instead of ~1 s of Spark each (cdc_core.lake.small_writer); 0: all by Spark.
+    small_table_rows: int = Field(default=100_000, ge=0)
     # null: each window's merge is a spark-submit (the default); {address: host:port}: the warm option.
     merge_server: MergeServerConfig | None = None
 

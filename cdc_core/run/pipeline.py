@@ -544,6 +544,7 @@ class Pipeline:
                 m.vacuum_retention_hours, m.log_retention_hours, m.txn_retention_hours
             ),
             parallelism=self.config.spark.merge_parallelism,
+            small_table_rows=self.config.spark.small_table_rows,
         )
 
     def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:

@@ -758,16 +758,24 @@ def test_spark_submit_as_the_dag_runs_it(services, staging_dir, lake_dir, tmp_pa
     assert "merge_window: Fenced: fenced" in fenced.stdout + fenced.stderr
 
 
-def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark, staging_dir, lake_dir, tmp_path):
+@pytest.mark.parametrize("writer", ["spark", "delta-rs"])
+def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(
+    spark, staging_dir, lake_dir, tmp_path, writer
+):
     """SIGKILL of the job (fault point mid_merge: the first table committed, the others of the first
-    batch still merging), then the replay: every table equals its source, one commit of the window each."""
+    batch still merging), then the replay: every table equals its source, one commit of the window each.
+    With a delete per table (hard mode: the tombstone table) Spark merges them; without, the small-table
+    writer (delta-rs) does."""
     names = [f"t{i}" for i in range(6)]
     w = WindowBuilder(staging_dir, PIPE, 1)
     source: dict[str, dict[tuple[int], dict[str, Any]]] = {}
+    deletes = writer == "spark"
     for i, n in enumerate(names):
         rows = [("I", {"id": k, "note": f"{n}-{k}"}) for k in range(1, 5 + i)]
-        w.file("kill", n, ("id",), [ID, NOTE], [*rows, ("U", {"id": 2, "note": "upd"}), ("D", {"id": 1, "note": "x"})])
-        source[n] = {(k,): {"id": k, "note": "upd" if k == 2 else f"{n}-{k}"} for k in range(2, 5 + i)}
+        delete = [("D", {"id": 1, "note": "x"})] if deletes else []
+        w.file("kill", n, ("id",), [ID, NOTE], [*rows, ("U", {"id": 2, "note": "upd"}), *delete])
+        first = 2 if deletes else 1
+        source[n] = {(k,): {"id": k, "note": "upd" if k == 2 else f"{n}-{k}"} for k in range(first, 5 + i)}
     _manifest, wdir = w.build()
     confs = {k: v for k, v in spark_confs().items() if k != "spark.jars"}
     cmd = ["spark-submit", "--master", "local[2]", "--jars", ",".join(delta_jars())]
@@ -796,8 +804,11 @@ def test_spark_submit_killed_while_tables_merge_concurrently_then_replayed(spark
     for n in names:
         expected = STATUS_ALREADY if n in landed else STATUS_COMMITTED
         assert report["tables"][f"kill.{n}"]["status"] == expected, (n, landed, report["tables"])
+        if expected == STATUS_COMMITTED:
+            assert report["tables"][f"kill.{n}"]["writer"] == writer
         assert contents(spark, lake_dir, "kill", n) == source[n]
-        for table in (uri(lake_dir, "kill", n), tombstone_uri(str(lake_dir), "kill", n)):
+        tables = [uri(lake_dir, "kill", n)] + ([tombstone_uri(str(lake_dir), "kill", n)] if deletes else [])
+        for table in tables:
             seqs = [
                 json.loads(r["userMetadata"])["seq"]
                 for r in DeltaTable.forPath(spark, table).history().collect()

@@ -1,0 +1,429 @@
+"""MERGE a window's changes into a small Delta table with delta-rs, without Spark (issue 18).
+
+A Spark MERGE costs ~1 s of driver work per table however small the table (docs/performance.md), so a
+window touching a hundred small tables spent minutes on them. This writer lands such a table in tens
+of milliseconds, from inside the merge job, with the Spark MERGE's exact outcome and commit identity:
+
+- **Only tables it fully supports.** A local lake; a table whose protocol and properties hold nothing
+  delta-rs 1.6 cannot write (no deletion vectors, column mapping, change data feed, constraints, type
+  widening, generated or identity columns); at most `max_rows` rows once the window lands; every column
+  of the window already in the table with the very same Delta type (schema evolution goes to Spark);
+  staged files whose physical types are the manifest's. Anything else answers `Ineligible` and the
+  caller merges the table with Spark, as before. The merge job creates tables that start small without
+  deletion vectors, and the Spark path turns them on once a table outgrows `max_rows`: a table never
+  comes back here after that (spark_apps/merge_window.py).
+- **Same outcome.** The clauses of `spark_apps.merge_window.merge_sql` (hard and soft deletes, the
+  version test against replays), each key's last change in the window, NULL for table columns the window
+  does not carry; keys compared NULL-safe like Spark's `<=>`. The caller keeps the hard-delete cases
+  that need the tombstone table (a window with deletes, tombstones newer than the window) on Spark.
+- **Same identity, checked and committed at one version.** The txn (`app_id`, `seq`) and the commit's
+  `userMetadata` are the Spark job's, so `landed`, the ack and replays read them whichever writer
+  committed. The txn version, the protocol and the schema are read at one table version V, and the
+  commit is made with no retry: it lands as V+1 or fails (`CommitFailedError`), so a writer that checked
+  at V can never commit on top of another writer's commit. A conflict re-reads the txn version (the
+  window landed: already) or tries once more, then fails the table, retryable.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cdc_core.model.errors import LakeError
+from cdc_core.model.logfmt import kv, one_line
+from cdc_core.model.manifest import (
+    COL_COMMIT_TS,
+    COL_DELETED,
+    COL_DELETED_AT,
+    COL_OP,
+    COL_ORDINAL,
+    COL_VERSION,
+    COL_WINDOW_SEQ,
+    OP_DELETE,
+    StagedTable,
+)
+
+log = logging.getLogger("cdc.merge")
+
+WRITER_NAME = "delta-rs"
+DEFAULT_MAX_ROWS = 100_000
+
+# Writer features delta-rs 1.6 writes correctly on the tables the merge job creates small. Legacy
+# protocols up to writer version 2 imply appendOnly and invariants, which are checked below.
+_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz"})
+_READER_FEATURES = frozenset({"timestampNtz"})
+# Table properties that switch on something this writer does not do.
+_REFUSED_PROPERTIES = {
+    "delta.enableDeletionVectors": "true",
+    "delta.enableChangeDataFeed": "true",
+    "delta.appendOnly": "true",
+    "delta.enableTypeWidening": "true",
+    "delta.enableRowTracking": "true",
+}
+_FIELD_METADATA_REFUSED = ("delta.invariants", "delta.generationExpression", "delta.identity.start",
+                           "delta.columnMapping.id")
+
+# The Spark SQL types the manifest uses (cdc_core.model.types), as Delta's schema names them.
+_DDL_TO_DELTA = {
+    "TINYINT": "byte", "BYTE": "byte", "SMALLINT": "short", "SHORT": "short", "INT": "integer",
+    "INTEGER": "integer", "BIGINT": "long", "LONG": "long", "FLOAT": "float", "REAL": "float",
+    "DOUBLE": "double", "BOOLEAN": "boolean", "STRING": "string", "BINARY": "binary", "DATE": "date",
+    "TIMESTAMP": "timestamp", "TIMESTAMP_NTZ": "timestamp_ntz",
+}
+_DECIMAL_RE = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+
+DELETE_HARD, DELETE_SOFT = "hard", "soft"
+
+
+def delta_type_name(ddl: str) -> str | None:
+    """The Delta schema name of a manifest type (`DECIMAL(20,0)` -> `decimal(20,0)`); None if not primitive."""
+    text = ddl.strip().upper()
+    m = _DECIMAL_RE.match(text)
+    if m:
+        return f"decimal({int(m.group(1))},{int(m.group(2))})"
+    return _DDL_TO_DELTA.get(text)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One staged table landing in the lake table, with its lineage columns (name, constant value)."""
+
+    staged: StagedTable
+    lineage: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SmallMerge:
+    uri: str
+    label: str
+    window_dir: str  # a local directory
+    members: tuple[Member, ...]
+    key: tuple[str, ...]
+    delete_mode: str
+    app_id: str
+    seq: int
+    user_metadata: str  # the commit's userMetadata (the merge job's commit record)
+    max_rows: int
+
+    @property
+    def staged_rows(self) -> int:
+        return sum(m.staged.rows for m in self.members)
+
+
+@dataclass(frozen=True)
+class Ineligible:
+    """Why the table goes to Spark (logged); `missing`: there is no table yet."""
+
+    reason: str
+    missing: bool = False
+
+
+@dataclass(frozen=True)
+class Landed:
+    status: str  # "committed" or "already"
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    version: int | None = None
+
+
+def local_path(uri: str) -> str | None:
+    from cdc_core.lake.delta_state import _local_path
+
+    p = _local_path(uri)
+    return None if p is None else str(p)
+
+
+def _open(uri: str) -> Any:
+    from cdc_core.lake import delta_state
+
+    return delta_state._open(uri, None)
+
+
+def table_rows_and_properties(uri: str) -> tuple[int, dict[str, str]] | None:
+    """(rows by the log's statistics, table properties), None when there is no table. For the Spark
+    path's choice to turn deletion vectors on once a table created small outgrows the limit."""
+    table = _open(uri)
+    if table is None:
+        return None
+    return _rows(table) or 0, dict(table.metadata().configuration or {})
+
+
+def _rows(table: Any) -> int | None:
+    adds = pa.table(table.get_add_actions(flatten=True))
+    if adds.num_rows == 0:
+        return 0
+    if "num_records" not in adds.column_names or adds["num_records"].null_count:
+        return None
+    return int(pc.sum(adds["num_records"]).as_py() or 0)
+
+
+def _unsupported(table: Any) -> str | None:  # noqa: PLR0911 (one answer per rule)
+    """Why delta-rs must not write this table version (None: it may)."""
+    proto = table.protocol()
+    if proto.min_reader_version > 3 or proto.min_writer_version > 7:
+        return f"protocol {proto.min_reader_version}/{proto.min_writer_version}"
+    if proto.min_writer_version == 7:
+        extra = set(proto.writer_features or ()) - _WRITER_FEATURES
+        if extra:
+            return f"writer features {sorted(extra)}"
+    elif proto.min_writer_version > 2:
+        return f"legacy writer version {proto.min_writer_version}"
+    if proto.min_reader_version == 3 and set(proto.reader_features or ()) - _READER_FEATURES:
+        return f"reader features {sorted(set(proto.reader_features or ()) - _READER_FEATURES)}"
+    config = dict(table.metadata().configuration or {})
+    for k, v in _REFUSED_PROPERTIES.items():
+        if str(config.get(k, "")).lower() == v:
+            return f"{k}={v}"
+    if config.get("delta.columnMapping.mode", "none") != "none":
+        return "column mapping"
+    if any(k.startswith("delta.constraints.") for k in config):
+        return "check constraints"
+    for f in table.schema().fields:
+        if any(k in (f.metadata or {}) for k in _FIELD_METADATA_REFUSED):
+            return f"column {f.name!r} has invariants, a generation expression, an identity or a mapping"
+    return None
+
+
+def _too_big(table: Any, m: SmallMerge) -> str | None:
+    rows = _rows(table)
+    if rows is None:
+        return "files without row counts"
+    return f"{rows} rows" if rows + m.staged_rows > m.max_rows else None
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.DataType]]) -> pa.Table | str:
+    """One member's staged changes as the table's arrow types (str: why not)."""
+    st = member.staged
+    manifest_types = {c.name: c.arrow_type for c in st.columns}
+    meta_types = {COL_OP: pa.string(), COL_VERSION: pa.int64(), COL_ORDINAL: pa.int64(),
+                  COL_COMMIT_TS: pa.timestamp("us", tz="UTC")}
+    parts: list[pa.Table] = []
+    root = (local_path(m.window_dir) or m.window_dir).rstrip("/")
+    for f in st.files:
+        data = pq.read_table(f"{root}/{f.path}")
+        present = set(data.column_names)
+        arrays: dict[str, pa.Array] = {}
+        for name, typ in meta_types.items():
+            if name not in present:
+                return f"staged file {f.path} has no {name}"
+            arrays[name] = data[name].cast(typ)
+        for c in st.columns:
+            target_name, target_type = want[c.name.lower()]
+            if c.name not in present or c.name not in f.columns:
+                arrays[target_name] = pa.nulls(data.num_rows, target_type)
+                continue
+            col = data[c.name]
+            have = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+            if str(have) != manifest_types[c.name]:
+                return f"staged file {f.path} column {c.name!r} is {have}, the window's is {manifest_types[c.name]}"
+            arrays[target_name] = col.cast(target_type)
+        for name, value in member.lineage:
+            target_name, target_type = want[name.lower()]
+            arrays[target_name] = pa.array([value] * data.num_rows, target_type)
+        parts.append(pa.table(arrays))
+    if not parts:
+        return pa.table({})
+    part = pa.concat_tables(parts)
+    # Each key's last change (ordinals grow strictly within a staged table; keys never span members:
+    # a non-derived routed table's key leads with its lineage).
+    key = [want[k.lower()][0] for k in m.key]
+    last = part.group_by(key, use_threads=False).aggregate([(COL_ORDINAL, "max")])
+    if last.num_rows != part.num_rows:
+        part = part.filter(pc.is_in(part[COL_ORDINAL], value_set=last[f"{COL_ORDINAL}_max"]))
+    return part
+
+
+def _wanted(m: SmallMerge, table: Any) -> dict[str, tuple[str, pa.DataType]] | str:  # noqa: PLR0911 (a reason each)
+    """{lower name: (the table's column name, its arrow type)} of every column the window writes, or why
+    the table is not for this writer (a column it lacks or holds with another type: Spark evolves it)."""
+    schema = pa.schema(table.schema())
+    delta_types = {f.name.lower(): (f.name, f.type.type if hasattr(f.type, "type") else None)
+                   for f in table.schema().fields}
+    if len(delta_types) != len(schema):
+        return "column names that differ only by case"
+    arrow = {f.name.lower(): f.type for f in schema}
+    want: dict[str, tuple[str, pa.DataType]] = {}
+    needed: dict[str, str] = {}  # lower name -> delta type
+    for member in m.members:
+        for name, _ in member.lineage:
+            needed.setdefault(name.lower(), "string")
+        for c in member.staged.columns:
+            t = delta_type_name(c.delta_type)
+            if t is None:
+                return f"column {c.name!r} type {c.delta_type}"
+            if needed.setdefault(c.name.lower(), t) != t:
+                return f"column {c.name!r} differs between the routed tables"
+    meta = {COL_OP.lower(): "string", COL_VERSION.lower(): "long", COL_COMMIT_TS.lower(): "timestamp",
+            COL_WINDOW_SEQ.lower(): "long"}
+    if m.delete_mode == DELETE_SOFT:
+        meta |= {COL_DELETED.lower(): "boolean", COL_DELETED_AT.lower(): "timestamp"}
+    for lower, t in (*needed.items(), *meta.items()):
+        have = delta_types.get(lower)
+        if have is None:
+            return f"column {lower!r} is not in the table yet"
+        if have[1] != t:
+            return f"column {lower!r} is {have[1]} in the table, {t} in the window"
+        want[lower] = (have[0], arrow[lower])
+    if any(k.lower() in meta for k in m.key):
+        return "a key column is a metadata column"
+    return want
+
+
+def _source(m: SmallMerge, table: Any) -> pa.Table | str:
+    """The MERGE source in the table's schema, or why the table is not for this writer."""
+    want = _wanted(m, table)
+    if isinstance(want, str):
+        return want
+    schema = pa.schema(table.schema())
+    parts = []
+    for member in m.members:
+        part = _staged_part(m, member, want)
+        if isinstance(part, str):
+            return part
+        if part.num_rows:
+            parts.append(part)
+    n = sum(p.num_rows for p in parts)
+    out: dict[str, pa.Array | pa.ChunkedArray] = {}
+    source = pa.concat_tables(parts) if parts else None
+    for f in schema:
+        lower = f.name.lower()
+        if source is not None and f.name in source.column_names:
+            out[f.name] = source[f.name]
+        elif lower == COL_WINDOW_SEQ.lower():
+            out[f.name] = pa.array([m.seq] * n, f.type)
+        elif m.delete_mode == DELETE_SOFT and lower == COL_DELETED.lower() and source is not None:
+            out[f.name] = pc.equal(source[COL_OP], OP_DELETE).cast(f.type)
+        elif m.delete_mode == DELETE_SOFT and lower == COL_DELETED_AT.lower() and source is not None:
+            ts = source[want[COL_COMMIT_TS.lower()][0]]
+            out[f.name] = pc.if_else(pc.equal(source[COL_OP], OP_DELETE), ts, pa.nulls(n, ts.type)).cast(f.type)
+        else:
+            out[f.name] = pa.nulls(n, f.type)  # a table column the window does not carry
+    return pa.table(out, schema=schema)
+
+
+def _commit_properties(m: SmallMerge) -> Any:
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(
+        custom_metadata={"userMetadata": m.user_metadata},
+        app_transactions=[Transaction(m.app_id, m.seq)],
+        max_commit_retries=0,  # the checks made at the version this commit follows hold, or it fails
+    )
+
+
+def _commit_txn_only(table: Any, m: SmallMerge) -> None:
+    """A commit of the window's txn alone: delta-rs writes no commit for a MERGE that changes nothing
+    (a replayed window's older changes), but the window must still be recorded as landed."""
+    table.create_write_transaction(
+        [], mode="append", schema=table.schema(), partition_by=table.metadata().partition_columns,
+        commit_properties=_commit_properties(m),
+    )
+
+
+def _merge(table: Any, source: pa.Table, m: SmallMerge) -> dict[str, Any]:
+    names = {f.name.lower(): f.name for f in table.schema().fields}
+    q = _quote
+    on = " AND ".join(f"(t.{q(names[k.lower()])} IS NOT DISTINCT FROM s.{q(names[k.lower()])})" for k in m.key)
+    op, ver, ts = (q(names[c.lower()]) for c in (COL_OP, COL_VERSION, COL_COMMIT_TS))
+    newer = f"(t.{ver} IS NULL OR s.{ver} >= t.{ver})"
+    is_delete = f"s.{op} = '{OP_DELETE}'"
+    merger = table.merge(
+        source,
+        on,
+        source_alias="s",
+        target_alias="t",
+        commit_properties=_commit_properties(m),
+    )
+    if m.delete_mode == DELETE_HARD:
+        merger = (
+            merger.when_matched_delete(predicate=f"{is_delete} AND {newer}")
+            .when_matched_update_all(predicate=newer)
+            .when_not_matched_insert_all(predicate=f"s.{op} <> '{OP_DELETE}'")
+        )
+    else:
+        sets = {q(names[c.lower()]): f"s.{q(names[c.lower()])}" for c in (COL_OP, COL_VERSION, COL_COMMIT_TS,
+                                                                           COL_WINDOW_SEQ)}
+        sets[q(names[COL_DELETED.lower()])] = "true"
+        sets[q(names[COL_DELETED_AT.lower()])] = f"s.{ts}"
+        merger = (
+            merger.when_matched_update(sets, predicate=f"{is_delete} AND {newer}")
+            .when_matched_update_all(predicate=newer)
+            .when_not_matched_insert_all()
+        )
+    return dict(merger.execute())
+
+
+def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Spark)
+    m: SmallMerge, fence: Callable[[], None], *, attempts: int = 2
+) -> Landed | Ineligible:
+    """MERGE the window's changes of one table with delta-rs, exactly once, or say why not."""
+    from deltalake.exceptions import CommitFailedError
+
+    if m.max_rows <= 0:
+        return Ineligible("off")
+    if local_path(m.uri) is None or local_path(m.window_dir) is None:
+        return Ineligible("not a local lake")  # object stores need a commit lock delta-rs is not given here
+    if m.staged_rows > m.max_rows:
+        return Ineligible(f"{m.staged_rows} staged rows")
+    for attempt in range(1, attempts + 1):
+        t0 = time.monotonic()
+        table = _open(m.uri)  # version V: every check below reads this snapshot
+        if table is None:
+            return Ineligible("no table yet", missing=True)
+        landed = table.transaction_version(m.app_id)
+        if landed is not None and int(landed) >= m.seq:
+            return Landed("already")
+        why = _unsupported(table) or _too_big(table, m)
+        if why is not None:
+            return Ineligible(why)
+        source = _source(m, table)
+        if isinstance(source, str):
+            return Ineligible(source)
+        read_version = int(table.version())
+        fence()
+        try:
+            metrics = _merge(table, source, m)
+            version = int(table.version())
+            if version == read_version:
+                _commit_txn_only(table, m)
+                version = read_version + 1
+        except CommitFailedError as e:
+            from cdc_core.lake import delta_state
+
+            landed = delta_state.last_txn_version(m.uri, m.app_id)
+            if landed is not None and landed >= m.seq:
+                log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
+                return Landed("already")
+            if attempt == attempts:
+                raise LakeError(
+                    f"MERGE into {m.label} ({m.uri}) lost {attempts} commit races ({one_line(e)}); another writer "
+                    "is changing the table; the merge is safe to retry"
+                ) from e
+            log.info("%s", kv(event="merge.retry", table=m.label, reason=one_line(e), writer=WRITER_NAME))
+            continue
+        log.debug("%s", kv(event="merge.small_table", table=m.label, secs=round(time.monotonic() - t0, 3)))
+        return Landed(
+            "committed",
+            inserted=int(metrics.get("num_target_rows_inserted") or 0),
+            updated=int(metrics.get("num_target_rows_updated") or 0),
+            deleted=int(metrics.get("num_target_rows_deleted") or 0),
+            version=version,
+        )
+    raise AssertionError("unreachable")
+
+
+def members_of(pairs: Sequence[tuple[StagedTable, Sequence[tuple[str, str]]]]) -> tuple[Member, ...]:
+    return tuple(Member(st, tuple(lineage)) for st, lineage in pairs)
