@@ -460,19 +460,27 @@ def test_edge_values_make_identical_lake_rows_on_both_paths(
     paths = Paths(params, db, source_db, tmp_path)
     _, binlog_m, binlog_dir, _, chunk_m, chunk_dir = paths.run(EDGE_ROWS, list(reversed(EDGE_ROWS)))
     lakes = {}
-    for label, m, wdir in (("binlog", binlog_m, binlog_dir), ("snapshot", chunk_m, chunk_dir)):
+    # Each path through the small-table writer (delta-rs, the default for a table this size), and the
+    # binlog window through the Spark MERGE too: every family lands the same whichever writer lands it.
+    for label, m, wdir, small_rows in (
+        ("binlog", binlog_m, binlog_dir, 100_000),
+        ("snapshot", chunk_m, chunk_dir, 100_000),
+        ("binlog-spark", binlog_m, binlog_dir, 0),
+    ):
         lake = tmp_path / f"lake-{label}"
-        merge_window(spark, m, layout.window_dir(str(wdir), m.plan.pipeline, m.plan.seq), str(lake),
-                     m.plan.pipeline, m.plan.seq, 1)
+        report = merge_window(spark, m, layout.window_dir(str(wdir), m.plan.pipeline, m.plan.seq), str(lake),
+                              m.plan.pipeline, m.plan.seq, 1, small_table_rows=small_rows)
+        assert [t["writer"] for t in report["tables"].values()] == ["delta-rs" if small_rows else "spark"], label
         found = [p for p in lake.rglob("_delta_log")]
         assert len(found) == 1, f"{label}: Delta tables {found}"
         uri = found[0].parent
         rows = sorted(read_rows(str(uri)).to_pylist(), key=lambda r: r["id"])
         lakes[label] = [{k: v for k, v in r.items() if not k.startswith("_cdc")} for r in rows]
     assert len(lakes["binlog"]) == len(EDGE_ROWS)
-    for a, b in zip(lakes["binlog"], lakes["snapshot"], strict=True):
-        for c in ("id", *COLUMNS):
-            assert_value(c, a[c], b[c], f"lake row {a['id']}: binlog vs snapshot")
+    for other in ("snapshot", "binlog-spark"):
+        for a, b in zip(lakes["binlog"], lakes[other], strict=True):
+            for c in ("id", *COLUMNS):
+                assert_value(c, a[c], b[c], f"lake row {a['id']}: binlog vs {other}")
     selected = select_rows(db)
     for r in lakes["binlog"]:
         for c in COLUMNS:
