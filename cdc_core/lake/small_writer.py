@@ -213,6 +213,8 @@ def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.Da
     parts: list[pa.Table] = []
     root = (local_path(m.window_dir) or m.window_dir).rstrip("/")
     for f in st.files:
+        if set(f.columns) - set(manifest_types) or set(st.key) - set(f.columns):
+            return f"staged file {f.path} disagrees with the manifest"  # Spark's read names the error
         data = pq.read_table(f"{root}/{f.path}")
         present = set(data.column_names)
         arrays: dict[str, pa.Array] = {}
@@ -222,9 +224,11 @@ def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.Da
             arrays[name] = data[name].cast(typ)
         for c in st.columns:
             target_name, target_type = want[c.name.lower()]
-            if c.name not in present or c.name not in f.columns:
+            if c.name not in f.columns:  # not a column when this file was written
                 arrays[target_name] = pa.nulls(data.num_rows, target_type)
                 continue
+            if c.name not in present:
+                return f"staged file {f.path} lacks its column {c.name!r}"  # Spark's read names the error
             col = data[c.name]
             have = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
             if str(have) != manifest_types[c.name]:
@@ -279,6 +283,10 @@ def _wanted(m: SmallMerge, table: Any) -> dict[str, tuple[str, pa.DataType]] | s
         want[lower] = (have[0], arrow[lower])
     if any(k.lower() in meta for k in m.key):
         return "a key column is a metadata column"
+    key = {k.lower() for k in m.key}
+    if len(m.members) > 1 and not all(member.lineage and {n.lower() for n, _ in member.lineage} <= key
+                                      for member in m.members):
+        return "routed tables whose keys may meet"  # each key's last change is picked per staged table
     return want
 
 
