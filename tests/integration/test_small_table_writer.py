@@ -257,3 +257,20 @@ def test_the_fence_is_checked_before_the_commit(spark, staging_dir, tmp_path):
     with pytest.raises(Fenced):
         small_writer.land(small_job(w2.build(), twin.lakes["small"], "f"), fenced)
     assert last_txn_version(uri, PIPE) == 1
+
+
+def test_readers_filtering_on_timestamps_find_every_row_delta_rs_wrote(spark, staging_dir, tmp_path):
+    """delta-rs writes timestamp statistics truncated to milliseconds (and TIMESTAMP_NTZ ones with a space):
+    Spark's data skipping must still find rows a microsecond past a statistic."""
+    twin = Twin(spark, staging_dir, tmp_path)
+    rows = [row(1, ts=dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=UTC), dtm=dt.datetime(2024, 1, 1, 0, 0, 0, 1)),
+            row(2, ts=dt.datetime(2024, 1, 1, 0, 0, 0, 999, tzinfo=UTC), dtm=dt.datetime(2024, 1, 1, 0, 0, 0, 999))]
+    twin.land(twin.window(1).file("shop", "ts", ("id",), COLS, [("I", r) for r in rows]), {"shop.ts": "delta-rs"})
+    df = spark.read.format("delta").load(table_uri(str(twin.lakes["small"]), "shop", "ts"))
+    for where, ids in (
+        ("ts > TIMESTAMP'2024-01-01 00:00:00.000500Z'", [2]),
+        ("ts = TIMESTAMP'2024-01-01 00:00:00.000999Z'", [2]),
+        ("dtm > TIMESTAMP_NTZ'2024-01-01 00:00:00.000500'", [2]),
+        ("dtm >= TIMESTAMP_NTZ'2024-01-01 00:00:00.000001'", [1, 2]),
+    ):
+        assert sorted(r["id"] for r in df.where(where).select("id").collect()) == ids, where
