@@ -523,15 +523,9 @@ def create_table_sql(
     e.g. retention), then the table's own options; last the writer record (`cdc.writer`, the pipeline that
     creates it: cdc_core.model.lake_writers), which no option can override."""
     names = {n for n, _ in columns}
-    bad = [p for p in options.partition_by if p not in names]
-    if bad:
-        raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-    defaults = DEFAULT_TABLE_PROPERTIES if deletion_vectors else {}
-    props = {**defaults, **(default_properties or {}), **options.table_properties()}
-    if writer is not None:
-        props[WRITER_PROPERTY] = writer
-    if any(needs_column_mapping(n) for n in names):
-        props.setdefault("delta.columnMapping.mode", "name")
+    props = new_table_properties(
+        label, names, options, default_properties, writer=writer, deletion_vectors=deletion_vectors
+    )
     ddl = (
         f"CREATE TABLE IF NOT EXISTS delta.{quote_spark(uri)} ("
         + ", ".join(f"{quote_spark(n)} {t.simpleString()}" for n, t in columns)
@@ -544,6 +538,28 @@ def create_table_sql(
     return ddl
 
 
+
+
+def new_table_properties(
+    label: str,
+    names: set[str],
+    options: TableOptions,
+    default_properties: dict[str, str] | None = None,
+    *,
+    writer: str | None = None,
+    deletion_vectors: bool = True,
+) -> dict[str, str]:
+    """The properties a new lake table starts with (create_table_sql's order, whichever writer creates it)."""
+    bad = [p for p in options.partition_by if p not in names]
+    if bad:
+        raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
+    defaults = DEFAULT_TABLE_PROPERTIES if deletion_vectors else {}
+    props = {**defaults, **(default_properties or {}), **options.table_properties()}
+    if writer is not None:
+        props[WRITER_PROPERTY] = writer
+    if any(needs_column_mapping(n) for n in names):
+        props.setdefault("delta.columnMapping.mode", "name")
+    return props
 
 
 def sql_str(s: str) -> str:
@@ -841,6 +857,9 @@ class _Run:
             step("small_table")
             if done is None and not missing:
                 small = False  # not for delta-rs (logged): Spark merges it
+            if done is None and missing and self.create_small(st, uri, label, options):
+                done, _ = self.land_small(st, uri, key, label, result)  # the table delta-rs just created
+                step("small_table")
         if done is not None:
             return self._table_done(label, result, steps, t0)
         # A routed table's schema conflict names the source tables of this window, not only the lake table.
@@ -926,6 +945,26 @@ class _Run:
         if st.may_have_deletes():
             return False
         return not tombstones_may_supersede(tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version)
+
+    def create_small(self, st: LakeTarget, uri: str, label: str, options: TableOptions) -> bool:
+        """Create a new table with delta-rs (no Spark job), as create_table would with `small`: True when the
+        table exists now (this run's, or a concurrent run's of the same pipeline); False: Spark creates it."""
+        columns = [*st.columns(), *metadata_columns(self.delete_mode)]
+        props = new_table_properties(
+            label, {n for n, _ in columns}, options, self.default_properties, writer=self.writer_record(),
+            deletion_vectors=False,
+        )
+        self.fence()
+        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props)
+        if why is not None:
+            self.log("merge.spark_table", table=label, reason=why)
+            return False
+        state = table_writer_and_txn(self.spark, uri, self.app_id)  # a concurrent creator's table is kept
+        owner = writer_pipeline(state[0]) if state else None
+        if owner is not None and owner != self.pipeline:
+            raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
+        self.log("merge.table_created", table=label, uri=uri, writer=small_writer.WRITER_NAME)
+        return True
 
     def land_small(
         self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any]

@@ -92,6 +92,56 @@ def delta_type_name(ddl: str) -> str | None:
     return _DDL_TO_DELTA.get(text)
 
 
+_DELTA_TO_ARROW = {
+    "byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+    "double": pa.float64(), "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(),
+    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+}
+_DECIMAL_NAME_RE = re.compile(r"^decimal\((\d+),(\d+)\)$")
+# Characters Delta refuses in column names unless column mapping is on (which this writer leaves to Spark).
+_NEEDS_COLUMN_MAPPING = set(" ,;{}()\n\t=")
+
+
+def arrow_type(ddl: str) -> pa.DataType | None:
+    """The arrow type delta-rs maps to the Delta type of a Spark SQL type name (None: not one of ours)."""
+    name = delta_type_name(ddl)
+    if name is None:
+        return None
+    m = _DECIMAL_NAME_RE.match(name)
+    return pa.decimal128(int(m.group(1)), int(m.group(2))) if m else _DELTA_TO_ARROW.get(name)
+
+
+def create(
+    uri: str, columns: Sequence[tuple[str, str]], partition_by: Sequence[str], properties: dict[str, str]
+) -> str | None:
+    """Create an empty Delta table with delta-rs (one commit, version 0, put-if-absent); None when the table
+    exists afterwards (created here or by a concurrent run: the caller checks whose it is), else why it
+    must be created by Spark (which then does: a failed create commits nothing)."""
+    from deltalake import DeltaTable
+
+    if local_path(uri) is None:
+        return "not a local lake"
+    why = _refused_property(properties)
+    if why is not None:
+        return why
+    fields = []
+    for name, ddl in columns:
+        typ = arrow_type(ddl)
+        if typ is None or set(name) & _NEEDS_COLUMN_MAPPING:
+            return f"column {name!r} ({ddl})"
+        fields.append(pa.field(name, typ, nullable=True))
+    try:
+        DeltaTable.create(
+            uri, pa.schema(fields), mode="error", partition_by=list(partition_by) or None,
+            configuration=dict(properties), raise_if_key_not_exists=False,
+        )
+    except Exception as e:
+        if _open(uri) is not None:
+            return None  # a concurrent run created it first
+        return f"delta-rs could not create it ({one_line(e)})"
+    return None
+
+
 @dataclass(frozen=True)
 class Member:
     """One staged table landing in the lake table, with its lineage columns (name, constant value)."""
@@ -166,6 +216,17 @@ def _rows(table: Any) -> int | None:
     return int(pc.sum(adds["num_records"]).as_py() or 0)
 
 
+def _refused_property(config: dict[str, str]) -> str | None:
+    for k, v in _REFUSED_PROPERTIES.items():
+        if str(config.get(k, "")).lower() == v:
+            return f"{k}={v}"
+    if config.get("delta.columnMapping.mode", "none") != "none":
+        return "column mapping"
+    if any(k.startswith("delta.constraints.") for k in config):
+        return "check constraints"
+    return None
+
+
 def _unsupported(table: Any) -> str | None:  # noqa: PLR0911 (one answer per rule)
     """Why delta-rs must not write this table version (None: it may)."""
     proto = table.protocol()
@@ -179,14 +240,9 @@ def _unsupported(table: Any) -> str | None:  # noqa: PLR0911 (one answer per rul
         return f"legacy writer version {proto.min_writer_version}"
     if proto.min_reader_version == 3 and set(proto.reader_features or ()) - _READER_FEATURES:
         return f"reader features {sorted(set(proto.reader_features or ()) - _READER_FEATURES)}"
-    config = dict(table.metadata().configuration or {})
-    for k, v in _REFUSED_PROPERTIES.items():
-        if str(config.get(k, "")).lower() == v:
-            return f"{k}={v}"
-    if config.get("delta.columnMapping.mode", "none") != "none":
-        return "column mapping"
-    if any(k.startswith("delta.constraints.") for k in config):
-        return "check constraints"
+    why = _refused_property(dict(table.metadata().configuration or {}))
+    if why is not None:
+        return why
     for f in table.schema().fields:
         if any(k in (f.metadata or {}) for k in _FIELD_METADATA_REFUSED):
             return f"column {f.name!r} has invariants, a generation expression, an identity or a mapping"

@@ -42,6 +42,7 @@ COLS = [
     Col("f", pa.float64(), "DOUBLE"),
 ]
 UTC = dt.UTC
+DV = "delta.enableDeletionVectors"
 
 
 def row(i: int, note: str | None = "n", **kw: Any) -> dict[str, Any]:
@@ -94,6 +95,10 @@ class Twin:
             self.assert_same(schema, name, w.seq)
         return reports["small"]
 
+    def detail(self, lake: str, schema: str, table: str) -> dict[str, Any]:
+        uri = table_uri(str(self.lakes[lake]), schema, table)
+        return DeltaTable.forPath(self.spark, uri).detail().collect()[0].asDict()
+
     def rows(self, lake: str, schema: str, table: str) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
         df = self.spark.read.format("delta").load(table_uri(str(self.lakes[lake]), schema, table))
         types = sorted((f.name, f.dataType.simpleString()) for f in df.schema.fields)
@@ -104,6 +109,11 @@ class Twin:
         a, b = self.rows("spark", schema, table), self.rows("small", schema, table)
         assert a[0] == b[0], "column types differ"
         assert a[1] == b[1], "rows differ"
+        props = [
+            {k: v for k, v in self.detail(lake, schema, table)["properties"].items() if k != DV}
+            for lake in self.lakes
+        ]
+        assert props[0] == props[1], "table properties differ (deletion vectors aside)"
         for lake in self.lakes.values():
             assert last_txn_version(table_uri(str(lake), schema, table), PIPE) == seq
 
@@ -112,7 +122,11 @@ def test_hard_deletes_updates_duplicates_and_replays_land_as_spark_lands_them(sp
     checkpoint_often = {"shop.t": {"properties": {"delta.checkpointInterval": "2"}}}
     twin = Twin(spark, staging_dir, tmp_path, table_options=checkpoint_often)
     w1 = twin.window(1).file("shop", "t", ("id",), COLS, [("I", row(i)) for i in range(1, 6)] + [("I", {"id": 6})])
-    twin.land(w1, {"shop.t": "delta-rs"})  # created small by Spark, first rows by delta-rs
+    twin.land(w1, {"shop.t": "delta-rs"})  # created small and first rows landed, by delta-rs
+    from deltalake import DeltaTable as RsTable
+
+    created = RsTable(table_uri(str(twin.lakes["small"]), "shop", "t")).history()[-1]
+    assert (created["operation"], created["clientVersion"].split(":")[0]) == ("CREATE TABLE", "delta-rs.py-1.6.6")
 
     # Updates, a key changed twice in the window (the last change wins), an insert; a column dropped
     # at the source mid-window (the second file lacks `f`: NULL, as Spark conforms it).
