@@ -288,3 +288,18 @@ def test_readers_filtering_on_timestamps_find_every_row_delta_rs_wrote(spark, st
         ("dtm >= TIMESTAMP_NTZ'2024-01-01 00:00:00.000001'", [1, 2]),
     ):
         assert sorted(r["id"] for r in df.where(where).select("id").collect()) == ids, where
+
+
+def test_partitioned_tables_land_as_spark_lands_them(spark, staging_dir, tmp_path):
+    """`partition_by` from the table options: delta-rs creates the table with it, and updates that move a
+    row to another partition (or to the NULL partition) land as with Spark."""
+    twin = Twin(spark, staging_dir, tmp_path, table_options={"shop.p": {"partition_by": ["day"]}})
+    d1, d2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    w1 = twin.window(1).file("shop", "p", ("id",), COLS, [("I", row(1, day=d1)), ("I", row(2, day=d1)),
+                                                          ("I", row(3, day=None))])
+    twin.land(w1, {"shop.p": "delta-rs"})
+    w2 = twin.window(2).file("shop", "p", ("id",), COLS, [("U", row(1, "moved", day=d2)), ("U", row(3, day=d1)),
+                                                          ("U", row(2, "gone", day=None))])
+    twin.land(w2, {"shop.p": "delta-rs"})
+    for lake in twin.lakes:
+        assert twin.detail(lake, "shop", "p")["partitionColumns"] == ["day"]
