@@ -383,7 +383,9 @@ def _commit_properties(m: SmallMerge) -> Any:
 
     return CommitProperties(
         custom_metadata={"userMetadata": m.user_metadata},
-        app_transactions=[Transaction(m.app_id, m.seq)],
+        # lastUpdated as Spark writes it: readers expire an identifier older than the table's
+        # delta.setTransactionRetentionDuration by it (cdc_core.model.retention keeps that above the horizon).
+        app_transactions=[Transaction(m.app_id, m.seq, last_updated=int(time.time() * 1000))],
         max_commit_retries=0,  # the checks made at the version this commit follows hold, or it fails
     )
 
