@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from cdc_core.lake import small_writer
+from cdc_core.lake.small_writer import needs_column_mapping
 from cdc_core.model import faults
 from cdc_core.model.errors import (
     CdcError,
@@ -109,8 +110,6 @@ DEFAULT_PARALLELISM = 4
 # How long a run waits for a concurrent run's CREATE TABLE of the same table to commit.
 CREATE_RACE_SECONDS = 30.0
 
-# Characters Delta refuses in column names unless column mapping is on.
-_DELTA_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
 
 _STAGED_META = (
     (COL_OP, StringType()),
@@ -191,10 +190,6 @@ def can_widen(frm: DataType, to: DataType) -> bool:
     if f is DateType:
         return t is TimestampNTZType
     return False
-
-
-def needs_column_mapping(name: str) -> bool:
-    return any(ch in _DELTA_INVALID_NAME_CHARS for ch in name)
 
 
 def _parse_type(ddl: str, where: str) -> DataType:

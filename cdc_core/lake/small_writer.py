@@ -99,7 +99,11 @@ _DELTA_TO_ARROW = {
 }
 _DECIMAL_NAME_RE = re.compile(r"^decimal\((\d+),(\d+)\)$")
 # Characters Delta refuses in column names unless column mapping is on (which this writer leaves to Spark).
-_NEEDS_COLUMN_MAPPING = set(" ,;{}()\n\t=")
+DELTA_INVALID_NAME_CHARS = frozenset(" ,;{}()\n\t=")
+
+
+def needs_column_mapping(name: str) -> bool:
+    return any(ch in DELTA_INVALID_NAME_CHARS for ch in name)
 
 
 def arrow_type(ddl: str) -> pa.DataType | None:
@@ -127,7 +131,7 @@ def create(
     fields = []
     for name, ddl in columns:
         typ = arrow_type(ddl)
-        if typ is None or set(name) & _NEEDS_COLUMN_MAPPING:
+        if typ is None or needs_column_mapping(name):
             return f"column {name!r} ({ddl})"
         fields.append(pa.field(name, typ, nullable=True))
     try:
