@@ -89,3 +89,17 @@ def test_tables_created_small_are_writable() -> None:
 def test_anything_delta_rs_does_not_fully_write_goes_to_spark(table: _Table, reason: str) -> None:
     why = _unsupported(table)
     assert why is not None and reason in why
+
+
+def test_another_deltalake_release_leaves_every_table_to_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    import deltalake
+
+    from cdc_core.lake import small_writer
+
+    assert small_writer.untested_deltalake() is None  # the installed, pinned release
+    monkeypatch.setattr(deltalake, "__version__", "1.7.0")
+    job = small_writer.SmallMerge(uri="/nowhere/t", label="s.t", window_dir="/nowhere/w", members=(), key=("id",),
+                                  delete_mode="hard", app_id="p", seq=1, user_metadata="m", max_rows=10)
+    out = small_writer.land(job, lambda: None)
+    assert isinstance(out, small_writer.Ineligible) and "1.7.0" in out.reason
+    assert "1.7.0" in (small_writer.create("/nowhere/t", [("id", "INT")], (), {}) or "")
