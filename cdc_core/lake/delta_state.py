@@ -89,6 +89,16 @@ def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable 
         ) from None
 
 
+def open_table(table_uri: str, *, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
+    """The latest snapshot of the table (one pinned version), None when there is no table."""
+    return _open(table_uri, storage_options)
+
+
+def local_dir(table_uri: str) -> Path | None:
+    """The local directory of a local URI (plain path or file://), None for an object store."""
+    return _local_path(table_uri)
+
+
 def table_exists(table_uri: str, *, storage_options: dict[str, str] | None = None) -> bool:
     """True when a Delta table has been created at `table_uri` (its log holds a commit or checkpoint)."""
     local = _local_path(table_uri)

@@ -202,16 +202,16 @@ class Landed:
 
 
 def local_path(uri: str) -> str | None:
-    from cdc_core.lake.delta_state import _local_path
+    from cdc_core.lake.delta_state import local_dir
 
-    p = _local_path(uri)
+    p = local_dir(uri)
     return None if p is None else str(p)
 
 
 def _open(uri: str) -> Any:
     from cdc_core.lake import delta_state
 
-    return delta_state._open(uri, None)
+    return delta_state.open_table(uri)
 
 
 def table_rows_and_properties(uri: str) -> tuple[int, dict[str, str]] | None:
