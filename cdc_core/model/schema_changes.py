@@ -140,7 +140,7 @@ class SchemaChange:
     partitions: tuple[str, ...] = ()  # truncate / drop / exchange partition
     charset: str | None = None  # convert_charset
     replace: bool = False  # create_table: CREATE OR REPLACE
-    if_not_exists: bool = False  # create_table(_like): IF NOT EXISTS (a no-op when the table exists)
+    if_not_exists: bool = False  # create_table(_like), add_column: IF NOT EXISTS (a no-op when it exists)
     as_select: bool = False  # create_table ... SELECT: columns unknown here, the rows follow as row events
 
     def __post_init__(self) -> None:
