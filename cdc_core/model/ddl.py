@@ -115,10 +115,11 @@ def _sqlglot(sql: str) -> exp.Expr | None:
 def executable_sql(query: str, server_version: int | None = None) -> str:
     """The statement as the server executes it: comments removed, versioned comments applied.
 
-    `/*!NNNNN ...*/` (5 or 6 digits) and MariaDB's `/*M!NNNNNN ...*/` contribute their content when
-    NNNNN <= server_version (always when server_version is None); `/*! ...*/` without a version always
-    does; `/* ...*/`, `-- ...` and `# ...` do not. Quoted strings and names are copied untouched. Trailing
-    semicolons and whitespace are removed."""
+    `/*!NNNNN ...*/` (5 or 6 digits) and MariaDB's `/*M!NNNNNN ...*/` contribute their content when the
+    server runs them (`_executes`: NNNNN <= server_version, with the servers' own exceptions; all of them
+    when server_version is None); `/*! ...*/` without a version always does; `/* ...*/`, `-- ...` and
+    `# ...` do not. Quoted strings and names are copied untouched. Trailing semicolons and whitespace are
+    removed."""
     text, _ = _scan(query, server_version)
     return text
 
@@ -141,22 +142,24 @@ def _scan(query: str, server_version: int | None) -> tuple[str, int | None]:
             i = j
             continue
         if c == "/" and query.startswith("/*", i):
+            nested = False
             if not in_versioned and (query.startswith("/*!", i) or query.startswith("/*M!", i)):
-                k = i + (3 if query[i + 2] == "!" else 4)
+                mariadb_syntax = query[i + 2] == "M"
+                k = i + (4 if mariadb_syntax else 3)
                 digits = 0
                 while k + digits < n and digits < 6 and query[k + digits] in "0123456789":
                     digits += 1
                 version = int(query[k : k + digits]) if digits >= 5 else None
                 if version is not None:
                     k += digits
-                if version is None or server_version is None or version <= server_version:
+                if _executes(version, mariadb_syntax, server_version):
                     in_versioned = True
                     out.append(" ")
                     size += 1
                     i = k
                     continue
-            end = query.find("*/", i + 2)
-            i = n if end < 0 else end + 2
+                nested = True  # a skipped versioned comment may hold one ordinary comment
+            i = _comment_end(query, i + 2, nested)
             out.append(" ")
             size += 1
             continue
@@ -181,6 +184,40 @@ def _scan(query: str, server_version: int | None) -> tuple[str, int | None]:
         size += 1
         i += 1
     return _finish(out), None
+
+
+def _executes(version: int | None, mariadb_syntax: bool, server_version: int | None) -> bool:
+    """Whether a versioned comment is executed, by the servers' lexers: MySQL runs `/*!NNNNN` up to its
+    version and ignores `/*M!`; MariaDB (versions from 100000 on) runs `/*M!NNNNNN` up to its version, and
+    `/*!NNNNN` too except MySQL 5.7+ versions (50700..99999), whose syntax it may not have."""
+    if server_version is None:
+        return True
+    mariadb = server_version >= 100000
+    if mariadb_syntax and not mariadb:
+        return False
+    if version is None:
+        return True
+    if mariadb and not mariadb_syntax and 50700 <= version <= 99999:
+        return False
+    return version <= server_version
+
+
+def _comment_end(query: str, i: int, nested: bool) -> int:
+    """The index after the `*/` that closes a comment whose text starts at i (the end when there is none)."""
+    n = len(query)
+    while i < n:
+        end = query.find("*/", i)
+        if end < 0:
+            return n
+        inner = query.find("/*", i, end) if nested else -1
+        if inner < 0:
+            return end + 2
+        nested = False
+        i = query.find("*/", inner + 2)
+        if i < 0:
+            return n
+        i += 2
+    return n
 
 
 def _finish(out: list[str]) -> str:
