@@ -608,11 +608,11 @@ def _rename_table(st: _Stmt) -> ParsedStatement:
     changes = []
     while True:
         source, i = st.qualified(i)
+        st.table(source)
         i = st.skip_wait(i)
         if not st.at(i, "TO"):
             raise _NotUnderstood(f"RENAME TABLE: expected TO at {st.snippet(i)}")
         target, i = st.qualified(i + 1)
-        st.table(source)
         st.table(target)
         changes.append(SchemaChange(RENAME_TABLE, *source, to_schema=target[0], to_table=target[1]))
         if not st.punct(i, ","):
@@ -735,8 +735,10 @@ def _create_table(st: _Stmt, i: int, replace_: bool) -> ParsedStatement:
             columns.append(column)
             if inline_key:
                 key.append(column.name)
-        else:
+        elif _is_index_item(st, lo):
             key.extend(_table_key(st, lo, hi))
+        else:
+            raise _NotUnderstood(f"CREATE TABLE: cannot read the item {st.snippet(lo, hi)}")
     if len(key) != len(set(k.casefold() for k in key)):
         raise _NotUnderstood("CREATE TABLE: more than one primary key")
     in_key = {k.casefold() for k in key}
@@ -767,6 +769,8 @@ def _table_options(st: _Stmt, i: int) -> tuple[bool, _TableDefaults]:
             continue
         if _query_starts(st, i) or st.at(i, "AS|IGNORE|REPLACE"):
             return True, defaults
+        if st.at(i, "WITH", "SYSTEM", "VERSIONING"):
+            raise _NotUnderstood(_VERSIONED)
         if st.at(i, "CHARACTER|CHAR", "SET") or st.at(i, "CHARSET"):
             j = i + (2 if st.at(i, "CHARACTER|CHAR") else 1)
             j += 1 if st.punct(j, "=") else 0
@@ -786,20 +790,22 @@ def _table_options(st: _Stmt, i: int) -> tuple[bool, _TableDefaults]:
     return False, defaults
 
 
+_VERSIONED = (
+    "system-versioned tables are not supported: their rows carry hidden row_start / row_end columns and a "
+    "DELETE keeps the row as history"
+)
 _ITEM_KEYWORDS = {"PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CONSTRAINT", "CHECK"}
 
 
+def _is_index_item(st: _Stmt, lo: int) -> bool:
+    """Whether a CREATE TABLE item is a key, index, constraint or period (not a column)."""
+    return (
+        st.word(lo) in _ITEM_KEYWORDS or st.at(lo, "PERIOD", "FOR") or st.at(lo, "VECTOR", "INDEX|KEY")
+    )
+
+
 def _is_column_item(st: _Stmt, lo: int) -> bool:
-    tok = st.toks[lo]
-    if tok.kind == _NAME:
-        return True
-    if tok.kind != _WORD:
-        return False
-    if tok.up in _ITEM_KEYWORDS:
-        return False
-    if tok.up == "PERIOD" and st.at(lo + 1, "FOR"):
-        return False
-    return not (tok.up == "VECTOR" and st.at(lo + 1, "INDEX|KEY"))
+    return lo < st.n and st.toks[lo].kind in (_NAME, _WORD) and not _is_index_item(st, lo)
 
 
 def _table_key(st: _Stmt, lo: int, hi: int) -> list[str]:
@@ -1544,8 +1550,10 @@ def _render_attrs(st: _Stmt, i: int, hi: int) -> _Attrs:
                 or (w == "SRID" and j + 1 < hi and st.toks[j + 1].kind == _NUM)
             ):
                 skip = 2
-            elif w in ("WITH", "WITHOUT") and st.at(j + 1, "SYSTEM", "VERSIONING"):
+            elif w == "WITHOUT" and st.at(j + 1, "SYSTEM", "VERSIONING"):
                 skip = 3
+            elif w == "WITH" and st.at(j + 1, "SYSTEM", "VERSIONING"):
+                raise _NotUnderstood(_VERSIONED)  # a versioned column makes the table system-versioned
             elif w in ("REF_SYSTEM_ID", "ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE"):
                 skip = 3 if st.punct(j + 1, "=") else 2
             elif w == "COMPRESSED":
