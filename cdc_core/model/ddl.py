@@ -726,7 +726,7 @@ def _create_table(st: _Stmt, i: int, replace_: bool) -> ParsedStatement:
     if body is None and not as_select:
         raise _NotUnderstood(f"CREATE TABLE: expected a column list, LIKE or a query at {st.snippet(i)}")
     columns: list[ColumnSpec] = []
-    key: list[str] = []
+    keys: list[list[str]] = []  # each PRIMARY KEY the statement declares (the server allows one)
     for lo, hi in st.split(*body) if body else []:
         if lo == hi:
             raise _NotUnderstood("CREATE TABLE: an empty item in the column list")
@@ -734,13 +734,16 @@ def _create_table(st: _Stmt, i: int, replace_: bool) -> ParsedStatement:
             column, inline_key = _column(st, lo, hi, "create", defaults=defaults)
             columns.append(column)
             if inline_key:
-                key.append(column.name)
+                keys.append([column.name])
         elif _is_index_item(st, lo):
-            key.extend(_table_key(st, lo, hi))
+            table_key = _table_key(st, lo, hi)
+            if table_key is not None:
+                keys.append(table_key)
         else:
             raise _NotUnderstood(f"CREATE TABLE: cannot read the item {st.snippet(lo, hi)}")
-    if len(key) != len(set(k.casefold() for k in key)):
+    if len(keys) > 1:
         raise _NotUnderstood("CREATE TABLE: more than one primary key")
+    key = keys[0] if keys else []
     in_key = {k.casefold() for k in key}
     columns = [replace(c, nullable=False) if c.name.casefold() in in_key else c for c in columns]
     change = SchemaChange(
@@ -808,15 +811,15 @@ def _is_column_item(st: _Stmt, lo: int) -> bool:
     return lo < st.n and st.toks[lo].kind in (_NAME, _WORD) and not _is_index_item(st, lo)
 
 
-def _table_key(st: _Stmt, lo: int, hi: int) -> list[str]:
-    """The primary key columns of a CREATE TABLE item ([] for other indexes and constraints)."""
+def _table_key(st: _Stmt, lo: int, hi: int) -> list[str] | None:
+    """The primary key columns of a CREATE TABLE item (None for other indexes and constraints)."""
     i = lo
     if st.at(i, "CONSTRAINT"):
         i += 1
         if not st.at(i, "PRIMARY|UNIQUE|FOREIGN|CHECK"):
             i += 1  # the constraint's name
     if not st.at(i, "PRIMARY", "KEY"):
-        return []  # indexes, unique / foreign keys, checks, periods: no effect on columns or the key
+        return None  # indexes, unique / foreign keys, checks, periods: no effect on columns or the key
     tree = _sqlglot(f"CREATE TABLE _x ({st.text(i, hi)})")
     if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema):
         items = tree.this.expressions
@@ -1072,8 +1075,9 @@ def _from_alter_tree(tree: exp.Alter, target: tuple[str, str], default_schema: s
             kind = str(action.args.get("kind")).upper()
             if kind not in ("INDEX", "FOREIGN KEY", "CONSTRAINT", "CHECK"):
                 return None
-            if kind == "INDEX" and [t.name.upper() for t in action.args.get("tables") or []] == ["PRIMARY"]:
-                changes.append(SchemaChange(PRIMARY_KEY, *target, key=()))  # DROP INDEX `PRIMARY`
+            dropped = [t.name.upper() for t in action.args.get("tables") or []]
+            if kind in ("INDEX", "CONSTRAINT") and dropped == ["PRIMARY"]:
+                changes.append(SchemaChange(PRIMARY_KEY, *target, key=()))  # DROP INDEX|CONSTRAINT `PRIMARY`
         elif isinstance(action, exp.AddConstraint):
             for item in action.expressions:
                 inner = item.expressions if isinstance(item, exp.Constraint) else [item]
@@ -1158,13 +1162,14 @@ def _alter_clause_tokens(st: _Stmt, lo: int, hi: int, target: tuple[str, str]) -
         return []
     if st.at(i, "CONVERT", "PARTITION|TABLE"):
         raise _NotUnderstood("CONVERT PARTITION / CONVERT TABLE moves rows between tables without row events")
-    if st.at(i, "DROP", "INDEX|KEY"):
+    if st.at(i, "DROP", "INDEX|KEY|CONSTRAINT"):
+        # The primary key is the index (and, in MySQL 8, the constraint) named `PRIMARY`.
         j = i + 2 + (2 if st.at(i + 2, "IF", "EXISTS") else 0)
         index, j = st.name(j, "an index name")
         if j != hi:
             raise _NotUnderstood(f"DROP INDEX: unexpected {st.snippet(j, hi)}")
         return [SchemaChange(PRIMARY_KEY, *target, key=())] if index.upper() == "PRIMARY" else []
-    if st.at(i, "DROP", "FOREIGN", "KEY") or st.at(i, "DROP", "CONSTRAINT|CHECK"):
+    if st.at(i, "DROP", "FOREIGN", "KEY") or st.at(i, "DROP", "CHECK"):
         return []
     if st.at(i, "ADD"):
         j = i + 1
@@ -1534,6 +1539,7 @@ def _render_attrs(st: _Stmt, i: int, hi: int) -> _Attrs:
     pieces: list[str] = []
     depth = 0
     j = i
+    after = -1  # the token after the last one written as it is (its spacing is kept: `now()`, `t.a`, `.5`)
     while j < hi:
         tok = st.toks[j]
         skip = 0
@@ -1563,18 +1569,20 @@ def _render_attrs(st: _Stmt, i: int, hi: int) -> _Attrs:
                 out.serial_default_value = True
                 skip = 3
             elif w == "PERSISTENT" and j > i and st.punct(j - 1, ")"):
-                pieces.append("STORED")
+                pieces.append(" STORED")
                 skip = 1
             elif w == "AFTER" and st.is_name(j + 1):
-                pieces.append("AFTER " + _quote(st.toks[j + 1].text))
+                pieces.append(" AFTER " + _quote(st.toks[j + 1].text))
                 out.after.append(st.toks[j + 1].text)
                 skip = 2
         if skip:
             j += skip
             continue
-        pieces.append(st.sql[tok.start : tok.end])
+        gap = st.sql[st.toks[j - 1].end : tok.start] if j == after else " "
+        pieces.append(gap + st.sql[tok.start : tok.end])
+        after = j + 1
         j += 1
-    out.sql = " ".join(pieces)
+    out.sql = "".join(pieces)
     return out
 
 
