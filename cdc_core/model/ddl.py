@@ -935,8 +935,17 @@ def _alter_clauses(st: _Stmt, i: int) -> list[tuple[int, int]]:
 
 _NOT_A_COLUMN = {
     "INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "PRIMARY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION",
-    "PERIOD", "SYSTEM",
 }
+
+
+def _names_column(st: _Stmt, i: int) -> bool:
+    """Whether ADD / DROP is followed by a column (not an index, constraint, partition, period, versioning)."""
+    if not st.is_name(i) or st.toks[i].kind == _NAME:
+        return st.is_name(i)
+    return not (
+        st.word(i) in _NOT_A_COLUMN or st.at(i, "PERIOD", "FOR") or st.at(i, "SYSTEM", "VERSIONING")
+        or st.at(i, "VECTOR", "INDEX|KEY")
+    )
 
 
 def _alter_clause(st: _Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[SchemaChange]:
@@ -956,10 +965,7 @@ def _alter_clause(st: _Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[
                 SchemaChange(ADD_COLUMN, *target, column=_column(st, a, b, "add")[0], if_not_exists=if_not_exists)
                 for a, b in st.split(i + 1, close)
             ]
-        if explicit or if_not_exists or (
-            i < hi and st.is_name(i) and not (st.toks[i].kind == _WORD and st.toks[i].up in _NOT_A_COLUMN)
-            and not (st.at(i, "VECTOR", "INDEX|KEY"))
-        ):
+        if explicit or if_not_exists or (i < hi and _names_column(st, i)):
             column, _ = _column(st, i, hi, "add")
             return [SchemaChange(ADD_COLUMN, *target, column=column, if_not_exists=if_not_exists)]
     elif st.at(i, "MODIFY"):
@@ -975,9 +981,7 @@ def _alter_clause(st: _Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[
         return [SchemaChange(MODIFY_COLUMN, *target, name=old, column=column)]
     elif st.at(i, "ALTER") and not st.at(i + 1, "INDEX|KEY|CHECK|CONSTRAINT"):
         return _alter_column(st, lo, hi, target)
-    elif st.at(i, "DROP") and (st.at(i + 1, "COLUMN") or (
-        st.is_name(i + 1) and not (st.toks[i + 1].kind == _WORD and st.toks[i + 1].up in _NOT_A_COLUMN)
-    )):
+    elif st.at(i, "DROP") and i + 1 < hi and _names_column(st, i + 1):
         return _drop_column(st, lo, hi, target)
     elif st.at(i, "RENAME", "COLUMN"):
         return _rename_column(st, lo, hi, target)

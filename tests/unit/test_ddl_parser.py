@@ -527,6 +527,15 @@ ALTER_STATEMENTS = [
         id="the table is renamed after the other actions",
     ),
     pytest.param(
+        "ALTER TABLE t ADD period INT, ADD system INT, ADD vector VECTOR(3)",
+        parsed(ch(ADD_COLUMN, column=col("period", "int")), ch(ADD_COLUMN, column=col("system", "int")),
+               ch(ADD_COLUMN, column=col("vector", "vector(3)"))),
+        id="columns named like MariaDB's period and versioning words",
+    ),
+    pytest.param("ALTER TABLE t DROP period, DROP system", parsed(ch(DROP_COLUMN, name="period"),
+                                                                  ch(DROP_COLUMN, name="system")),
+                 id="dropping them"),
+    pytest.param(
         "ALTER TABLE t ADD COLUMN c INT, ADD INDEX i (c), ALGORITHM=NOCOPY, LOCK=SHARED",
         parsed(ch(ADD_COLUMN, column=col("c", "int"))),
         id="add with index and algorithm",
