@@ -61,7 +61,8 @@ DEFINITIONS: tuple[str, ...] = (
     # text
     "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT", "TEXT(50)", "TEXT(63)", "TEXT(100) CHARACTER SET latin1",
     "TEXT(255) CHARACTER SET latin1", "TEXT(256) CHARACTER SET latin1", "TEXT(64) CHARACTER SET utf8",
-    "TEXT(16384) CHARACTER SET utf8mb4", "TEXT(70000)", "LONG", "LONG VARCHAR", "LONG CHARACTER SET latin1",
+    "TEXT(16384) CHARACTER SET utf8mb4", "TEXT(70000)", "TEXT(16777216)", "LONG", "LONG VARCHAR",
+    "LONG CHARACTER SET latin1",
     "LONG BINARY", "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", "TEXT CHARSET binary",
     "MEDIUMTEXT COLLATE latin1_german2_ci", "LONGTEXT CHARACTER SET binary",
     # binary strings
@@ -69,7 +70,7 @@ DEFINITIONS: tuple[str, ...] = (
     "BLOB(70000)", "MEDIUMBLOB", "LONGBLOB", "LONG VARBINARY",
     # ENUM and SET
     "ENUM('a','b')", "ENUM('A','b''c','d\\\\e')", "ENUM('x ', 'y')", "ENUM(' lead','Upper','')",
-    "ENUM('a\\nb','t\\tx','q\"x','z\\Z','c\\rr')", "ENUM('é','ü','日本')", "ENUM('a,b','c)d','(e')",
+    "ENUM('a\\nb','t\\tx','q\"x','z\\Z','c\\rr','n\\0n')", "ENUM('é','ü','日本')", "ENUM('a,b','c)d','(e')",
     "ENUM('x') CHARACTER SET latin1", "ENUM('x') CHARACTER SET binary", "ENUM('a\\%b','a\\_b')",
     "ENUM(\"dq\", 'it\\'s')", "SET('x','y')", "SET('a','B') COLLATE utf8mb4_bin", "SET('a  ','b')",
     "SET('x') NOT NULL",
@@ -82,7 +83,7 @@ DEFINITIONS: tuple[str, ...] = (
     # nullability, generated columns and MariaDB attributes
     "INT NOT NULL", "INT NULL", "INT NOT NULL DEFAULT 5", "INT UNIQUE NOT NULL", "INT NULL UNIQUE",
     "INT GENERATED ALWAYS AS (1+1) VIRTUAL", "INT AS (2) PERSISTENT", "INT AS (3) STORED",
-    "VARCHAR(10) AS (concat('a','b')) VIRTUAL", "INT INVISIBLE",
+    "VARCHAR(10) AS (concat('a','b')) VIRTUAL", "INT AS (id + 1) VIRTUAL", "INT INVISIBLE",
     "INT COMMENT 'a, (b)' NOT NULL", "INT CHECK (c > 0)",
     "BLOB COMPRESSED", "VARCHAR(100) COMPRESSED", "TEXT COMPRESSED=zlib",
     # defaults
@@ -90,6 +91,7 @@ DEFINITIONS: tuple[str, ...] = (
     "INT UNSIGNED DEFAULT 0x1F", "VARBINARY(4) DEFAULT x'1F'", "VARCHAR(10) DEFAULT _latin1'x'",
     "VARCHAR(10) DEFAULT N'x'", "VARCHAR(10) DEFAULT 'a' 'b'", "CHAR(36) DEFAULT uuid()", "INT DEFAULT (1+2)",
     "DATETIME DEFAULT now()", "TINYINT DEFAULT TRUE", "TINYINT DEFAULT false", "DOUBLE DEFAULT 1e3",
+    "DOUBLE DEFAULT .5",
     "VARCHAR(5) DEFAULT 'a\\nb'", "INT DEFAULT NULL", "VARCHAR(5) NOT NULL DEFAULT ''", "INT DEFAULT '5'",
     "VARCHAR(9) DEFAULT 'it''s'", "DATE DEFAULT '2024-01-31'", "DATETIME(3) DEFAULT '2024-01-31 10:00:00.5'",
     "ENUM('a','b') NOT NULL DEFAULT 'b'", "DECIMAL(10,2) DEFAULT 1.50", "INT DEFAULT (-5)",
