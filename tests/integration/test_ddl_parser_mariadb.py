@@ -273,3 +273,27 @@ def test_refused_definitions_are_ones_the_statement_cannot_decide(conn: Any, sou
     assert only("CREATE TABLE r1 (c TEXT(100)) CHARACTER SET latin1", source_db, CREATE_TABLE).columns[0].mysql_type \
         == "tinytext"
     assert parse_statement("ALTER TABLE r1 ADD d TEXT(100)", source_db).error is not None
+
+
+def test_an_unqualified_rename_target_lands_in_the_current_database(services: Any, source_db: str) -> None:
+    other = f"{source_db}_o"
+    conn = services.root_connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{other}`")
+            cur.execute(f"CREATE TABLE `{other}`.x (i INT)")
+            cur.execute(f"CREATE TABLE `{other}`.y (i INT)")
+            cur.execute(f"USE `{source_db}`")
+            for statement in (f"RENAME TABLE `{other}`.x TO x2", f"ALTER TABLE `{other}`.y RENAME y2"):
+                cur.execute(statement)
+                (change,) = parse_statement(statement, source_db).changes
+                assert (change.schema, change.to_schema) == (other, source_db)
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (change.to_schema, change.to_table),
+                )
+                assert cur.fetchone()[0] == 1, statement
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{other}`")
+        conn.close()
