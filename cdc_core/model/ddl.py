@@ -14,15 +14,15 @@ is a maintained SQL parser with a MySQL dialect: its tokenizer implements MySQL'
 its parser gives a real AST for ALTER TABLE actions, column definitions (NULL / NOT NULL, DEFAULT, AUTO_INCREMENT,
 PRIMARY KEY, `AS (expr) STORED`, FIRST / AFTER), defaults and expressions, DROP TABLE and TRUNCATE.
 
-How the work is split. (1) `executable_sql` applies MySQL's comment rules: versioned comments `/*!50100 ...*/`
-and MariaDB's `/*M!100100 ...*/` are part of the statement when the server's version is at least theirs;
-other comments are dropped; quotes are respected. (2) sqlglot's MySQL tokenizer gives the tokens, from which
-the statement's frame is read: which statement it is, its target names, and where each ALTER action or
-CREATE TABLE item begins and ends (a top-level comma). (3) sqlglot's parser parses each action and item on its
-own, and its AST is translated node by node; a node the translation does not know makes the statement not
+How the work is split. (1) `executable_sql` applies the servers' comment rules: versioned comments
+`/*!50100 ...*/` and MariaDB's `/*M!100100 ...*/` are part of the statement when the server runs them; other
+comments are dropped; quotes are respected. (2) sqlglot's MySQL tokenizer gives the tokens, from which the
+statement's frame is read: which statement it is, its target names, and where each ALTER action or CREATE
+TABLE item begins and ends (a top-level comma). (3) sqlglot's parser parses each action and item on its own,
+and its AST is translated node by node; a node the translation does not know makes the statement not
 understood. Parsing the parts separately keeps one clause sqlglot's grammar lacks (a MariaDB table option,
-`PARTITION BY ... VALUES LESS THAN MAXVALUE`, `WITH SYSTEM VERSIONING`) from hiding the rest, and lets the
-error name the exact clause. The forms sqlglot's MySQL grammar does not parse are handled on its tokens:
+`PARTITION BY ... VALUES LESS THAN MAXVALUE`, `START TRANSACTION`) from hiding the rest, and lets the error
+name the exact clause. The forms sqlglot's MySQL grammar does not parse are handled on its tokens:
 `RENAME TABLE a TO b, c TO d`, `ALTER ONLINE|IGNORE TABLE`, `WAIT n | NOWAIT`, `ADD COLUMN (a INT, b INT)`,
 `MODIFY|CHANGE COLUMN IF EXISTS`, `TRUNCATE|DROP|EXCHANGE PARTITION` and the other partition operations,
 `CONVERT TO CHARACTER SET`, `IMPORT|DISCARD TABLESPACE`, `ENABLE|DISABLE KEYS`, index and CHECK forms with
@@ -36,11 +36,12 @@ vocabulary `cdc_core.capture.source.normalise_column_type` gives for the COLUMN_
 (checked against MariaDB by tests/integration/test_ddl_parser_mariadb.py), and sqlglot parses the column's
 attributes with the type written as INT.
 
-Not read from the statement, because it is server state: the database's default character set (a TEXT(M)
-whose size depends on it is refused), a table's default charset in ALTER TABLE ... ADD (only CHARSET=binary
-would change a type), sql_mode (ANSI_QUOTES, NO_BACKSLASH_ESCAPES, REAL_AS_FLOAT: statements written for those
-modes are misquoted and refused, or for REAL_AS_FLOAT typed as `double`) and explicit_defaults_for_timestamp=OFF
-(an unqualified TIMESTAMP column reads as nullable).
+Server state the statement does not carry, and so the parser cannot see: the database's default character
+set (a TEXT(M) whose size class depends on it is refused); an existing table's default charset in ALTER TABLE
+... ADD (only CHARSET=binary would change a type); sql_mode (statements that rely on ANSI_QUOTES or
+NO_BACKSLASH_ESCAPES are read with the default quoting, which usually leaves them not understood; under
+REAL_AS_FLOAT a REAL column is still typed `double`); explicit_defaults_for_timestamp=OFF (an unqualified
+TIMESTAMP column then reads as nullable).
 """
 
 from __future__ import annotations
@@ -420,7 +421,7 @@ class _Stmt:
 
 # -------------------------------------------------------------------------------------------- entry
 
-_TABLE_DDL = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
+_TABLE_DDL = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE", "IMPORT")
 
 
 def parse_statement(query: str, default_schema: str, *, server_version: int | None = None) -> ParsedStatement:
@@ -465,12 +466,14 @@ def _parse(query: str, default_schema: str, server_version: int | None) -> Parse
 
 
 def _is_table_ddl(st: _Stmt) -> bool:
-    """ALTER / CREATE / DROP / RENAME / TRUNCATE of a table, or DROP DATABASE: statements whose failure to parse
-    must be reported."""
+    """ALTER / CREATE / DROP / RENAME / TRUNCATE / IMPORT of a table, or DROP DATABASE: statements whose failure
+    to parse must be reported."""
     w = st.word(0)
     i = 1
     if w == "TRUNCATE":
         return True
+    if w == "IMPORT":
+        return st.at(1, "TABLE")
     if w == "ALTER":
         while st.at(i, "ONLINE|OFFLINE|IGNORE"):
             i += 1
@@ -504,6 +507,8 @@ def _dispatch(st: _Stmt) -> ParsedStatement:
         return _alter(st)
     if w == "CREATE":
         return _create(st)
+    if w == "IMPORT" and st.at(1, "TABLE"):
+        raise _NotUnderstood("IMPORT TABLE (MySQL) creates tables with their rows from files, without row events")
     return ParsedStatement()
 
 

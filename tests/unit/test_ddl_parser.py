@@ -669,6 +669,7 @@ NOT_UNDERSTOOD = [
     ("TRUNCATE", (), "expected a table name"),
     ("DROP TABLE a b", ((DB, "a"),), "unexpected"),
     ("DROP DATABASE", (), "expected a database name"),
+    ("IMPORT TABLE FROM '/tmp/t.sdi'", (), "IMPORT TABLE"),
 ]
 
 
