@@ -700,6 +700,8 @@ NOTHING = [
     "ALTER SEQUENCE s RESTART", "DROP TRIGGER tr", "CREATE SERVER s FOREIGN DATA WRAPPER mysql OPTIONS (USER 'x')",
     "INSTALL PLUGIN x SONAME 'y'", "", "   ", ";", "/* only a comment */", "-- only\n", "(SELECT 1)",
     "DROP TEMPORARY TABLE t", "CREATE TEMPORARY TABLE t (a INT)", "SHOW TABLES", "KILL 5",
+    "/*!50001 CREATE ALGORITHM=UNDEFINED */ /*!50013 DEFINER=`root`@`localhost` SQL SECURITY DEFINER */ "
+    "/*!50001 VIEW `v` AS select 1 AS `1` */",  # mysqldump's view
 ]
 
 
