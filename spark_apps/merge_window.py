@@ -32,7 +32,6 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType,
     ByteType,
     DataType,
     DateType,
@@ -50,7 +49,7 @@ from pyspark.sql.types import (
 
 from cdc_core.lake import small_writer
 from cdc_core.lake.small_writer import needs_column_mapping
-from cdc_core.model import faults
+from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import (
     CdcError,
     ConfigError,
@@ -65,27 +64,58 @@ from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import (
     COL_COMMIT_TS,
     COL_DELETED,
-    COL_DELETED_AT,
     COL_OP,
     COL_ORDINAL,
     COL_VERSION,
-    COL_WINDOW_SEQ,
     MANIFEST_NAME,
     OP_DELETE,
     Manifest,
     StagedTable,
 )
+from cdc_core.model.merge_semantics import (
+    DELETE_HARD,
+    DELETE_MODES,
+    DELETE_SOFT,
+    DERIVE_DELETE_TS,
+    DERIVE_IS_DELETE,
+    DERIVE_WINDOW_SEQ,
+    GONE,
+    SPARK,
+    STATUS_ALREADY,
+    STATUS_COMMITTED,
+    STATUS_EMPTY,
+    derived_columns,
+    holds_window,
+    insert_condition,
+    spark_derive_sql,
+    spark_merge_sql,
+)
 from cdc_core.model.naming import path_component, quote_spark, table_id
+from cdc_core.model.schema_changes import CREATE_TABLE, DROP_DATABASE, SchemaChange
+from cdc_core.model.schema_evolution import (
+    S_COPY,
+    S_REWRITE,
+    PlanContext,
+    SchemaPolicy,
+    SchemaState,
+    Structure,
+    delta_type_of,
+    exact_cast,
+)
+from cdc_core.model.schema_window import (
+    ROLE_MOVED_IN,
+    ROLE_OWN,
+    LakeChange,
+    Placement,
+    WindowChanges,
+    plan_change,
+)
+from cdc_core.model.schema_window import resolve as resolve_window
 from cdc_core.model.sources import COL_SOURCE, COL_SOURCE_TABLE, Lineage, Route, lineage, unit_name
+from spark_apps import schema_steps
 
 log = logging.getLogger("cdc.merge")
 
-DELETE_HARD, DELETE_SOFT = "hard", "soft"
-DELETE_MODES = (DELETE_HARD, DELETE_SOFT)
-
-STATUS_COMMITTED = "committed"
-STATUS_ALREADY = "already committed"
-STATUS_EMPTY = "empty"
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -117,6 +147,24 @@ _STAGED_META = (
     (COL_ORDINAL, LongType()),
     (COL_COMMIT_TS, TimestampType()),
 )
+_STAGED_META_NAMES = frozenset(n for n, _ in _STAGED_META)
+# A table the window only names in DDL and the lake never had (a truncate or drop of a table never landed).
+STATUS_NO_TABLE = "no table"
+
+
+@dataclass(frozen=True)
+class SchemaMember:
+    """One staged table of a lake table read through the table's schema record."""
+
+    staged: StagedTable
+    lineage: Lineage
+    state_key: str  # whose schema record in the lake table's properties (cdc_core.model.schema_evolution)
+    bounds: tuple[int | None, int | None] = (None, None)  # the versions of its rows that land here
+
+
+def schema_state_key(app_id: str, staged: StagedTable, where: Lineage) -> str:
+    """The app id, and in a routed lake table the source table too: each source table has its own DDL."""
+    return f"{app_id}.{staged.name}" if where.columns else app_id
 
 _CONFLICTS = tuple(
     getattr(delta_exceptions, n)
@@ -153,15 +201,8 @@ _CONFLICT_MARKERS = (
 
 
 def metadata_columns(delete_mode: str) -> list[tuple[str, DataType]]:
-    cols: list[tuple[str, DataType]] = [
-        (COL_OP, StringType()),
-        (COL_VERSION, LongType()),
-        (COL_COMMIT_TS, TimestampType()),
-        (COL_WINDOW_SEQ, LongType()),
-    ]
-    if delete_mode == DELETE_SOFT:
-        cols += [(COL_DELETED, BooleanType()), (COL_DELETED_AT, TimestampType())]
-    return cols
+    """The lake table's metadata columns as Spark types (cdc_core.model.merge_semantics states them)."""
+    return [(name, DataType.fromDDL(ddl)) for name, ddl in merge_semantics.metadata_columns(delete_mode)]
 
 
 # ------------------------------------------------------------------------------------ type rules
@@ -231,12 +272,20 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
     return _jvm_last_txn_version(spark, uri, app_id)
 
 
-def table_writer_and_txn(spark: SparkSession, uri: str, app_id: str) -> tuple[str | None, int | None] | None:
-    """(recorded writer `cdc.writer`, `app_id`'s last txn version) of the table; None when there is no table."""
+def table_writer_and_txn(
+    spark: SparkSession, uri: str, app_id: str, properties: dict[str, dict[str, str]] | None = None
+) -> tuple[str | None, int | None] | None:
+    """(recorded writer `cdc.writer`, `app_id`'s last txn version) of the table; None when there is no table.
+    `properties`: gets the table's properties (uri -> properties) from the same snapshot."""
     from cdc_core.lake import delta_state
 
     try:
-        return delta_state.writer_and_txn(uri, app_id)
+        found = delta_state.writer_txn_properties(uri, app_id)
+        if found is None:
+            return None
+        if properties is not None:
+            properties[uri] = found[2]
+        return found[0], found[1]
     except CdcError:
         raise
     except Exception as e:  # e.g. a table feature the standalone reader does not know yet
@@ -349,10 +398,16 @@ class LakeTarget:
     schema: str
     table: str
     members: tuple[tuple[StagedTable, Lineage], ...]
+    # Per member: the change versions [since, until) of its rows that land here (a renamed table's rows before
+    # the rename land in the table it became: cdc_core.model.schema_window). Empty: every row of every member.
+    bounds: tuple[tuple[int | None, int | None], ...] = ()
 
     @property
     def name(self) -> str:
         return table_id(self.schema, self.table)
+
+    def bound(self, i: int) -> tuple[int | None, int | None]:
+        return self.bounds[i] if self.bounds else (None, None)
 
     def sources_label(self) -> str:
         return ", ".join(st.name for st, _ in self.members)
@@ -367,7 +422,9 @@ class LakeTarget:
     @property
     def key(self) -> tuple[str, ...]:
         """The lake table's key: the lineage prefix (unless the route keys by the primary key) and the key."""
-        keys = {st.key for st, _ in self.members}
+        keys = {st.key for st, _ in self.members if st.key or st.files}  # not a table named only in DDL
+        if not keys:
+            return ()
         if len(keys) > 1:
             raise SchemaConflict(
                 f"lake table {self.name}: the routed source tables have different keys "
@@ -443,13 +500,56 @@ class LakeTarget:
         return StagedFacts(unique, min(versions) if versions else None)
 
 
-def lake_targets(manifest: Manifest, routes: Sequence[Route], source: str | None) -> list[LakeTarget]:
-    """The window's staged tables grouped by the Delta table they land in, in manifest order."""
-    grouped: dict[tuple[str, str], list[tuple[StagedTable, Lineage]]] = {}
+def lake_tables_of_schemas(
+    lake_root: str, changes: Sequence[SchemaChange], app_id: str
+) -> dict[str, list[tuple[str, str]]]:
+    """The lake tables of each database the window drops whose writer record names this pipeline (`DROP
+    DATABASE` drops each of them)."""
+    dropped = sorted({c.schema for c in changes if c.kind == DROP_DATABASE})
+    if not dropped:
+        return {}
+    import fsspec
+
+    from cdc_core.lake import delta_state
+    from cdc_core.model.naming import decode_path_component
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    fs, root = fsspec.core.url_to_fs(lake_root)
+    pipeline = app_id.split(".", 1)[0]
+    for schema in dropped:
+        base = f"{root.rstrip('/')}/{path_component(schema)}"
+        try:
+            entries = fs.ls(base, detail=False)
+        except FileNotFoundError:
+            continue
+        for entry in sorted(entries):
+            name = decode_path_component(str(entry).rstrip("/").rsplit("/", 1)[-1])
+            if name is None:
+                continue
+            found = delta_state.writer_and_txn(table_uri(lake_root, schema, name), app_id)
+            if found is not None and writer_pipeline(found[0]) == pipeline:
+                out.setdefault(schema, []).append((schema, name))
+    return out
+
+
+def lake_targets(
+    manifest: Manifest, routes: Sequence[Route], source: str | None,
+    placements: dict[tuple[str, str], tuple[Placement, ...]] | None = None,
+) -> list[LakeTarget]:
+    """The window's staged tables grouped by the Delta table they land in, in manifest order. `placements`: a
+    renamed table's rows, by version range, in the table they belong to (cdc_core.model.schema_window)."""
+    grouped: dict[tuple[str, str], list[tuple[StagedTable, Lineage, tuple[int | None, int | None]]]] = {}
     for st in manifest.tables:
-        where = lineage(routes, source, st.schema, st.table)
-        grouped.setdefault((where.lake_schema, where.lake_table), []).append((st, where))
-    return [LakeTarget(schema, table, tuple(members)) for (schema, table), members in grouped.items()]
+        for place in (placements or {}).get((st.schema, st.table), (Placement((st.schema, st.table)),)):
+            where = lineage(routes, source, *place.lake)
+            bound = (place.since, place.until)
+            grouped.setdefault((where.lake_schema, where.lake_table), []).append((st, where, bound))
+    out = []
+    for (schema, table), members in grouped.items():
+        bounds = tuple(b for _, _, b in members)
+        out.append(LakeTarget(schema, table, tuple((st, w) for st, w, _ in members),
+                              bounds if any(b != (None, None) for b in bounds) else ()))
+    return out
 
 
 # --------------------------------------------------------------------------------------- options
@@ -585,6 +685,15 @@ class _Run:
     # Tables holding at most this many rows once the window lands are merged by delta-rs, without a
     # Spark job (cdc_core.lake.small_writer); 0: every table through Spark.
     small_table_rows: int = 0
+    # The window's schema changes resolved onto lake tables (cdc_core.model.schema_window), and how each lake
+    # table follows them.
+    window: WindowChanges = field(default_factory=WindowChanges)
+    schema_policy: SchemaPolicy = field(default_factory=SchemaPolicy)
+    zero_dates: str = "refuse"
+    # Each lake table's properties as read with its txn version before merging (uri -> properties).
+    table_props: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Schema changes whose rows must be re-read from the source (reported; docs/schema-changes.md).
+    rereads: list[dict[str, Any]] = field(default_factory=list)
 
     def writer_record(self) -> str:
         return writer_value(self.pipeline, self.group_sources, [r.to_dict() for r in self.routes])
@@ -631,6 +740,8 @@ class _Run:
             have_field = by_name.get(name.lower())
             if have_field is None or have_field.dataType == want or can_widen(want, have_field.dataType):
                 continue  # absent (schema evolution adds it), equal, or the source is narrower (cast up)
+            if exact_cast(want.simpleString(), have_field.dataType.simpleString()):
+                continue  # every source value lands exactly in the lake's type (a lenient table kept it): cast
             if can_widen(have_field.dataType, want):
                 widen.append((have_field.name, have_field.dataType, want))
                 continue
@@ -657,8 +768,6 @@ class _Run:
         )
         if wants_ntz and "timestampNtz" not in features:
             set_props["delta.feature.timestampNtz"] = "supported"
-        if widen and props.get("delta.enableTypeWidening") != "true":
-            set_props["delta.enableTypeWidening"] = "true"
         if claim and writer_pipeline(props.get(WRITER_PROPERTY)) is None:
             set_props[WRITER_PROPERTY] = self.writer_record()
         self.fence()
@@ -671,17 +780,15 @@ class _Run:
             self.log("merge.table_properties", table=label, properties=",".join(sorted(set_props)))
             if WRITER_PROPERTY in set_props:
                 self.log("merge.writer_claimed", table=label, uri=uri)
-        for col, have, want in widen:
-            try:
-                spark.sql(
-                    f"ALTER TABLE delta.{quote_spark(uri)} ALTER COLUMN {quote_spark(col)} TYPE {want.simpleString()}"
-                )
-            except Exception as e:
-                raise SchemaConflict(
-                    f"{self.label()}: table {label} column {col!r}: Delta refused to widen {have.simpleString()} to "
-                    f"{want.simpleString()} ({one_line(e)}); rebuild the table or map the column to a compatible type"
-                ) from e
-            self.log("merge.type_widened", table=label, column=col, old=have.simpleString(), new=want.simpleString())
+        if widen:
+            # Rewritten with the wider type rather than Delta's type widening feature, which delta-rs (and the
+            # readers built on it) cannot read (docs/schema-changes.md).
+            schema_steps.rewrite_columns(
+                self, uri, label, Structure(S_REWRITE, casts=tuple((c, w.simpleString()) for c, _, w in widen))
+            )
+            for col, have, want in widen:
+                self.log("merge.type_widened", table=label, column=col, old=have.simpleString(),
+                         new=want.simpleString())
         return spark.read.format("delta").load(uri).schema
 
     def create_table(
@@ -747,7 +854,7 @@ class _Run:
                     if not is_commit_conflict(e):
                         raise
                     landed = last_txn_version(spark, uri, self.app_id)
-                    if landed is not None and landed >= self.seq:
+                    if holds_window(landed, self.seq):
                         self.log("merge.lost_race", table=label, landed=landed)
                         return STATUS_ALREADY, {}, None
                     if attempt == 2:
@@ -836,7 +943,7 @@ class _Run:
             mark[0] = now
 
         landed = last_txn_version(spark, uri, self.app_id)
-        if landed is not None and landed >= self.seq:
+        if holds_window(landed, self.seq):
             result["seconds"] = round(time.monotonic() - t0, 3)
             self.log("merge.table", table=label, status=STATUS_ALREADY, landed=landed)
             return result
@@ -845,7 +952,8 @@ class _Run:
         options = self.table_options.get(st.name, TableOptions())
         facts = st.facts(self.window_dir)
         step("staged_facts")
-        small = self.may_land_small(st, uri, facts)
+        work = self.schema_work(st, uri, facts)
+        small = work is None and self.may_land_small(st, uri, facts)
         done: dict[str, Any] | None = None
         if small:
             done, missing = self.land_small(st, uri, key, label, result)
@@ -860,27 +968,32 @@ class _Run:
         # A routed table's schema conflict names the source tables of this window, not only the lake table.
         routed = COL_SOURCE_TABLE in st.lineage_columns
         described = f"{label} (routed from {st.sources_label()})" if routed else label
-        target = self.ensure_table(
-            uri, described, [*st.columns(), *metadata_columns(self.delete_mode)], options, small=small
-        )
-        step("ensure_table")
-        if small:  # the table this run just created small: delta-rs lands its first rows
-            done, _ = self.land_small(st, uri, key, label, result)
-            step("small_table")
-            if done is not None:
+        if work is not None:  # its rows as they look after the window's schema changes (applied before)
+            if not DeltaTable.isDeltaTable(spark, uri) and not any(m.files for m, _ in st.members):
+                result.update(status=STATUS_NO_TABLE, writer="spark")  # DDL on a table the lake never had
                 return self._table_done(label, result, steps, t0)
-        elif self.small_table_rows > 0:
-            self.deletion_vectors_once_grown(uri, label, st.rows)
+            translated = self.read_translated(st, uri, work)
+            step("schema_changes")
+            columns = [(f.name, f.dataType) for f in translated.schema.fields if f.name not in _STAGED_META_NAMES]
+            target = self.ensure_table(uri, described, [*columns, *metadata_columns(self.delete_mode)], options)
+            changes = translated
+        else:
+            target = self.ensure_table(
+                uri, described, [*st.columns(), *metadata_columns(self.delete_mode)], options, small=small
+            )
             step("ensure_table")
-        changes = st.read(spark, self.window_dir)
+            if small:  # the table this run just created small: delta-rs lands its first rows
+                done, _ = self.land_small(st, uri, key, label, result)
+                step("small_table")
+                if done is not None:
+                    return self._table_done(label, result, steps, t0)
+            elif self.small_table_rows > 0:
+                self.deletion_vectors_once_grown(uri, label, st.rows)
+                step("ensure_table")
+            changes = st.read(spark, self.window_dir)
         # A window usually changes each key once: then there is nothing to pick (no shuffle).
         changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, key)
-        changes = changes.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
-        if self.delete_mode == DELETE_SOFT:
-            is_delete = F.col(COL_OP) == OP_DELETE
-            changes = changes.withColumn(COL_DELETED, is_delete).withColumn(
-                COL_DELETED_AT, F.when(is_delete, F.col(COL_COMMIT_TS)).otherwise(F.lit(None).cast(TimestampType()))
-            )
+        changes = with_derived_columns(changes, self.delete_mode, self.seq)
         source = conform(changes, target)
         step("read_staged")
 
@@ -898,7 +1011,10 @@ class _Run:
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), key)
                 immutable = False
             step("tombstones")
-        if _has_no_rows(uri):
+        if not key:  # a table the window names only in DDL (no row, so no key): its txn commit alone
+            status, version = self.idempotent_append(uri, label, source.limit(0))
+            metrics = {"inserted": 0, "updated": 0, "deleted": 0}
+        elif _has_no_rows(uri):
             # Nothing to match (a table created by this window, e.g. by a snapshot chunk): the MERGE's
             # outcome is exactly its NOT MATCHED clause, so append those rows as the same idempotent commit.
             status, metrics, version = self.idempotent_insert(uri, label, source)
@@ -915,6 +1031,152 @@ class _Run:
             status = STATUS_EMPTY
         result.update(status=status, delta_version=version, writer="spark", **metrics)
         return self._table_done(label, result, steps, t0)
+
+    # ------------------------------------------------------------------------------ schema changes
+
+    def schema_work(self, st: LakeTarget, uri: str, facts: StagedFacts) -> list[SchemaMember] | None:
+        """The target's members when its rows must be read through its schema record (it changed in this window,
+        takes a renamed table's rows, or the window's changes are older than a change the table recorded);
+        None: the plain read."""
+        busy = bool(st.bounds) or (st.schema, st.table) in self.changed_lake_tables()
+        props = self.table_props.get(uri) or {}
+        members = []
+        for i, (member, where) in enumerate(st.members):
+            key = schema_state_key(self.app_id, member, where)
+            state = SchemaState.from_properties(props, key)
+            if facts.min_version is not None and (
+                state.floor > facts.min_version or any(op.version > facts.min_version for op in state.history)
+            ):
+                busy = True
+            members.append(SchemaMember(member, where, key, st.bound(i)))
+        return members if busy else None
+
+    def changed_lake_tables(self) -> set[tuple[str, str]]:
+        """The lake tables (schema, table) the window's schema changes act on."""
+        out = set()
+        for c in self.window.changes:
+            where = lineage(self.routes, self.source, *c.lake)
+            out.add((where.lake_schema, where.lake_table))
+        return out
+
+    def schema_phase(self, targets: Sequence[LakeTarget]) -> None:
+        """Every schema change of the window, one after another in binlog order, on the lake tables that do not
+        hold the window yet (cdc_core.model.schema_window resolves them; spark_apps.schema_steps applies them).
+        Before any row lands: a rename's target takes its source's rows while the source still has them."""
+        if not self.window.changes:
+            return
+        pending = {(t.schema, t.table): t for t in targets}
+        for lc in self.window.changes:
+            where = lineage(self.routes, self.source, *lc.lake)
+            target = pending.get((where.lake_schema, where.lake_table))
+            if target is None:
+                continue  # the table already holds the window (or was never part of it)
+            uri = table_uri(self.lake_root, where.lake_schema, where.lake_table)
+            label = target.name
+            member = next((m for m, w in target.members if (m.schema, m.table) == lc.lake), target.members[0][0])
+            key = schema_state_key(self.app_id, member, where)
+            table = schema_steps.read_lake_table(self.spark, uri)
+            if not table.exists:
+                if not self.create_for_schema(target, uri, lc):
+                    continue  # DDL on a table the lake never had: nothing to change, nothing to record
+                table = schema_steps.read_lake_table(self.spark, uri)
+            meta = metadata_columns(self.delete_mode)
+            reserved = [*(n for n, _ in meta), *target.lineage_columns]
+            ctx = PlanContext(
+                table=label, app_id=key, delete_mode=self.delete_mode,
+                mode=self.schema_policy.mode_for(table_id(*lc.lake), label), zero_dates=self.zero_dates,
+                lineage=tuple(where.columns), routed=bool(where.columns),
+            )
+            ops, _, rereads = plan_change(
+                ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,
+                functools.partial(self.moved_from, key=key, reserved=reserved),
+            )
+            for planned in ops:
+                op = planned
+                if op.structure is not None and op.structure.kind == S_COPY:
+                    assert op.structure.source is not None
+                    self.copy_table(op.structure.source, uri, label)
+                    op = replace(op, structure=None)
+                schema_steps.apply_op(self, uri, label, op, app_id=key, delete_mode=self.delete_mode,
+                                      lineage=tuple(where.columns), column_mapping=self.schema_policy.column_mapping)
+            for change, why in rereads:
+                self.log("merge.schema_reread", table=label, change=change.kind, version=change.version, reason=why)
+                self.rereads.append({"table": label, "source": table_id(*lc.lake), "version": change.version,
+                                     "change": change.kind, "reason": why})
+
+    def create_for_schema(self, target: LakeTarget, uri: str, lc: LakeChange) -> bool:
+        """Create a lake table a schema change needs: from a CREATE TABLE's columns, from a renamed table's, or
+        from the window's staged columns. False when nothing says what its columns are."""
+        c = lc.change
+        options = self.table_options.get(target.name, TableOptions())
+        lineage_cols = [(n, StringType()) for n in target.lineage_columns]
+        meta = metadata_columns(self.delete_mode)
+        if lc.role == ROLE_OWN and c.kind == CREATE_TABLE and not c.as_select:
+            cols = [(x.name, _parse_type(delta_type_of(x, target.name), f"table {target.name} column {x.name!r}"))
+                    for x in c.columns]
+        elif lc.role == ROLE_MOVED_IN and lc.source is not None:
+            src = schema_steps.read_lake_table(self.spark, self.lake_uri(lc.source))
+            if not src.exists:
+                return False
+            low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
+            cols = [(x.name, DataType.fromDDL(x.delta_type)) for x in src.columns if x.name.lower() not in low]
+        elif any(m.files for m, _ in target.members):
+            cols = target.columns()[len(lineage_cols):]
+        else:
+            return False
+        self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options)
+        return True
+
+    def lake_uri(self, table: tuple[str, str]) -> str:
+        where = lineage(self.routes, self.source, *table)
+        return table_uri(self.lake_root, where.lake_schema, where.lake_table)
+
+    def moved_from(self, source: tuple[str, str], key: str, reserved: Sequence[str]) -> Any:
+        """A rename's source lake table: (its source columns, its schema record), None when the lake never had it."""
+        table = schema_steps.read_lake_table(self.spark, self.lake_uri(source))
+        if not table.exists:
+            return None
+        return table.source_columns(reserved), SchemaState.from_properties(table.properties, key)
+
+    def copy_table(self, source: tuple[str, str], uri: str, label: str) -> None:
+        """A rename's target takes its source's rows (one overwrite commit; repeated after a crash before its
+        mark, while the source still holds them: the source is emptied only after the target's mark)."""
+        self.fence()
+        rows = self.spark.read.format("delta").load(self.lake_uri(source))
+        (
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+            .option("userMetadata", self.commit_metadata(label)).save(uri)
+        )
+        self.log("merge.table_copied", table=label, source=table_id(*source))
+
+    def read_translated(self, st: LakeTarget, uri: str, work: list[SchemaMember]) -> DataFrame:
+        """The window's changes of the target, each member's read through its schema record (after the schema
+        phase) and cut to its version range."""
+        spark = self.spark
+        table = schema_steps.read_lake_table(spark, uri)
+        parts = []
+        for m in work:
+            since, until = m.bounds
+            df = schema_steps.read_translated(
+                spark, self.window_dir, m.staged, SchemaState.from_properties(table.properties, m.state_key),
+                staged_meta=_STAGED_META, parse_type=_parse_type, can_widen=can_widen,
+                versions=schema_steps.file_versions(self.window_dir, m.staged), since=since, until=until,
+            )
+            if df is None:
+                continue
+            for col, value in m.lineage.columns:
+                df = df.withColumn(col, F.lit(value).cast(StringType()))
+            parts.append(df)
+        if parts:
+            return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        schema = StructType()
+        for name, t in _STAGED_META:
+            schema.add(name, t, True)
+        meta = {n.lower() for n, _ in metadata_columns(self.delete_mode)}
+        for c in table.columns:
+            if c.name.lower() not in meta:
+                schema.add(c.name, DataType.fromDDL(c.delta_type), True)
+        return spark.createDataFrame([], schema)
 
     def _table_done(self, label: str, result: dict[str, Any], steps: dict[str, float], t0: float) -> dict[str, Any]:
         result["seconds"] = round(time.monotonic() - t0, 3)
@@ -1019,7 +1281,7 @@ class _Run:
         t0 = time.monotonic()
         spark = self.spark
         landed = last_txn_version(spark, uri, self.app_id)
-        if landed is not None and landed >= self.seq:
+        if holds_window(landed, self.seq):
             self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
             return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,
                     "seconds": round(time.monotonic() - t0, 3)}
@@ -1071,7 +1333,8 @@ class _Run:
         non-deletes, soft mode every change (a delete as its tombstone row). Safe against concurrent
         writers: one of the same window carries the same txn (Delta skips or conflicts, then the txn
         version says 'already'); one of a later window can only write once this window landed here."""
-        rows = source.where(F.col(COL_OP) != OP_DELETE) if self.delete_mode == DELETE_HARD else source
+        cond = insert_condition(self.delete_mode, SPARK)
+        rows = source.alias("s").where(F.expr(cond)) if cond else source
         status, version = self.idempotent_append(uri, label, rows)
         inserted = _commit_output_rows(uri, version) if version is not None else 0
         return status, {"inserted": inserted, "updated": 0, "deleted": 0}, version
@@ -1079,7 +1342,7 @@ class _Run:
     def write_tombstones(self, st: LakeTarget, uri: str, source: DataFrame, key: tuple[str, ...]) -> None:
         label = f"tombstones of {st.name}"
         landed = last_txn_version(self.spark, uri, self.app_id)
-        if landed is not None and landed >= self.seq:
+        if holds_window(landed, self.seq):
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
         target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in key), (COL_VERSION, LongType())])
@@ -1111,7 +1374,7 @@ class _Run:
                 if not is_commit_conflict(e):
                     raise
                 landed = last_txn_version(self.spark, uri, self.app_id)
-                if landed is not None and landed >= self.seq:
+                if holds_window(landed, self.seq):
                     self.log("merge.lost_race", table=label, landed=landed)
                     return STATUS_ALREADY, None
                 if attempt == 2:
@@ -1203,6 +1466,19 @@ def _may_have_deletes(st: StagedTable) -> bool:
     return st.deletes > 0 or counted != st.rows
 
 
+def with_derived_columns(changes: DataFrame, delete_mode: str, seq: int) -> DataFrame:
+    """The metadata columns computed when a window lands (cdc_core.model.merge_semantics.derived_columns)."""
+    is_delete = F.col(COL_OP) == OP_DELETE
+    exprs = {
+        DERIVE_WINDOW_SEQ: F.lit(seq).cast(LongType()),
+        DERIVE_IS_DELETE: is_delete,
+        DERIVE_DELETE_TS: F.when(is_delete, F.col(COL_COMMIT_TS)).otherwise(F.lit(None).cast(TimestampType())),
+    }
+    for column, derivation in derived_columns(delete_mode):
+        changes = changes.withColumn(column, exprs[derivation])
+    return changes
+
+
 def conform(df: DataFrame, target: StructType) -> DataFrame:
     """Cast source columns to the (equal or wider) target types; NULL for target columns the source lacks."""
     by_name = {f.name.lower(): f for f in target.fields}
@@ -1233,46 +1509,12 @@ def drop_superseded(source: DataFrame, tombstones: DataFrame, key: Sequence[str]
 
 
 def merge_sql(uri: str, view: str, key: Sequence[str], delete_mode: str) -> str:
-    q = quote_spark
-    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
-    newer = f"(t.{COL_VERSION} IS NULL OR s.{COL_VERSION} >= t.{COL_VERSION})"
-    is_delete = f"s.{COL_OP} = '{OP_DELETE}'"
-    if delete_mode == DELETE_HARD:
-        clauses = [
-            f"WHEN MATCHED AND {is_delete} AND {newer} THEN DELETE",
-            f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
-            f"WHEN NOT MATCHED AND s.{COL_OP} <> '{OP_DELETE}' THEN INSERT *",
-        ]
-    else:
-        sets = ", ".join(f"t.{c} = s.{c}" for c in (COL_OP, COL_VERSION, COL_COMMIT_TS, COL_WINDOW_SEQ))
-        clauses = [
-            # The row stays as the tombstone: only metadata changes, the source columns keep the last image.
-            f"WHEN MATCHED AND {is_delete} AND {newer} THEN UPDATE SET {sets}, "
-            f"t.{COL_DELETED} = true, t.{COL_DELETED_AT} = s.{COL_COMMIT_TS}",
-            f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
-            # A delete of a row the lake never saw still lands, as a tombstone row.
-            "WHEN NOT MATCHED THEN INSERT *",
-        ]
-    return f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
-
-
-GONE = "__cdc_gone"  # a touched key whose base has no row left: deleted from the derived table
+    """The window's MERGE into the Delta table at `uri` (clauses: cdc_core.model.merge_semantics)."""
+    return spark_merge_sql(f"delta.{quote_spark(uri)}", view, key, delete_mode)
 
 
 def derive_sql(uri: str, view: str, key: Sequence[str], columns: Sequence[str]) -> str:
-    """The derived table's MERGE: the touched keys take their recomputed rows, or go. No version test:
-    the rows are recomputed from the base, which already decided every source's order."""
-    q = quote_spark
-    on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
-    sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in columns)
-    names = ", ".join(q(c) for c in columns)
-    values = ", ".join(f"s.{q(c)}" for c in columns)
-    return (
-        f"MERGE INTO delta.{q(uri)} AS t USING {view} AS s ON {on} "
-        f"WHEN MATCHED AND s.{GONE} THEN DELETE "
-        f"WHEN MATCHED THEN UPDATE SET {sets} "
-        f"WHEN NOT MATCHED AND NOT s.{GONE} THEN INSERT ({names}) VALUES ({values})"
-    )
+    return spark_derive_sql(f"delta.{quote_spark(uri)}", view, key, columns)
 
 
 def _no_fence() -> None:
@@ -1318,7 +1560,7 @@ def _merge_tables(run: _Run, targets: Sequence[LakeTarget], parallelism: int) ->
     landed_by_table: dict[str, int | None] = {}
     for st in targets:  # one log read per table: its writer record and this pipeline's txn version
         uri = table_uri(run.lake_root, st.schema, st.table)
-        state = table_writer_and_txn(run.spark, uri, run.app_id)
+        state = table_writer_and_txn(run.spark, uri, run.app_id, run.table_props)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != run.pipeline:
             foreign.append((st.name, uri, owner))
@@ -1331,7 +1573,7 @@ def _merge_tables(run: _Run, targets: Sequence[LakeTarget], parallelism: int) ->
         run = replace(run, unclaimed=frozenset(unclaimed))
     for st in targets:
         landed = landed_by_table[st.name]
-        if landed is not None and landed >= run.seq:
+        if holds_window(landed, run.seq):
             tables[st.name] = {
                 "status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,
                 "seconds": 0.0,
@@ -1340,6 +1582,7 @@ def _merge_tables(run: _Run, targets: Sequence[LakeTarget], parallelism: int) ->
         else:
             todo.append(st)
     run.log("merge.plan", tables=len(targets), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
+    run.schema_phase(todo)
     crash_after_first = len(targets) > 1
     done: dict[str, Any] = {}
     if parallelism <= 1 or len(todo) <= 1:
@@ -1424,6 +1667,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     routes: Sequence[Route] = (),
     group_sources: Sequence[str] = (),
     small_table_rows: int = small_writer.DEFAULT_MAX_ROWS,
+    schema_policy: SchemaPolicy | None = None,
+    zero_dates: str = "refuse",
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report.
 
@@ -1434,15 +1679,24 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     many rows once the window lands are merged by delta-rs, without a Spark job (0: none)."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
-        raise ConfigError(f"--delete-mode must be one of {DELETE_MODES}, got {delete_mode!r}")
+        raise ConfigError(f"delete_mode must be one of {', '.join(DELETE_MODES)}, got {delete_mode!r}")
     app_id = unit_name(pipeline, source)
     if manifest.plan.pipeline != app_id or manifest.plan.seq != seq:
         raise StagingError(
             f"the manifest in {window_dir} is window {manifest.plan.seq} of pipeline {manifest.plan.pipeline!r}, "
             f"not window {seq} of {app_id!r}; check --window-dir"
         )
+    policy = schema_policy or SchemaPolicy()
+    window = resolve_window(
+        manifest.schema_changes, [(t.schema, t.table) for t in manifest.tables], policy,
+        lake_tables_of_schemas(lake_root, manifest.schema_changes, unit_name(pipeline, source)),
+    )
+    staged = {(t.schema, t.table) for t in manifest.tables}
+    extra = sorted({c.lake for c in window.changes} - staged)
+    if extra:  # a dropped database's lake tables: each is emptied and records the window like the others
+        manifest = replace(manifest, tables=(*manifest.tables, *(StagedTable(s, t, (), (), ()) for s, t in extra)))
     try:
-        targets = lake_targets(manifest, routes, source)
+        targets = lake_targets(manifest, routes, source, window.placements)
     except ValueError as e:  # a route whose target is not schema.table for this table
         raise ConfigError(str(e)) from None
     for target in targets:
@@ -1468,6 +1722,9 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         group_sources=tuple(group_sources),
         routes=tuple(routes),
         small_table_rows=max(0, int(small_table_rows)),
+        window=window,
+        schema_policy=policy,
+        zero_dates=zero_dates,
     )
     tables = _merge_tables(run, targets, max(1, int(parallelism)))
     report = {
@@ -1477,6 +1734,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         "tables": tables,
         "seconds": round(time.monotonic() - t0, 3),
     }
+    if run.rereads:
+        report["rereads"] = run.rereads
     run.log("merge.window", tables=len(tables), secs=report["seconds"])
     return report
 
@@ -1623,6 +1882,8 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
             routes=[Route.from_dict(r) for r in args.routes],
             group_sources=args.group_sources,
             small_table_rows=args.small_table_rows,
+            schema_policy=SchemaPolicy.from_dict(args.schema_changes),
+            zero_dates=args.zero_dates,
         )
         report["session_seconds"] = session_seconds  # informational (Spark + Delta session start; ~0 when warm)
         write_report(args.report, report)

@@ -40,7 +40,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -68,6 +68,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core.capture.ddl_events import DdlStatement, typed_statement
 from cdc_core.capture.source import (
     SourceParams,
     TableFilter,
@@ -90,6 +91,8 @@ from cdc_core.model.positions import (
     binlog_file_index,
     change_version,
 )
+from cdc_core.model.schema_changes import SchemaChange
+from cdc_core.model.schema_evolution import SchemaPolicy
 from cdc_core.model.types import python_codec
 from cdc_core.model.window_plan import WindowPlan
 from cdc_core.model.windows import QuietTail, TxnBoundary
@@ -133,7 +136,8 @@ def random_replica_server_id() -> int:
 
 @dataclass(frozen=True)
 class SchemaChangeEvent:
-    """A DDL statement inside a window (mirrored by `manifest.SchemaEvent`).
+    """A DDL statement inside a window (mirrored by `manifest.SchemaEvent`), with its typed changes of the
+    captured tables (`cdc_core.capture.ddl_events`).
 
     `schema` is the statement's default database (may be '' when the statement names its tables fully).
     """
@@ -142,6 +146,14 @@ class SchemaChangeEvent:
     schema: str
     query: str
     version: int
+    commit_ts: float = 0.0
+    changes: tuple[SchemaChange, ...] = ()
+    tables: tuple[tuple[str, str], ...] = ()  # the captured tables whose lake tables it changes
+
+    @classmethod
+    def of(cls, ordinal: int, ddl: DdlStatement) -> SchemaChangeEvent:
+        return cls(ordinal, ddl.schema, ddl.query, ddl.version, ddl.commit_ts,
+                   tuple(replace(c, ordinal=ordinal) for c in ddl.changes), ddl.tables)
 
 
 # ------------------------------------------------------------------------------------- event stream
@@ -1060,6 +1072,23 @@ def _ddl_schema(query: str, schema: str, table_filter: TableFilter) -> str | Non
     return schema or hit[0]
 
 
+def _ddl_typer(
+    table_filter: TableFilter, policy: SchemaPolicy | None, pipeline: str
+) -> Callable[[_Ev], DdlStatement | None]:
+    """The window's DDL statements of captured tables, typed (cdc_core.capture.ddl_events)."""
+    active = policy or SchemaPolicy()
+
+    def typed(ev: _Ev) -> DdlStatement | None:
+        assert ev.query is not None
+        return typed_statement(
+            ev.query, ev.schema or "", version=0, commit_ts=float(ev.timestamp or 0), position=f"{ev.file}:{ev.start}",
+            captured=table_filter.matches, schema_captured=table_filter.may_match_schema, policy=active,
+            pipeline=pipeline,
+        )
+
+    return typed
+
+
 # ------------------------------------------------------------------------------------ read_changes
 
 
@@ -1094,6 +1123,7 @@ def read_changes(
     *,
     server_id_for_replica: int | None = None,
     zero_dates: str = "null",
+    schema_policy: SchemaPolicy | None = None,
 ) -> Iterator[RowChange | SchemaChangeEvent]:
     """The window's changes, exactly `[plan.start, plan.end)`, in binlog order.
 
@@ -1110,6 +1140,7 @@ def read_changes(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
+    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline)
     asm = _TxnAssembler(identity, plan.start.epoch, plan.start.gtid, plan.start.commit_ts)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)
@@ -1161,9 +1192,9 @@ def read_changes(
             elif ev.kind == "query":
                 # DDL is a statement of its own, or opens a group (CREATE ... SELECT); DML statements
                 # (statement-based logging inside a transaction) name no DDL target and are skipped.
-                ddl_schema = _ddl_schema(ev.query, ev.schema, table_filter)
-                if ddl_schema is not None:
-                    pending.append(("DDL", ddl_schema, ev.query, change_version(epoch, ev.file, ev.start)))
+                ddl = typer(ev)
+                if ddl is not None:
+                    pending.append(("DDL", replace(ddl, version=change_version(epoch, ev.file, ev.start)), None, 0))
             b = asm.feed(ev)
             if b is None:
                 if not asm.in_txn:  # an event without row changes after the last transaction (QuietTail)
@@ -1177,7 +1208,7 @@ def read_changes(
             for op, schema, values, version in pending:
                 ordinal += 1
                 if op == "DDL":
-                    yield SchemaChangeEvent(ordinal, schema, values, version)
+                    yield SchemaChangeEvent.of(ordinal, schema)
                 else:
                     yield RowChange(
                         op=op, table=schema, values=values, version=version, ordinal=ordinal, commit_ts=commit_ts
@@ -1252,6 +1283,7 @@ def read_change_batches(
     vectorize: bool = True,
     zero_dates: str = "null",
     native: bool | None = None,
+    schema_policy: SchemaPolicy | None = None,
 ) -> Iterator[RowBatch | SchemaChangeEvent]:
     """The window's changes like `read_changes`, decoded column-wise straight into the staged form.
 
@@ -1273,6 +1305,7 @@ def read_change_batches(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
+    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline)
     asm = _TxnAssembler(identity, plan.start.epoch, None, plan.start.commit_ts, track_gtid=False, boundaries=False)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)
@@ -1286,7 +1319,7 @@ def read_change_batches(
     use_native = rowdecode.native_available() if native is None else native
     nworkers = decode_workers(plan, use_native) if workers is None else workers
     decoder: Any = WorkerPool(nworkers) if nworkers > 0 else _InlineDecoder()
-    inflight: deque[tuple[Callable[[], rowdecode.SliceResult], list[tuple[str, str, int]]]] = deque()
+    inflight: deque[tuple[Callable[[], rowdecode.SliceResult], list[DdlStatement]]] = deque()
     base = 0  # ordinals taken by the slices already yielded
     current = rowdecode.Slice()
 
@@ -1300,15 +1333,15 @@ def read_change_batches(
             known = specs[name] = (next(ids), spec)
         return known
 
-    def finish(result: Callable[[], rowdecode.SliceResult], ddl: list[tuple[str, str, int]]) -> Iterator[Any]:
+    def finish(result: Callable[[], rowdecode.SliceResult], ddl: list[DdlStatement]) -> Iterator[Any]:
         nonlocal base
         try:
             done = result()
         except UnsupportedType as e:  # a refused zero date (zero_dates: refuse): name the pipeline
             raise _with_pipeline(plan.pipeline, e) from None
         yield from rowdecode.finish_slice(done, base)
-        for (schema, query, version), ordinal in zip(ddl, done.ddl_ordinals, strict=True):
-            yield SchemaChangeEvent(base + ordinal, schema, query, version)
+        for statement, ordinal in zip(ddl, done.ddl_ordinals, strict=True):
+            yield SchemaChangeEvent.of(base + ordinal, statement)
         base += done.ordinals
 
     def submit(sl: rowdecode.Slice) -> Iterator[Any]:
@@ -1363,9 +1396,9 @@ def read_change_batches(
                     tm = ev.raw
                     tables[tm.table_id] = table_spec(tm) if table_filter.matches(tm.schema, tm.table) else None
                 elif kind == "query":
-                    ddl_schema = _ddl_schema(ev.query, ev.schema, table_filter)
-                    if ddl_schema is not None:
-                        current.add_ddl(ddl_schema, ev.query, change_version(epoch, ev.file, ev.start))
+                    ddl = typer(ev)
+                    if ddl is not None:
+                        current.add_ddl(replace(ddl, version=change_version(epoch, ev.file, ev.start)))
                 b = asm.feed(ev)
                 if b is None:
                     if not asm.in_txn:  # an event without row changes after the last transaction (QuietTail)

@@ -1459,7 +1459,7 @@ class Slice:
     def __init__(self) -> None:
         self.tables: dict[int, _SliceTable] = {}  # table id -> its images (ids grow with first sight)
         self.order: list[int] = []  # per event in binlog order: table id, or -1 for a DDL (one ordinal)
-        self.ddl: list[tuple[str, str, int]] = []  # (schema, query, version) per DDL marker
+        self.ddl: list[Any] = []  # per DDL marker: the reader's statement (binlog.DdlStatement)
         self.nbytes = 0
         self.touched: dict[int, tuple[int, int]] = {}  # by the open transaction: id -> (bytes, events) before it
         self.committed = (0, 0)  # (order, ddl) lengths after the last commit
@@ -1479,9 +1479,9 @@ class Slice:
         self.order.append(tid)
         self.nbytes += end - start
 
-    def add_ddl(self, schema: str, query: str, version: int) -> None:
+    def add_ddl(self, statement: Any) -> None:
         self.order.append(-1)
-        self.ddl.append((schema, query, version))
+        self.ddl.append(statement)
 
     def commit(self, commit_ts: float) -> None:
         ts = round(commit_ts * 1_000_000)

@@ -505,15 +505,29 @@ class TableFilter:
 
     include: tuple[str, ...]
     exclude: tuple[str, ...] = ()
+    # Online schema-change tools' table names (`_{table}_gho`, ...; schema_changes.ghost_tables / trash_tables):
+    # such a table is never captured when its real table is (docs/schema-changes.md).
+    osc_tables: tuple[str, ...] = ()
 
     @staticmethod
     def _parts(patterns: tuple[str, ...]) -> tuple[tuple[NamePattern, NamePattern], ...]:
         return _parsed_patterns(tuple(patterns))
 
-    def matches(self, schema: str, table: str) -> bool:
+    def _matches(self, schema: str, table: str) -> bool:
         return any(s.matches(schema) and t.matches(table) for s, t in self._parts(self.include)) and not any(
             s.matches(schema) and t.matches(table) for s, t in self._parts(self.exclude)
         )
+
+    def matches(self, schema: str, table: str) -> bool:
+        if not self._matches(schema, table):
+            return False
+        for template in self.osc_tables:
+            prefix, _, suffix = template.partition("{table}")
+            if len(table) > len(prefix) + len(suffix) and table.startswith(prefix) and table.endswith(suffix):
+                real = table[len(prefix): len(table) - len(suffix)]
+                if self._matches(schema, real):
+                    return False
+        return True
 
     def literal_includes(self) -> tuple[tuple[str, str], ...]:
         """Include entries without wildcards, as (schema, table): these must exist."""

@@ -170,6 +170,24 @@ def writer_and_txn(
     return (None if writer is None else str(writer)), (None if txn is None else int(txn))
 
 
+def writer_txn_properties(
+    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[str | None, int | None, dict[str, str]] | None:
+    """`writer_and_txn` and the table's properties, from one snapshot; None when there is no table."""
+    from cdc_core.model.lake_writers import WRITER_PROPERTY
+
+    table = _open(table_uri, storage_options)
+    if table is None:
+        return None
+    try:
+        props = {str(k): str(v) for k, v in (table.metadata().configuration or {}).items()}
+        txn = table.transaction_version(app_id)
+    except Exception as e:
+        raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    writer = props.get(WRITER_PROPERTY)
+    return writer, (None if txn is None else int(txn)), props
+
+
 def window_commit_version(
     table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
 ) -> int | None:

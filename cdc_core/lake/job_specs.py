@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cdc_core.model.errors import ConfigError
+from cdc_core.model.merge_semantics import DELETE_HARD
 
 SPEC_FORMAT = 1
 SPEC_FLAG = "--spec"
@@ -81,7 +82,7 @@ class MergeJobSpec(_Spec):
     seq: int
     token: int  # the fencing token (lease czxid)
     report: str  # where the job writes its JSON report (path or fsspec URL)
-    delete_mode: str = "hard"
+    delete_mode: str = DELETE_HARD
     zk_hosts: str | None = None  # with zk_root: the fence the job checks before each commit
     zk_root: str | None = None
     table_options: dict[str, Any] = field(default_factory=dict)  # {"schema.table": {"partition_by": [...]}}
@@ -91,6 +92,10 @@ class MergeJobSpec(_Spec):
     routes: list[dict[str, str]] = field(default_factory=list)  # [{"from", "to", "key"}]: many tables into one
     group_sources: list[str] = field(default_factory=list)  # every source of a group pipeline (the writer record)
     small_table_rows: int = 100_000  # tables up to this many rows merge with delta-rs, no Spark job (0: none)
+    # How lake tables follow schema changes (cdc_core.model.schema_evolution.SchemaPolicy.to_dict) and the
+    # pipeline's zero_dates (a column added NOT NULL to a date type gives old rows the zero date).
+    schema_changes: dict[str, Any] = field(default_factory=dict)
+    zero_dates: str = "refuse"
 
 
 @dataclass(frozen=True)

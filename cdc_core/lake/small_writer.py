@@ -37,18 +37,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_core.model import merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.manifest import (
     COL_COMMIT_TS,
-    COL_DELETED,
-    COL_DELETED_AT,
     COL_OP,
     COL_ORDINAL,
     COL_VERSION,
-    COL_WINDOW_SEQ,
     OP_DELETE,
     StagedTable,
+)
+from cdc_core.model.merge_semantics import (
+    ACTION_DELETE,
+    ACTION_UPDATE,
+    ACTION_UPDATE_ALL,
+    DATAFUSION,
+    DERIVE_DELETE_TS,
+    DERIVE_IS_DELETE,
+    DERIVE_WINDOW_SEQ,
+    derived_columns,
+    holds_window,
+    key_condition,
+    merge_clauses,
 )
 
 log = logging.getLogger("cdc.merge")
@@ -91,9 +102,6 @@ _DDL_TO_DELTA = {
     "TIMESTAMP": "timestamp", "TIMESTAMP_NTZ": "timestamp_ntz",
 }
 _DECIMAL_RE = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-
-DELETE_HARD, DELETE_SOFT = "hard", "soft"
-
 
 def delta_type_name(ddl: str) -> str | None:
     """The Delta schema name of a manifest type (`DECIMAL(20,0)` -> `decimal(20,0)`); None if not primitive."""
@@ -342,10 +350,7 @@ def _wanted(m: SmallMerge, table: Any) -> dict[str, tuple[str, pa.DataType]] | s
                 return f"column {c.name!r} type {c.delta_type}"
             if needed.setdefault(c.name.lower(), t) != t:
                 return f"column {c.name!r} differs between the routed tables"
-    meta = {COL_OP.lower(): "string", COL_VERSION.lower(): "long", COL_COMMIT_TS.lower(): "timestamp",
-            COL_WINDOW_SEQ.lower(): "long"}
-    if m.delete_mode == DELETE_SOFT:
-        meta |= {COL_DELETED.lower(): "boolean", COL_DELETED_AT.lower(): "timestamp"}
+    meta = {name.lower(): delta_type_name(ddl) for name, ddl in merge_semantics.metadata_columns(m.delete_mode)}
     for lower, t in (*needed.items(), *meta.items()):
         have = delta_types.get(lower)
         if have is None:
@@ -378,20 +383,29 @@ def _source(m: SmallMerge, table: Any) -> pa.Table | str:
     n = sum(p.num_rows for p in parts)
     out: dict[str, pa.Array | pa.ChunkedArray] = {}
     source = pa.concat_tables(parts) if parts else None
+    derived = {column.lower(): how for column, how in derived_columns(m.delete_mode)}
     for f in schema:
         lower = f.name.lower()
         if source is not None and f.name in source.column_names:
             out[f.name] = source[f.name]
-        elif lower == COL_WINDOW_SEQ.lower():
-            out[f.name] = pa.array([m.seq] * n, f.type)
-        elif m.delete_mode == DELETE_SOFT and lower == COL_DELETED.lower() and source is not None:
-            out[f.name] = pc.equal(source[COL_OP], OP_DELETE).cast(f.type)
-        elif m.delete_mode == DELETE_SOFT and lower == COL_DELETED_AT.lower() and source is not None:
-            ts = source[want[COL_COMMIT_TS.lower()][0]]
-            out[f.name] = pc.if_else(pc.equal(source[COL_OP], OP_DELETE), ts, pa.nulls(n, ts.type)).cast(f.type)
+        elif lower in derived:
+            out[f.name] = _derived(derived[lower], source, want, m.seq, n).cast(f.type)
         else:
             out[f.name] = pa.nulls(n, f.type)  # a table column the window does not carry
     return pa.table(out, schema=schema)
+
+
+def _derived(how: str, source: pa.Table | None, want: dict[str, tuple[str, pa.DataType]], seq: int, n: int) -> Any:
+    """A metadata column computed when the window lands (cdc_core.model.merge_semantics.derived_columns)."""
+    if how == DERIVE_WINDOW_SEQ:
+        return pa.array([seq] * n, pa.int64())
+    assert source is not None  # n > 0 rows come from the staged window
+    is_delete = pc.equal(source[COL_OP], OP_DELETE)
+    if how == DERIVE_IS_DELETE:
+        return is_delete
+    ts = source[want[COL_COMMIT_TS.lower()][0]]
+    assert how == DERIVE_DELETE_TS, how
+    return pc.if_else(is_delete, ts, pa.nulls(n, ts.type))
 
 
 def _commit_properties(m: SmallMerge) -> Any:
@@ -416,35 +430,29 @@ def _commit_txn_only(table: Any, m: SmallMerge) -> None:
 
 
 def _merge(table: Any, source: pa.Table, m: SmallMerge) -> dict[str, Any]:
-    names = {f.name.lower(): f.name for f in table.schema().fields}
-    q = _quote
-    on = " AND ".join(f"(t.{q(names[k.lower()])} IS NOT DISTINCT FROM s.{q(names[k.lower()])})" for k in m.key)
-    op, ver, ts = (q(names[c.lower()]) for c in (COL_OP, COL_VERSION, COL_COMMIT_TS))
-    newer = f"(t.{ver} IS NULL OR s.{ver} >= t.{ver})"
-    is_delete = f"s.{op} = '{OP_DELETE}'"
+    """The window's MERGE, rendered from the clause table (cdc_core.model.merge_semantics) for delta-rs."""
+    spelled = {f.name.lower(): f.name for f in table.schema().fields}
+
+    def names(column: str) -> str:
+        return str(spelled[column.lower()])
+
     merger = table.merge(
         source,
-        on,
+        key_condition(m.key, DATAFUSION, names),
         source_alias="s",
         target_alias="t",
         commit_properties=_commit_properties(m),
     )
-    if m.delete_mode == DELETE_HARD:
-        merger = (
-            merger.when_matched_delete(predicate=f"{is_delete} AND {newer}")
-            .when_matched_update_all(predicate=newer)
-            .when_not_matched_insert_all(predicate=f"s.{op} <> '{OP_DELETE}'")
-        )
-    else:
-        sets = {q(names[c.lower()]): f"s.{q(names[c.lower()])}" for c in (COL_OP, COL_VERSION, COL_COMMIT_TS,
-                                                                           COL_WINDOW_SEQ)}
-        sets[q(names[COL_DELETED.lower()])] = "true"
-        sets[q(names[COL_DELETED_AT.lower()])] = f"s.{ts}"
-        merger = (
-            merger.when_matched_update(sets, predicate=f"{is_delete} AND {newer}")
-            .when_matched_update_all(predicate=newer)
-            .when_not_matched_insert_all()
-        )
+    for c in merge_clauses(m.delete_mode, DATAFUSION, names):
+        if not c.matched:
+            merger = merger.when_not_matched_insert_all(predicate=c.condition)
+        elif c.action == ACTION_DELETE:
+            merger = merger.when_matched_delete(predicate=c.condition)
+        elif c.action == ACTION_UPDATE_ALL:
+            merger = merger.when_matched_update_all(predicate=c.condition)
+        else:
+            assert c.action == ACTION_UPDATE, c.action
+            merger = merger.when_matched_update(dict(c.sets), predicate=c.condition)
     return dict(merger.execute())
 
 
@@ -473,7 +481,7 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         if table is None:
             return Ineligible("no table yet", missing=True)
         landed = table.transaction_version(m.app_id)
-        if landed is not None and int(landed) >= m.seq:
+        if holds_window(landed, m.seq):
             return Landed("already")
         why = _unsupported(table) or _too_big(table, m)
         if why is not None:
@@ -493,7 +501,7 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
             from cdc_core.lake import delta_state
 
             landed = delta_state.last_txn_version(m.uri, m.app_id)
-            if landed is not None and landed >= m.seq:
+            if holds_window(landed, m.seq):
                 log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
                 return Landed("already")
             if attempt == attempts:

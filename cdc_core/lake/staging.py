@@ -60,6 +60,7 @@ from cdc_core.model.manifest import (
     is_reserved_column,
 )
 from cdc_core.model.naming import window_dir_name
+from cdc_core.model.schema_changes import SchemaChange
 from cdc_core.model.types import TYPE_MAP_VERSION, TableCodec, table_codec
 from cdc_core.model.window_plan import WindowPlan
 
@@ -222,6 +223,8 @@ class _WindowWriter:
         self.tables: dict[tuple[str, str], _TableState] = {}
         self.open_segments: list[_Segment] = []
         self.ddl: list[SchemaEvent] = []
+        self.schema_changes: list[SchemaChange] = []
+        self.ddl_tables: dict[tuple[str, ...], None] = {}  # tables the window's DDL changes (in order)
         self.bytes = 0
         # Row groups are encoded and compressed on one background thread (pyarrow releases the GIL
         # there) while the reader decodes the next rows; one thread keeps every file's writes in order.
@@ -398,6 +401,13 @@ class _WindowWriter:
                 ) from e
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    def add_ddl(self, item: Any, label: str) -> None:
+        """A DDL statement of the window: its text, its typed changes, and the tables it changes."""
+        self.ddl.append(_schema_event(item, label))
+        self.schema_changes.extend(getattr(item, "changes", ()))
+        for name in getattr(item, "tables", ()):
+            self.ddl_tables.setdefault(tuple(name), None)
+
     # -- the manifest
 
     def finish(self, info: dict[str, Any]) -> Manifest:
@@ -421,7 +431,16 @@ class _WindowWriter:
                     deletes=state.counts[OP_DELETE],
                 )
             )
-        return Manifest(plan=self.plan, tables=tuple(tables), ddl=tuple(self.ddl), info=info)
+        staged = {(t.schema, t.table) for t in tables}
+        # A table the window changes only by DDL (a TRUNCATE, a RENAME's target, ...) is staged without files:
+        # the merge applies its schema changes and records the window in it like in every other table.
+        for schema, table in self.ddl_tables:
+            if (schema, table) not in staged:
+                tables.append(StagedTable(schema=schema, table=table, key=(), columns=(), files=()))
+                staged.add((schema, table))
+        tables.sort(key=lambda t: (t.schema, t.table))
+        return Manifest(plan=self.plan, tables=tuple(tables), ddl=tuple(self.ddl), info=info,
+                        schema_changes=tuple(self.schema_changes))
 
 
 def _dictionary_columns(codec: TableCodec) -> list[str]:
@@ -571,7 +590,7 @@ def _consume(
                     last_report_t = time.monotonic()
                 last_shape = None  # the RowChange fast path must look its segment up again
                 continue
-            writer.ddl.append(_schema_event(item, label))
+            writer.add_ddl(item, label)
             continue
         ordinal = item.ordinal
         if last_ordinal is not None and ordinal <= last_ordinal:

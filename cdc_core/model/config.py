@@ -45,6 +45,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.naming import parse_table_pattern, table_id
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
+from cdc_core.model.schema_evolution import DEFAULT_GHOST_TABLES, DEFAULT_TRASH_TABLES, SchemaPolicy
 from cdc_core.model.sources import SOURCE_ID_RE, Route
 from cdc_core.model.window_plan import WindowCaps
 
@@ -399,6 +400,54 @@ class TableOptions(TypedDict, total=False):
 TABLE_OPTION_DEFAULTS: dict[str, Any] = {"partition_by": [], "change_data_feed": False, "properties": {}}
 
 
+class SchemaChangesConfig(_Model):
+    """How the lake follows the source's DDL (docs/schema-changes.md; cdc_core.model.schema_evolution)."""
+
+    # follow: the lake follows every change exactly; lenient: never drop or rename in the lake (add and widen
+    # only; a truncate still empties the table); refuse: stop at any change with an error.
+    mode: Literal["follow", "lenient", "refuse"] = "follow"
+    # Per table: "schema.table" (globs allowed) -> mode; the first pattern that matches wins.
+    tables: dict[str, Literal["follow", "lenient", "refuse"]] = Field(default_factory=dict)
+    # Renames and drops as Delta column mapping (metadata only); false: the table is rewritten instead, for
+    # readers that do not know column mapping (delta-rs' to_pyarrow_table).
+    column_mapping: bool = True
+    # Statements to pass over (`binlog-file:offset`, as a refusal names them) after applying them by hand.
+    skip: list[str] = Field(default_factory=list)
+    # Online schema-change tools' tables: never landed; a ghost's changes apply to the real table at the swap.
+    ghost_tables: list[str] = Field(default_factory=lambda: list(DEFAULT_GHOST_TABLES))
+    trash_tables: list[str] = Field(default_factory=lambda: list(DEFAULT_TRASH_TABLES))
+
+    @field_validator("tables")
+    @classmethod
+    def _patterns(cls, v: dict[str, str]) -> dict[str, str]:
+        for p in v:
+            _check_table_pattern(p)
+        return v
+
+    @field_validator("skip")
+    @classmethod
+    def _positions(cls, v: list[str]) -> list[str]:
+        for p in v:
+            file, sep, offset = p.rpartition(":")
+            if not sep or not file or not offset.isdigit():
+                raise ValueError(f"{p!r} is not a binlog position file:offset (e.g. mysql-bin.000042:1337)")
+        return v
+
+    @field_validator("ghost_tables", "trash_tables")
+    @classmethod
+    def _templates(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if t.count("{table}") != 1 or t == "{table}":
+                raise ValueError(f"{t!r} must hold {{table}} once, with a prefix or suffix (e.g. _{{table}}_gho)")
+        return v
+
+    def policy(self) -> SchemaPolicy:
+        return SchemaPolicy(
+            mode=self.mode, tables=tuple(self.tables.items()), column_mapping=self.column_mapping,
+            skip=tuple(self.skip), ghost_tables=tuple(self.ghost_tables), trash_tables=tuple(self.trash_tables),
+        )
+
+
 class MaintenanceConfig(_Model):
     """Housekeeping of a long-running pipeline (docs/housekeeping.md); floors in `cdc_core.model.retention`."""
 
@@ -455,6 +504,7 @@ class PipelineSettings(_Model):
     table_options: dict[str, TableOptions] = Field(default_factory=dict)  # "schema.table" -> options
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    schema_changes: SchemaChangesConfig = Field(default_factory=SchemaChangesConfig)
 
     @field_validator("staging_root", "lake_root")
     @classmethod

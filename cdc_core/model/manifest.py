@@ -27,6 +27,7 @@ from typing import Any
 
 from cdc_core.model.errors import StagingError
 from cdc_core.model.naming import table_id
+from cdc_core.model.schema_changes import SchemaChange
 from cdc_core.model.sources import LINEAGE_COLUMNS
 from cdc_core.model.window_plan import WindowPlan
 
@@ -149,7 +150,8 @@ class StagedTable:
 
 @dataclass(frozen=True)
 class SchemaEvent:
-    """A DDL statement seen in the window, in binlog order."""
+    """A DDL statement seen in the window, in binlog order (its text; `Manifest.schema_changes` holds what it
+    does, typed)."""
 
     ordinal: int
     schema: str
@@ -169,6 +171,9 @@ class Manifest:
     plan: WindowPlan
     tables: tuple[StagedTable, ...] = ()
     ddl: tuple[SchemaEvent, ...] = ()
+    # The typed schema changes of the captured tables, in binlog order (docs/schema-changes.md). Absent from
+    # manifests staged before schema changes were typed: the merge then has nothing to apply.
+    schema_changes: tuple[SchemaChange, ...] = ()
     # Deterministic content only: re-staging the same plan must give the same manifest bytes.
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -183,13 +188,16 @@ class Manifest:
         raise StagingError(f"window {self.plan.label()} has no staged table {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "format": MANIFEST_FORMAT,
             "plan": self.plan.to_dict(),
             "tables": [t.to_dict() for t in self.tables],
             "ddl": [e.to_dict() for e in self.ddl],
             "info": self.info,
         }
+        if self.schema_changes:  # windows without DDL keep the bytes they always had
+            d["schema_changes"] = [c.to_dict() for c in self.schema_changes]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
@@ -201,6 +209,7 @@ class Manifest:
             plan=WindowPlan.from_dict(d["plan"]),
             tables=tuple(StagedTable.from_dict(t) for t in d["tables"]),
             ddl=tuple(SchemaEvent.from_dict(e) for e in d.get("ddl", [])),
+            schema_changes=tuple(SchemaChange.from_dict(c) for c in d.get("schema_changes", [])),
             info=dict(d.get("info") or {}),
         )
 

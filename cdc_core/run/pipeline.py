@@ -177,9 +177,11 @@ class Pipeline:
 
     def table_filter(self, tables: tuple[str, ...] | None = None) -> TableFilter:
         t = self.config.tables
+        sc = self.config.schema_changes
+        osc = (*sc.ghost_tables, *sc.trash_tables)  # online schema-change tools' tables never land
         if tables:
-            return TableFilter(include=tuple(tables), exclude=tuple(t.exclude))
-        return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude))
+            return TableFilter(include=tuple(tables), exclude=tuple(t.exclude), osc_tables=osc)
+        return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude), osc_tables=osc)
 
     def lake_table_filter(self) -> TableFilter:
         """The lake tables this pipeline writes: its captured names and its routes' targets (housekeeping
@@ -196,7 +198,10 @@ class Pipeline:
     def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
         """The table filter and full-row-key patterns a stored plan was planned with."""
         c = plan.capture or self.capture_settings(plan.tables)
-        return TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"])), tuple(c.get("full_row_key", ()))
+        sc = self.config.schema_changes
+        osc = (*sc.ghost_tables, *sc.trash_tables)
+        found = TableFilter(include=tuple(c["include"]), exclude=tuple(c["exclude"]), osc_tables=osc)
+        return found, tuple(c.get("full_row_key", ()))
 
     def source_facts(self, refresh: bool = False) -> SourceFacts:
         if self._facts is None or refresh:
@@ -424,7 +429,8 @@ class Pipeline:
             schemas = self.schema_lookup(full_row_key)
             read = read_change_batches if self.config.decoder == "columnar" else read_changes
             changes: Iterator[Any] = read(
-                self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates
+                self.source, plan.start.server, plan, table_filter, schemas, zero_dates=self.config.zero_dates,
+                schema_policy=self.config.schema_changes.policy(),
             )
             faults.point("mid_stage_before")
             if faults.armed("mid_stage"):
@@ -545,6 +551,8 @@ class Pipeline:
             ),
             parallelism=self.config.spark.merge_parallelism,
             small_table_rows=self.config.spark.small_table_rows,
+            schema_changes=self.config.schema_changes.policy().to_dict(),
+            zero_dates=self.config.zero_dates,
         )
 
     def merge_application_args(self, grant: LeaseGrant, seq: int) -> list[str]:
@@ -676,10 +684,16 @@ class Pipeline:
     # ------------------------------------------------------------------------------------------ ack
 
     def landed(self, manifest: Manifest) -> dict[str, int | None]:
-        """Each staged table's last idempotent-write version for this pipeline, read from Delta's log."""
-        return {
-            t.name: delta_state.last_txn_version(self.table_uri(t.schema, t.table), self.name) for t in manifest.tables
-        }
+        """Each staged table's last idempotent-write version for this pipeline, read from Delta's log. A table
+        the window names only in DDL and the lake never had holds nothing: it counts as landed."""
+        out: dict[str, int | None] = {}
+        for t in manifest.tables:
+            uri = self.table_uri(t.schema, t.table)
+            version = delta_state.last_txn_version(uri, self.name)
+            if version is None and not t.files and not t.columns and not delta_state.table_exists(uri):
+                version = manifest.plan.seq
+            out[t.name] = version
+        return out
 
     def ack(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
         grant = self.renew(grant)

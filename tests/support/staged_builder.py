@@ -20,7 +20,7 @@ import datetime as dt
 import hashlib
 import io
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ from cdc_core.model.manifest import (
 )
 from cdc_core.model.naming import path_component, window_dir_name
 from cdc_core.model.positions import BinlogPosition, ServerIdentity, change_version
+from cdc_core.model.schema_changes import SchemaChange
+from cdc_core.model.schema_evolution import SchemaPolicy
 from cdc_core.model.window_plan import KIND_STREAM, WindowPlan
 
 SERVER = ServerIdentity("mariadb", 1)
@@ -105,6 +107,19 @@ class WindowBuilder:
     clock: VersionClock = field(default_factory=VersionClock)
     kind: str = KIND_STREAM
     files: list[FileSpec] = field(default_factory=list)
+    schema_changes: list[SchemaChange] = field(default_factory=list)
+
+    def ddl(self, *changes: SchemaChange) -> WindowBuilder:
+        """A DDL statement's typed changes at the next version (after the rows of earlier `file()` calls, before
+        those of later ones), as staging records them; a table the window names only in DDL is staged without
+        files."""
+        version = self.clock()
+        ts = VersionClock.commit_ts(version).timestamp()
+        for step, c in enumerate(changes):
+            self.schema_changes.append(
+                replace(c, version=version, ordinal=version, step=step, commit_ts=ts, query=c.query or c.describe())
+            )
+        return self
 
     def file(
         self,
@@ -185,6 +200,15 @@ class WindowBuilder:
             )
             for (s, n), t in sorted(per_table.items())
         )
-        manifest = Manifest(plan=make_plan(self.pipeline, self.seq, self.kind, events=ordinal), tables=tables)
+        named = {(c.schema, c.table) for c in self.schema_changes if c.table}
+        named |= {(c.to_schema or c.schema, c.to_table) for c in self.schema_changes if c.to_table}
+        osc = SchemaPolicy()  # an online schema-change tool's tables are never staged (ddl_events.DdlStatement.tables)
+        named = {(s, n) for s, n in named if osc.osc_role(n) is None}
+        ddl_only = tuple(StagedTable(s, n, (), (), ()) for s, n in sorted(named) if (s, n) not in per_table)
+        tables = tuple(sorted((*tables, *ddl_only), key=lambda t: (t.schema, t.table)))
+        manifest = Manifest(
+            plan=make_plan(self.pipeline, self.seq, self.kind, events=ordinal), tables=tables,
+            schema_changes=tuple(self.schema_changes),
+        )
         (wdir / MANIFEST_NAME).write_text(manifest.to_json())
         return manifest, str(wdir)

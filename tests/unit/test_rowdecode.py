@@ -355,7 +355,7 @@ def test_a_slice_drops_a_transaction_that_never_commits() -> None:
     sl = rowdecode.Slice()
     sl.add_rows(1, spec, rowdecode.EV_WRITE, 100, b"\x00\x01\x00\x02", 0, 4)  # rows 1, 2
     sl.commit(10.0)
-    sl.add_ddl("s", "ALTER TABLE t ADD x INT", 150)
+    sl.add_ddl(("s", "ALTER TABLE t ADD x INT", 150))
     sl.add_rows(1, spec, rowdecode.EV_WRITE, 200, b"\x00\x03", 0, 2)  # never committed
     sl.rollback()
     sl.add_rows(1, spec, rowdecode.EV_DELETE, 300, b"\x00\x01", 0, 2)

@@ -1,0 +1,876 @@
+"""What a window's schema changes do to one lake table: the plan every writer carries out (docs/schema-changes.md).
+
+A DDL statement changes a source table without row events: TRUNCATE empties it, `ADD COLUMN ... DEFAULT 7`
+fills every existing row, a rename keeps the values under a new name. This module turns the typed changes
+(`cdc_core.model.schema_changes`) of one lake table, in binlog order, into:
+
+- **Lake steps** per change (`OpPlan`): a structure step (add columns; rewrite the table to rename, drop or
+  retype columns; reset a re-created table), a data step on the rows older than the change (delete or
+  tombstone them for a truncate, fill a default), then a mark (table properties: the last change applied,
+  the history below, the floor). A change is applied once: skipped when the table's recorded schema version
+  is at or past it; after a crash between its commits, its structure step is recognised as done by the
+  table's columns (`structure_done`), and its data step is idempotent (it touches rows older than the change,
+  to the value the change gives them).
+- **The history** (`ColumnOp`s, kept in the table's properties): every column change applied, so a change
+  older than some of them (later in the same window, or replayed by a backfill) is translated forward before
+  it is merged: renamed, dropped, cast, filled (`translate_columns`). `floor`: changes older than the last
+  truncate (or re-creation) are dead and never merged.
+
+Then the window's MERGE lands the translated changes with the usual clauses (`cdc_core.model.merge_semantics`)
+as the window's one txn commit. `follow` (the default) makes the lake follow the source; `lenient` never drops
+or renames in the lake (a rename adds the new column with the values, a drop leaves the column, NULL from then
+on); `refuse` stops the window at any change (decided when staging, before anything is merged).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdc_core.model.changes import SourceColumn
+from cdc_core.model.errors import SchemaConflict, UnsupportedType
+from cdc_core.model.schema_changes import (
+    ADD_COLUMN,
+    CONVERT_CHARSET,
+    CREATE_TABLE,
+    CREATE_TABLE_LIKE,
+    DEFAULT_EXPRESSION,
+    DEFAULT_LITERAL,
+    DEFAULT_NONE,
+    DEFAULT_NULL,
+    DROP_COLUMN,
+    DROP_DEFAULT,
+    DROP_PARTITION,
+    DROP_TABLE,
+    EXCHANGE_PARTITION,
+    MODIFY_COLUMN,
+    PRIMARY_KEY,
+    RENAME_COLUMN,
+    REPLACE_ROWS,
+    SET_DEFAULT,
+    TRUNCATE_PARTITION,
+    TRUNCATE_TABLE,
+    ColumnSpec,
+    SchemaChange,
+)
+
+MODE_FOLLOW, MODE_LENIENT, MODE_REFUSE = "follow", "lenient", "refuse"
+MODES = (MODE_FOLLOW, MODE_LENIENT, MODE_REFUSE)
+
+# Table properties, one set per idempotent-write identity (app id): a routed lake table may hold the rows
+# of several sources, each with its own binlog and its own DDL.
+_PROP = "cdc.schema."
+
+
+def prop_version(app_id: str) -> str:
+    return f"{_PROP}{app_id}.version"
+
+
+def prop_history(app_id: str) -> str:
+    return f"{_PROP}{app_id}.history"
+
+
+def prop_floor(app_id: str) -> str:
+    return f"{_PROP}{app_id}.floor"
+
+
+def prop_dropped(app_id: str) -> str:
+    return f"{_PROP}{app_id}.dropped"
+
+
+def prop_pending(app_id: str) -> str:
+    return f"{_PROP}{app_id}.pending"
+
+
+# History op kinds. H_COPY: a lenient rename keeps the old column and copies its values into the new one.
+H_ADD, H_DROP, H_RENAME, H_CAST, H_COPY = "add", "drop", "rename", "cast", "copy"
+
+# Kinds whose rows the lake cannot compute from the statement: the table must be re-read from the source.
+REREAD_KINDS = frozenset({TRUNCATE_PARTITION, DROP_PARTITION, EXCHANGE_PARTITION, REPLACE_ROWS, CONVERT_CHARSET})
+# Kinds with no effect on the lake's rows or columns (future inserts only, or keys the MERGE takes per window).
+NO_LAKE_EFFECT = frozenset({SET_DEFAULT, DROP_DEFAULT, PRIMARY_KEY})
+
+
+# ---------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A typed constant the lake writes (a default's value): a Python value of the Delta type's kind."""
+
+    value: Any  # None, bool, int, float, decimal.Decimal, str, bytes, date, naive datetime (NTZ), aware datetime
+    delta_type: str
+
+    def to_json(self) -> Any:
+        v = self.value
+        if isinstance(v, decimal.Decimal):
+            return {"decimal": str(v)}
+        if isinstance(v, bytes):
+            return {"hex": v.hex()}
+        if isinstance(v, dt.datetime):
+            return {"datetime": v.isoformat()}
+        if isinstance(v, dt.date):
+            return {"date": v.isoformat()}
+        return v
+
+    @classmethod
+    def from_json(cls, raw: Any, delta_type: str) -> Literal:
+        if isinstance(raw, dict):
+            if "decimal" in raw:
+                return cls(decimal.Decimal(raw["decimal"]), delta_type)
+            if "hex" in raw:
+                return cls(bytes.fromhex(raw["hex"]), delta_type)
+            if "datetime" in raw:
+                return cls(dt.datetime.fromisoformat(raw["datetime"]), delta_type)
+            if "date" in raw:
+                return cls(dt.date.fromisoformat(raw["date"]), delta_type)
+        return cls(raw, delta_type)
+
+
+@dataclass(frozen=True)
+class ColumnOp:
+    """One applied change to a lake table's columns, as the history keeps it (in the table's properties)."""
+
+    version: int
+    kind: str  # H_ADD, H_DROP, H_RENAME, H_CAST
+    column: str
+    new_name: str = ""  # H_RENAME
+    delta_type: str = ""  # H_ADD, H_CAST
+    fill: Literal | None = None  # H_ADD: the value older rows take (None: NULL)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"v": self.version, "k": self.kind, "c": self.column}
+        if self.new_name:
+            d["n"] = self.new_name
+        if self.delta_type:
+            d["t"] = self.delta_type
+        if self.fill is not None and self.fill.value is not None:
+            d["f"] = self.fill.to_json()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ColumnOp:
+        t = str(d.get("t", ""))
+        return cls(
+            int(d["v"]), str(d["k"]), str(d["c"]), str(d.get("n", "")), t,
+            Literal.from_json(d["f"], t) if "f" in d else None,
+        )
+
+
+def history_to_json(history: Sequence[ColumnOp]) -> str:
+    return json.dumps([op.to_dict() for op in history], separators=(",", ":"), sort_keys=True)
+
+
+def history_from_json(text: str | None) -> tuple[ColumnOp, ...]:
+    if not text:
+        return ()
+    return tuple(ColumnOp.from_dict(d) for d in json.loads(text))
+
+
+Pending = tuple[tuple[str, tuple[SchemaChange, ...]], ...]  # ghost table name -> its changes so far
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What a lake table records about the schema changes applied to it (for one app id)."""
+
+    version: int = 0  # the last change applied (its change version); 0: none
+    step: int = 0  # and its step within the statement (one statement may change several things)
+    history: tuple[ColumnOp, ...] = ()
+    floor: int = 0  # changes older than this never apply (a truncate or re-creation since)
+    dropped: int = 0  # the source table was dropped at this version (0: it was not, or was re-created since)
+    # Online schema changes in progress: a ghost table's name -> its changes so far (applied at the swap).
+    pending: Pending = ()
+
+    def pending_of(self, ghost: str) -> tuple[SchemaChange, ...]:
+        return next((c for g, c in self.pending if g == ghost), ())
+
+    def with_pending(self, ghost: str, changes: tuple[SchemaChange, ...] | None) -> Pending:
+        rest = tuple((g, c) for g, c in self.pending if g != ghost)
+        return rest if changes is None else (*rest, (ghost, changes))
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], app_id: str) -> SchemaState:
+        def num(key: str) -> int:
+            try:
+                return int(props.get(key) or 0)
+            except ValueError:
+                return 0
+
+        version, _, step = (props.get(prop_version(app_id)) or "0").partition(":")
+        try:
+            applied = (int(version), int(step or 0))
+        except ValueError:
+            applied = (0, 0)
+        pending_text = props.get(prop_pending(app_id))
+        pending = tuple(
+            (str(g), tuple(SchemaChange.from_dict(c) for c in cs))
+            for g, cs in (json.loads(pending_text) if pending_text else [])
+        )
+        return cls(
+            applied[0], applied[1], history_from_json(props.get(prop_history(app_id))),
+            num(prop_floor(app_id)), num(prop_dropped(app_id)), pending,
+        )
+
+    def applied(self, change: SchemaChange) -> bool:
+        """Whether the change is at or before the last one applied (a replay, or a backfill's older window)."""
+        return (change.version, change.step) <= (self.version, self.step)
+
+    def properties(self, app_id: str) -> dict[str, str]:
+        return {
+            prop_version(app_id): f"{self.version}:{self.step}",
+            prop_history(app_id): history_to_json(self.history),
+            prop_floor(app_id): str(self.floor),
+            prop_dropped(app_id): str(self.dropped),
+            prop_pending(app_id): json.dumps(
+                [[g, [c.to_dict() for c in cs]] for g, cs in self.pending], separators=(",", ":"), sort_keys=True
+            ),
+        }
+
+
+# ------------------------------------------------------------------------------------------- steps
+
+S_ADD_COLUMNS = "add_columns"  # columns: (name, delta type) added as NULL (metadata only)
+S_REWRITE = "rewrite"  # renames / drops / casts: the table rewritten with its new columns
+S_RESET = "reset"  # a re-created table: its columns become `columns` (lake metadata columns kept)
+S_COPY = "copy"  # a renamed table's target: its rows become `source`'s (another lake table's), columns too
+
+D_DELETE = "delete"  # rows older than the change are deleted (hard mode)
+D_TOMBSTONE = "tombstone"  # rows older than the change become tombstones (soft mode)
+D_FILL = "fill"  # rows older than the change take `fill` in `column`
+D_COPY = "copy"  # rows older than the change take `source_column`'s value in `column` (lenient rename)
+
+
+@dataclass(frozen=True)
+class Structure:
+    kind: str
+    columns: tuple[tuple[str, str], ...] = ()  # S_ADD_COLUMNS: added; S_RESET: the table's source columns
+    renames: tuple[tuple[str, str], ...] = ()  # S_REWRITE: applied first
+    drops: tuple[str, ...] = ()  # S_REWRITE: then these go
+    casts: tuple[tuple[str, str], ...] = ()  # S_REWRITE: (column after renames, new delta type)
+    adds: tuple[tuple[str, str], ...] = ()  # S_REWRITE: then these come (NULL), e.g. a dropped name retyped
+    source: tuple[str, str] | None = None  # S_COPY: the lake table (source schema, table) copied
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """A change to rows older than the schema change (`_cdc_version` < version), within `lineage` (column,
+    value) when the lake table holds several sources' rows."""
+
+    kind: str
+    version: int
+    column: str = ""
+    fill: Literal | None = None
+    source_column: str = ""
+    commit_ts: float = 0.0  # D_TOMBSTONE: when the rows were deleted at the source
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """The lake side of one schema change: its steps in order, then the mark (`state` after it)."""
+
+    change: SchemaChange
+    structure: Structure | None
+    rows: tuple[RowStep, ...]
+    state: SchemaState  # the table's record once the change is applied
+    note: str = ""  # what the lake does differently from the source (lenient), logged
+
+    @property
+    def version(self) -> int:
+        return self.change.version
+
+
+@dataclass(frozen=True)
+class LakeColumn:
+    name: str
+    delta_type: str  # Spark SQL DDL, e.g. "INT", "DECIMAL(10,2)"
+
+
+def _find(columns: Sequence[LakeColumn], name: str) -> LakeColumn | None:
+    low = name.lower()
+    return next((c for c in columns if c.name.lower() == low), None)
+
+
+def structure_done(structure: Structure, columns: Sequence[LakeColumn]) -> bool:  # noqa: PLR0911
+    """Whether the lake table's columns already show `structure` applied (a crash after its commit, before the mark)."""
+    if structure.kind == S_ADD_COLUMNS:
+        return all(_find(columns, n) is not None for n, _ in structure.columns)
+    if structure.kind == S_REWRITE:
+        for old, new in structure.renames:
+            if _find(columns, old) is not None and old.lower() != new.lower():
+                return False
+            if _find(columns, new) is None:
+                return False
+        added = {n.lower() for n, _ in structure.adds}
+        if any(_find(columns, d) is not None for d in structure.drops if d.lower() not in added):
+            return False
+        for name, typ in (*structure.casts, *structure.adds):
+            c = _find(columns, name)
+            if c is None or normalise_delta_type(c.delta_type) != normalise_delta_type(typ):
+                return False
+        return True
+    if structure.kind == S_COPY:
+        return False  # only the mark tells (the copy is repeated after a crash before it: same rows)
+    if structure.kind == S_RESET:
+        want = {n.lower(): normalise_delta_type(t) for n, t in structure.columns}
+        have = {c.name.lower(): normalise_delta_type(c.delta_type) for c in columns if c.name.lower() in want}
+        return have == want
+    raise ValueError(structure.kind)
+
+
+def normalise_delta_type(t: str) -> str:
+    """Spark's simpleString and DDL spellings of one type compare equal (`int` = `INT` = `integer`)."""
+    s = "".join(t.split()).lower()
+    return {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float",
+            "string": "string", "bool": "boolean"}.get(s, s)
+
+
+# ------------------------------------------------------------------------------------- type rules
+
+_INT_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+
+
+def _decimal_args(t: str) -> tuple[int, int] | None:
+    if not t.startswith("decimal("):
+        return None
+    p, s = t[len("decimal("):-1].split(",")
+    return int(p), int(s)
+
+
+def exact_cast(frm: str, to: str) -> bool:  # noqa: PLR0911 (a rule per type family)
+    """Whether every value of Delta type `frm` converts to `to` exactly, as the source converts it: a
+    widening (int -> bigint, decimal(10,2) -> decimal(12,2), float -> double, date -> timestamp_ntz), or an
+    integer to a string (its decimal digits, as MySQL writes them)."""
+    f, t = normalise_delta_type(frm), normalise_delta_type(to)
+    if f == t:
+        return True
+    if f in _INT_RANK:
+        if t in _INT_RANK:
+            return _INT_RANK[f] < _INT_RANK[t]
+        if t == "double":
+            return f != "bigint"
+        if t == "string":
+            return True
+        d = _decimal_args(t)
+        return d is not None and d[0] - d[1] >= _INT_DIGITS[f]
+    if f == "float":
+        return t == "double"
+    fd, td = _decimal_args(f), _decimal_args(t)
+    if fd is not None and td is not None:
+        return td[1] >= fd[1] and td[0] - td[1] >= fd[0] - fd[1]
+    if f == "date":
+        return t == "timestamp_ntz"
+    return False
+
+
+# ------------------------------------------------------------------------------------- defaults
+
+
+@dataclass(frozen=True)
+class Reread:
+    """The change's effect on existing rows is not in the statement: the table must be re-read."""
+
+    reason: str
+
+
+def source_column(spec: ColumnSpec) -> SourceColumn:
+    """The type map's view of a column a DDL statement defines."""
+    from cdc_core.model.types import parse_labels, parse_type
+
+    p = parse_type(spec.mysql_type)
+    attrs: list[tuple[str, Any]] = []
+    if p.base in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"):
+        attrs.append(("charset", spec.charset or "utf8mb4"))
+    if p.base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+        attrs.append(("charset", "binary"))
+    if p.base in ("enum", "set"):
+        attrs.append(("labels", parse_labels(p.args or "")))
+    return SourceColumn(spec.name, spec.mysql_type, spec.nullable, tuple(attrs))
+
+
+def delta_type_of(spec: ColumnSpec, table: str) -> str:
+    """The Delta type the type map gives the column (raises UnsupportedType like staging would)."""
+    from cdc_core.model.types import column_types
+
+    return column_types(source_column(spec), table)[1]
+
+
+_ZERO_DATES = {"date": "0000-00-00", "datetime": "0000-00-00 00:00:00", "timestamp": "0000-00-00 00:00:00"}
+
+
+def default_value(spec: ColumnSpec, table: str, zero_dates: str) -> Literal | Reread:  # noqa: PLR0911, PLR0912
+    """The value existing rows take when the column is added: the statement's constant DEFAULT, or MySQL's
+    implicit default for a NOT NULL column without one, converted as staging converts the binlog's value."""
+    from cdc_core.model.types import parse_type, value_converter
+
+    delta = delta_type_of(spec, table)
+    if spec.generated is not None:
+        return Reread(f"generated column {spec.name!r} AS ({spec.generated})")
+    if spec.auto_increment:
+        return Reread(f"AUTO_INCREMENT column {spec.name!r} numbers the existing rows")
+    d = spec.default
+    if d.kind == DEFAULT_EXPRESSION:
+        return Reread(f"column {spec.name!r} DEFAULT {d.value} is not a constant")
+    if d.kind == DEFAULT_NULL or (d.kind == DEFAULT_NONE and spec.nullable):
+        return Literal(None, delta)
+    p = parse_type(spec.mysql_type)
+    base = p.base
+    text: str | None = d.value if d.kind == DEFAULT_LITERAL else None
+    if text is None:  # NOT NULL without a DEFAULT: MySQL's implicit default
+        if base in _ZERO_DATES:
+            text = _ZERO_DATES[base]
+        elif base == "enum":
+            labels = source_column(spec).attr("labels") or ("",)
+            text = labels[0]
+        elif base in ("time",):
+            text = "00:00:00"
+        elif base == "json":
+            return Reread(f"JSON column {spec.name!r} NOT NULL without a default")
+        elif delta in ("STRING", "BINARY"):
+            text = ""
+        else:
+            text = "0"
+    try:
+        raw = _reader_value(base, p, text, spec)
+    except (ValueError, ArithmeticError) as e:
+        return Reread(f"column {spec.name!r} DEFAULT {text!r} ({e})")
+    if isinstance(raw, Reread):
+        return raw
+    if raw is _ZERO:
+        if zero_dates == "refuse":
+            raise UnsupportedType(
+                f"table {table!r}: ADD COLUMN {spec.name!r} gives every existing row the zero date {text!r}, which has "
+                "no exact value; set the pipeline's zero_dates: null to land it as NULL, or give the column a real "
+                "DEFAULT"
+            )
+        return Literal(None, delta)
+    value = value_converter(source_column(spec), table)(raw)
+    return Literal(value, delta)
+
+
+_ZERO = object()
+
+
+def _reader_value(base: str, p: Any, text: str, spec: ColumnSpec) -> Any:  # noqa: PLR0911, PLR0912
+    """The value python-mysql-replication would decode for `text` in a column of this type."""
+    if base in ("tinyint", "smallint", "mediumint", "int", "bigint", "year"):
+        return int(decimal.Decimal(text.strip()))
+    if base == "bit":
+        return int(text.strip())
+    if base == "decimal":
+        args = p.int_args()
+        scale = args[1] if len(args) > 1 else 0
+        return decimal.Decimal(text.strip()).quantize(decimal.Decimal(1).scaleb(-scale))
+    if base in ("float", "double"):
+        return float(text)
+    if base in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"):
+        return text
+    if base == "set":
+        return {s for s in text.split(",") if s}
+    if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+        if not text.isascii():
+            return Reread(f"binary column {spec.name!r} DEFAULT {text!r} depends on the connection's charset")
+        return text.encode("ascii")
+    if base == "date":
+        if text.startswith("0000") or "-00" in text[:10]:
+            return _ZERO
+        return dt.date.fromisoformat(text.strip()[:10])
+    if base == "datetime":
+        if text.startswith("0000") or "-00" in text[:10]:
+            return _ZERO
+        return dt.datetime.fromisoformat(text.strip())
+    if base == "timestamp":
+        if text.startswith("0000") or "-00" in text[:10]:
+            return _ZERO
+        return Reread(f"TIMESTAMP column {spec.name!r} DEFAULT {text!r} is read in the session's time zone")
+    if base == "time":
+        sign = -1 if text.strip().startswith("-") else 1
+        parts = text.strip().lstrip("-").split(":")
+        h, m = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        s = decimal.Decimal(parts[2]) if len(parts) > 2 else decimal.Decimal(0)
+        return sign * dt.timedelta(hours=h, minutes=m, seconds=float(s))
+    return Reread(f"column {spec.name!r} of type {spec.mysql_type} with DEFAULT {text!r}")
+
+
+# ---------------------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    table: str  # the lake table's name (messages)
+    app_id: str
+    delete_mode: str
+    mode: str = MODE_FOLLOW
+    zero_dates: str = "refuse"
+    lineage: tuple[tuple[str, str], ...] = ()  # the rows a change applies to in a routed table
+    routed: bool = False  # the lake table holds several source tables' rows
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    ops: tuple[OpPlan, ...]  # the changes still to apply, in order
+    state: SchemaState  # the record once every change is applied
+    reread: tuple[tuple[SchemaChange, str], ...] = ()  # changes whose rows must be re-read from the source
+
+    @property
+    def translation(self) -> tuple[ColumnOp, ...]:
+        return self.state.history
+
+
+def plan_table(
+    ctx: PlanContext,
+    columns: Sequence[LakeColumn],
+    state: SchemaState,
+    changes: Sequence[SchemaChange],
+    like_columns: Callable[[SchemaChange], Sequence[LakeColumn] | None] = lambda _c: None,
+) -> TablePlan:
+    """The lake steps of `changes` (one lake table's, in binlog order) on a table with `columns` (its source
+    columns, without the lake's metadata columns; empty when it does not exist yet) and record `state`.
+    Changes at or before `state.version` were applied before (a replay, a backfill): skipped."""
+    ops: list[OpPlan] = []
+    reread: list[tuple[SchemaChange, str]] = []
+    cols = list(columns)
+    for change in sorted(changes, key=lambda c: (c.version, c.ordinal, c.step)):
+        if state.applied(change):
+            continue
+        op, cols, why = plan_one(ctx, cols, state, change, like_columns)
+        if why is not None:
+            reread.append((change, why))
+        if op is not None:
+            ops.append(op)
+            state = op.state
+    return TablePlan(tuple(ops), state, tuple(reread))
+
+
+def marked(state: SchemaState, change: SchemaChange, *ops: ColumnOp, floor: int | None = None,
+            dropped: int | None = None, reset: bool = False) -> SchemaState:
+    history = () if reset else state.history
+    return SchemaState(
+        version=change.version,
+        step=change.step,
+        history=(*history, *ops),
+        floor=state.floor if floor is None else max(state.floor, floor),
+        dropped=state.dropped if dropped is None else dropped,
+        pending=state.pending,
+    )
+
+
+def _conflict(ctx: PlanContext, change: SchemaChange, what: str) -> SchemaConflict:
+    return SchemaConflict(
+        f"lake table {ctx.table}: {what} (statement: {change.query or change.describe()!r}). Set schema_changes to "
+        "lenient for this table to keep the lake's column, or rebuild the table (drop it, then re-snapshot: "
+        f"cdc snapshot <pipeline> --table {change.table_name})"
+    )
+
+
+def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
+    ctx: PlanContext,
+    cols: list[LakeColumn],
+    state: SchemaState,
+    change: SchemaChange,
+    like_columns: Callable[[SchemaChange], Sequence[LakeColumn] | None],
+) -> tuple[OpPlan | None, list[LakeColumn], str | None]:
+    kind = change.kind
+    v = change.version
+    why: str | None
+    lenient = ctx.mode == MODE_LENIENT or ctx.routed
+    if kind in NO_LAKE_EFFECT:
+        return OpPlan(change, None, (), marked(state, change)), cols, None
+    if kind in REREAD_KINDS:
+        return (OpPlan(change, None, (), marked(state, change)), cols,
+                f"{change.describe()}: its rows changed without row events")
+    if kind == TRUNCATE_TABLE:
+        rows = empty_rows(ctx, change)
+        return OpPlan(change, None, rows, marked(state, change, floor=0 if ctx.routed else v)), cols, None
+    if kind == DROP_TABLE:
+        if ctx.routed:  # one source table of a routed lake table: its rows go, the table stays
+            return OpPlan(change, None, empty_rows(ctx, change), marked(state, change)), cols, None
+        if ctx.mode == MODE_LENIENT:
+            return (OpPlan(change, None, (), marked(state, change, dropped=v),
+                           note="the lake keeps the dropped table's rows (lenient)"), cols, None)
+        rows = empty_rows(ctx, change)
+        return OpPlan(change, None, rows, marked(state, change, floor=v, dropped=v)), cols, None
+    if kind in (CREATE_TABLE, CREATE_TABLE_LIKE):
+        specs: Sequence[LakeColumn] | None
+        if kind == CREATE_TABLE:
+            specs = None if change.as_select else [
+                LakeColumn(c.name, delta_type_of(c, ctx.table)) for c in change.columns
+            ]
+        else:
+            specs = like_columns(change)
+        if change.if_not_exists and cols and not state.dropped:
+            return OpPlan(change, None, (), marked(state, change)), cols, None  # a no-op at the source too
+        fresh = not cols
+        new_cols = list(specs) if specs is not None else cols
+        structure = None
+        if specs is not None and (fresh or not _same_columns(cols, specs)):
+            structure = Structure(S_RESET, columns=tuple((c.name, c.delta_type) for c in specs))
+        rows = () if fresh else empty_rows(ctx, change)
+        new_state = marked(state, change, floor=v, dropped=0, reset=True)
+        return OpPlan(change, structure, rows, new_state), new_cols, None
+    if kind == ADD_COLUMN:
+        assert change.column is not None
+        spec = change.column
+        existing = _find(cols, spec.name)
+        delta = delta_type_of(spec, ctx.table)
+        value = default_value(spec, ctx.table, ctx.zero_dates)
+        why = None
+        if isinstance(value, Reread):
+            why, value = value.reason, Literal(None, delta)
+        if existing is not None:
+            # A column the lake kept (lenient drop, or a routed table's other source): retype if needed.
+            if normalise_delta_type(existing.delta_type) != normalise_delta_type(delta):
+                if not exact_cast(existing.delta_type, delta):
+                    raise _conflict(ctx, change, f"column {spec.name!r} is {existing.delta_type} in the lake and comes "
+                                                 f"back as {delta}")
+                structure = Structure(S_REWRITE, casts=((existing.name, delta),))
+                cols = [LakeColumn(c.name, delta) if c is existing else c for c in cols]
+            else:
+                structure = None
+        else:
+            structure = Structure(S_ADD_COLUMNS, columns=((spec.name, delta),))
+            cols = [*cols, LakeColumn(spec.name, delta)]
+        rows = (RowStep(D_FILL, v, spec.name, fill=value),) if value.value is not None else ()
+        op = ColumnOp(v, H_ADD, spec.name, delta_type=delta, fill=value)
+        return OpPlan(change, structure, rows, marked(state, change, op)), cols, why
+    if kind == DROP_COLUMN:
+        assert change.name is not None
+        existing = _find(cols, change.name)
+        if existing is None:
+            return OpPlan(change, None, (), marked(state, change)), cols, None
+        op = ColumnOp(v, H_DROP, existing.name)
+        if lenient:  # older images keep their value too: no history op
+            note = f"the lake keeps column {existing.name!r} (NULL in rows written from now on)"
+            return OpPlan(change, None, (), marked(state, change), note=note), cols, None
+        cols = [c for c in cols if c is not existing]
+        return OpPlan(change, Structure(S_REWRITE, drops=(existing.name,)), (), marked(state, change, op)), cols, None
+    if kind == RENAME_COLUMN or (kind == MODIFY_COLUMN and change.column is not None
+                                 and change.name is not None and change.column.name.lower() != change.name.lower()):
+        old, new = change.name, change.new_name if kind == RENAME_COLUMN else change.column.name  # type: ignore[union-attr]
+        assert old is not None and new is not None
+        existing = _find(cols, old)
+        if existing is None:
+            raise _conflict(ctx, change, f"column {old!r} is not in the lake table, so it cannot be renamed to {new!r}")
+        new_type = delta_type_of(change.column, ctx.table) if kind == MODIFY_COLUMN else existing.delta_type  # type: ignore[arg-type]
+        if not exact_cast(existing.delta_type, new_type):
+            return _incompatible(ctx, cols, state, change, existing, new_type, rename_to=new)
+        ops = [ColumnOp(v, H_RENAME, existing.name, new_name=new)]
+        if normalise_delta_type(new_type) != normalise_delta_type(existing.delta_type):
+            ops.append(ColumnOp(v, H_CAST, new, delta_type=new_type))
+        if lenient:
+            taken = _find(cols, new)
+            structure = None if taken is not None else Structure(S_ADD_COLUMNS, columns=((new, new_type),))
+            rows = (RowStep(D_COPY, v, new, source_column=existing.name),)
+            cols = cols if taken is not None else [*cols, LakeColumn(new, new_type)]
+            note = f"the lake keeps column {existing.name!r} and copies its values into {new!r}"
+            # Older images keep `old` too (lenient), and take its value in the new column.
+            lenient_ops = (ColumnOp(v, H_COPY, existing.name, new_name=new, delta_type=new_type),)
+            return (OpPlan(change, structure, rows, marked(state, change, *lenient_ops), note=note),
+                    cols, None)
+        retyped = normalise_delta_type(new_type) != normalise_delta_type(existing.delta_type)
+        casts = ((new, new_type),) if retyped else ()
+        structure = Structure(S_REWRITE, renames=((existing.name, new),), casts=casts)
+        cols = [LakeColumn(new, new_type) if c is existing else c for c in cols]
+        return OpPlan(change, structure, (), marked(state, change, *ops)), cols, None
+    if kind == MODIFY_COLUMN:
+        assert change.column is not None and change.name is not None
+        existing = _find(cols, change.name)
+        new_type = delta_type_of(change.column, ctx.table)
+        if existing is None:
+            raise _conflict(ctx, change, f"column {change.name!r} is not in the lake table")
+        if normalise_delta_type(existing.delta_type) == normalise_delta_type(new_type):
+            return OpPlan(change, None, (), marked(state, change)), cols, None  # same lake type (varchar(10) -> (20))
+        if exact_cast(existing.delta_type, new_type):
+            op = ColumnOp(v, H_CAST, existing.name, delta_type=new_type)
+            cols = [LakeColumn(existing.name, new_type) if c is existing else c for c in cols]
+            return (OpPlan(change, Structure(S_REWRITE, casts=((existing.name, new_type),)), (),
+                           marked(state, change, op)), cols, None)
+        return _incompatible(ctx, cols, state, change, existing, new_type)
+    raise ValueError(f"no lake plan for {kind}")
+
+
+def _incompatible(  # noqa: PLR0917
+    ctx: PlanContext, cols: list[LakeColumn], state: SchemaState, change: SchemaChange, existing: LakeColumn,
+    new_type: str, rename_to: str | None = None,
+) -> tuple[OpPlan | None, list[LakeColumn], str | None]:
+    """A type change the lake cannot compute from the values it holds (VARCHAR -> INT: the server converted)."""
+    if ctx.mode == MODE_LENIENT and exact_cast(new_type, existing.delta_type):
+        note = (f"the lake keeps column {existing.name!r} as {existing.delta_type} (the source's is now {new_type}; "
+                "its values are written in the lake's type)")
+        return OpPlan(change, None, (), marked(state, change), note=note), cols, None
+    if ctx.mode == MODE_LENIENT:
+        raise _conflict(ctx, change, f"column {existing.name!r} changes from {existing.delta_type} to {new_type}; the "
+                                     "lake's type cannot hold the new values, so even lenient cannot keep it")
+    # follow: the column takes the new type, empty; its values come from re-reading the table.
+    v = change.version
+    name = rename_to or existing.name
+    ops = (ColumnOp(v, H_DROP, existing.name), ColumnOp(v, H_ADD, name, delta_type=new_type, fill=None))
+    structure = Structure(S_REWRITE, drops=(existing.name,), adds=((name, new_type),))
+    cols = [*(c for c in cols if c is not existing), LakeColumn(name, new_type)]
+    why = f"column {existing.name!r} changes from {existing.delta_type} to {new_type}: the server converted its values"
+    return OpPlan(change, structure, (), marked(state, change, *ops)), cols, why
+
+
+def _same_columns(a: Sequence[LakeColumn], b: Sequence[LakeColumn]) -> bool:
+    return [c.name.lower() for c in a] == [c.name.lower() for c in b] and all(
+        normalise_delta_type(x.delta_type) == normalise_delta_type(y.delta_type) for x, y in zip(a, b, strict=True)
+    )
+
+
+def empty_rows(ctx: PlanContext, change: SchemaChange) -> tuple[RowStep, ...]:
+    from cdc_core.model.merge_semantics import DELETE_HARD
+
+    kind = D_DELETE if ctx.delete_mode == DELETE_HARD else D_TOMBSTONE
+    return (RowStep(kind, change.version, commit_ts=change.commit_ts),)
+
+
+# ------------------------------------------------------------------------------------ translation
+
+
+@dataclass(frozen=True)
+class Translation:
+    """What to do to a staged image of the given columns, written at a version older than some changes."""
+
+    renames: tuple[tuple[str, str], ...] = ()  # applied in order
+    drops: tuple[str, ...] = ()
+    casts: tuple[tuple[str, str], ...] = ()
+    fills: tuple[tuple[str, Literal | None], ...] = ()  # columns the image lacks: (name, value; None = NULL)
+    copies: tuple[tuple[str, str, str], ...] = ()  # (new column, from column, delta type): a lenient rename
+    ops: int = 0  # how many history ops apply (0: nothing to do)
+
+    @property
+    def empty(self) -> bool:
+        return self.ops == 0
+
+
+def translate_columns(  # noqa: PLR0912 (a branch per kind of op)
+    present: Sequence[str], newest_version: int, history: Sequence[ColumnOp]
+) -> Translation:
+    """How images with columns `present`, all written at or before `newest_version`, look after every later
+    change of `history`: renamed, dropped, cast, and filled where the image predates an added column."""
+    cols = {c.lower(): c for c in present}
+    renames: list[tuple[str, str]] = []
+    drops: list[str] = []
+    casts: dict[str, str] = {}
+    fills: dict[str, Literal | None] = {}
+    copies: dict[str, tuple[str, str, str]] = {}
+    applied = 0
+    for op in history:
+        if op.version <= newest_version:
+            continue
+        applied += 1
+        low = op.column.lower()
+        if op.kind == H_RENAME:
+            if low in cols and op.new_name.lower() not in cols:
+                renames.append((cols.pop(low), op.new_name))
+                cols[op.new_name.lower()] = op.new_name
+                if low in casts:
+                    casts[op.new_name.lower()] = casts.pop(low)
+        elif op.kind == H_DROP:
+            if low in cols:
+                drops.append(cols.pop(low))
+                casts.pop(low, None)
+            fills.pop(low, None)
+        elif op.kind == H_CAST:
+            if low in cols:
+                casts[low] = op.delta_type
+        elif op.kind == H_ADD:
+            if low not in cols:
+                fills[low] = op.fill
+                cols[low] = op.column
+        elif op.kind == H_COPY:
+            new_low = op.new_name.lower()
+            if low in cols and new_low not in cols:
+                copies[new_low] = (op.new_name, cols[low], op.delta_type)
+                cols[new_low] = op.new_name
+        else:
+            raise ValueError(op.kind)
+    return Translation(
+        tuple(renames), tuple(drops), tuple((cols.get(k, k), t) for k, t in casts.items()),
+        tuple((cols[k], v) for k, v in fills.items()), tuple(copies.values()), applied,
+    )
+
+
+# ----------------------------------------------------------------------------------------- modes
+
+
+# Online schema-change tools (gh-ost, pt-online-schema-change): the table they build the new shape in (ghost),
+# and the tables they leave behind (trash). `{table}` is the real table's name.
+DEFAULT_GHOST_TABLES = ("_{table}_gho", "_{table}_new")
+DEFAULT_TRASH_TABLES = ("_{table}_del", "_{table}_ghc", "_{table}_old")
+OSC_GHOST, OSC_TRASH = "ghost", "trash"
+
+
+@dataclass(frozen=True)
+class SchemaPolicy:
+    """How each lake table follows its source's schema changes (the pipeline's `schema_changes:`).
+
+    `mode` for every table, `tables` (pattern, mode) overrides in order: the first that matches the source table
+    (or the lake table it lands in) wins. `skip`: statements (`file:offset` of their binlog event) an operator
+    applied by hand, passed over. `ghost_tables` / `trash_tables`: online schema-change tools' names."""
+
+    mode: str = MODE_FOLLOW
+    tables: tuple[tuple[str, str], ...] = ()
+    # Renames and drops as Delta column mapping (metadata only; Spark and delta-rs' engine read it), or False:
+    # the table rewritten without it (every reader, at the cost of a rewrite).
+    column_mapping: bool = True
+    skip: tuple[str, ...] = ()
+    ghost_tables: tuple[str, ...] = DEFAULT_GHOST_TABLES
+    trash_tables: tuple[str, ...] = DEFAULT_TRASH_TABLES
+
+    def mode_for(self, source_table: str, lake_table: str | None = None) -> str:
+        from cdc_core.model.naming import parse_table_pattern
+
+        names = [source_table] if lake_table is None or lake_table == source_table else [source_table, lake_table]
+        for pattern, mode in self.tables:
+            schema_p, table_p = parse_table_pattern(pattern)
+            for name in names:
+                s, t = _split_id(name)
+                if schema_p.matches(s) and table_p.matches(t):
+                    return mode
+        return self.mode
+
+    def osc_role(self, table: str) -> tuple[str, str] | None:
+        """(OSC_GHOST or OSC_TRASH, the real table's name) when `table` is named like an online schema-change
+        tool's table, else None. The caller checks that the real table is captured."""
+        for role, templates in ((OSC_GHOST, self.ghost_tables), (OSC_TRASH, self.trash_tables)):
+            for template in templates:
+                prefix, _, suffix = template.partition("{table}")
+                if (len(table) > len(prefix) + len(suffix) and table.startswith(prefix)
+                        and table.endswith(suffix)):
+                    return role, table[len(prefix): len(table) - len(suffix)]
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "tables": [list(p) for p in self.tables], "column_mapping": self.column_mapping,
+            "skip": list(self.skip), "ghost_tables": list(self.ghost_tables), "trash_tables": list(self.trash_tables),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SchemaPolicy:
+        if not d:
+            return cls()
+        mode = str(d.get("mode", MODE_FOLLOW))
+        tables = tuple((str(p), str(m)) for p, m in d.get("tables") or ())
+        for m in (mode, *(m for _, m in tables)):
+            if m not in MODES:
+                raise ValueError(f"schema_changes mode must be one of {', '.join(MODES)}, got {m!r}")
+        return cls(
+            mode, tables, bool(d.get("column_mapping", True)), tuple(str(x) for x in d.get("skip") or ()),
+            tuple(str(x) for x in d.get("ghost_tables", DEFAULT_GHOST_TABLES)),
+            tuple(str(x) for x in d.get("trash_tables", DEFAULT_TRASH_TABLES)),
+        )
+
+
+def _split_id(name: str) -> tuple[str, str]:
+    """A `naming.table_id` back into (schema, table)."""
+    from cdc_core.model.naming import parse_table_pattern
+
+    s, t = parse_table_pattern(name)
+    return s.text, t.text
