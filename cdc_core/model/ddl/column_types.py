@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdc_core.model.ddl.frame import NUM, STR, NotUnderstood, Stmt, Tok
+from cdc_core.model.labels import quote_labels
 
 _INTS = {
     "TINYINT": "tinyint", "INT1": "tinyint", "SMALLINT": "smallint", "INT2": "smallint",
@@ -179,7 +180,7 @@ def _type_args(t: ColumnType, w: str, args: list[Tok], where: str) -> None:
         if not args or not all(a.kind == STR for a in args):
             raise NotUnderstood(f"cannot read the {b.upper()} labels at {where}")
         # The server drops trailing spaces from labels and writes them with append_unescaped().
-        t.args = ",".join(_quote_label(a.text.rstrip(" ")) for a in args)
+        t.args = quote_labels(a.text.rstrip(" ") for a in args)
         return
     nums = _ints(args, where)
     if b in _INTS.values() or w in ("YEAR", "BOOL", "BOOLEAN", "SERIAL"):
@@ -215,15 +216,6 @@ def _type_args(t: ColumnType, w: str, args: list[Tok], where: str) -> None:
         t.text_length = nums[0] if nums else None
     elif nums or args:
         raise NotUnderstood(f"{b.upper()} takes no parameters at {where}")
-
-
-def _quote_label(label: str) -> str:
-    """An ENUM / SET label as information_schema writes it (the server's append_unescaped())."""
-    out = ["'"]
-    for ch in label:
-        out.append({"\0": "\\0", "\n": "\\n", "\r": "\\r", "\\": "\\\\", "'": "''"}.get(ch, ch))
-    out.append("'")
-    return "".join(out)
 
 
 def final_type(
