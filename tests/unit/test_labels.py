@@ -2,9 +2,9 @@
 `source.parse_labels` / `source.quote_labels` (describe_tables, the binlog reader's types), `types.parse_labels`
 (the type map, the SET fast path) and the DDL parser's ENUM/SET types.
 
-The cases are what MariaDB 10.11 shows in COLUMN_TYPE for a label `a<ch>b` (tests/integration/
-test_enum_labels_mariadb.py checks the same against the server): NUL, newline and carriage return are escaped
-with a backslash, as are backslashes; quotes are doubled; everything else, tab and Ctrl-Z included, is as is.
+The cases are what MariaDB 10.11 shows in COLUMN_TYPE for a label `a<ch>b` (checked against the server by
+tests/integration/test_enum_labels_mariadb.py): NUL, newline and carriage return are escaped with a backslash,
+as are backslashes; quotes are doubled; everything else, tab and Ctrl-Z included, is as is.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from cdc_core.model.ddl.column_types import (
 from cdc_core.model.ddl.frame import NUM, WORD, NotUnderstood, Stmt, parse_tree, quote_name, single_action
 from cdc_core.model.schema_changes import DEFAULT_EXPRESSION, DEFAULT_LITERAL, DEFAULT_NULL, ColumnSpec, DefaultSpec
 
+# The error for a versioned column here and for CREATE TABLE ... WITH SYSTEM VERSIONING (tables.py).
 VERSIONED = (
     "system-versioned tables are not supported: their rows carry hidden row_start / row_end columns and a "
     "DELETE keeps the row as history"
