@@ -29,6 +29,8 @@ import pymysql
 from cdc_core.model.changes import SourceColumn, TableSchema
 from cdc_core.model.connections import ConnectionInfo
 from cdc_core.model.errors import ConfigError, MissingKey, SourceError, UnknownTable
+from cdc_core.model.labels import parse_labels as parse_label_args
+from cdc_core.model.labels import quote_labels as quote_label_args
 from cdc_core.model.naming import NamePattern, parse_table_pattern, quote_mysql, table_id
 from cdc_core.model.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
 
@@ -568,22 +570,15 @@ def normalise_column_type(column_type: str) -> str:
     return " ".join(t.split())
 
 
-_LABEL = re.compile(r"'((?:[^'\\]|''|\\.)*)'", re.S)
-
-
 def parse_labels(column_type: str) -> tuple[str, ...]:
-    """ENUM/SET labels from a COLUMN_TYPE: `enum('a','it''s','back\\\\slash')` -> ('a', "it's", 'back\\slash')."""
-    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
-    out = []
-    for m in _LABEL.finditer(inner):
-        raw = m.group(1).replace("''", "'")
-        out.append(re.sub(r"\\(.)", r"\1", raw, flags=re.S))
-    return tuple(out)
+    """ENUM/SET labels from a COLUMN_TYPE: `enum('a','it''s','back\\\\slash')` -> ('a', "it's", 'back\\slash')
+    (the server's escapes undone: cdc_core.model.labels; `quote_labels` is the inverse)."""
+    return parse_label_args(column_type[column_type.index("(") + 1 : column_type.rindex(")")])
 
 
 def quote_labels(labels: Iterable[str]) -> str:
     """The inverse of parse_labels for the part between the parentheses (as information_schema writes it)."""
-    return ",".join("'" + label.replace("\\", "\\\\").replace("'", "''") + "'" for label in labels)
+    return quote_label_args(labels)
 
 
 def column_attrs(

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from cdc_core.model.changes import SourceColumn, TableSchema
 from cdc_core.model.errors import SchemaConflict, UnsupportedType
+from cdc_core.model.labels import parse_labels as parse_label_args
 from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_VERSION, STAGED_META_COLUMNS, StagedColumn
 
 # Bumped when a mapping changes (a staged window records the version it was written with).
@@ -116,12 +117,10 @@ def parse_type(mysql_type: str) -> ParsedType:
     return ParsedType(_ALIASES.get(base, base), m.group(2), "unsigned" in mods or "zerofill" in mods)
 
 
-_LABEL_RE = re.compile(r"'((?:[^'\\]|''|\\.)*)'", re.S)
-
-
 def parse_labels(args: str) -> tuple[str, ...]:
-    """ENUM/SET labels from the text between the parentheses: `'a','it''s'` -> ('a', "it's")."""
-    return tuple(re.sub(r"\\(.)", r"\1", m.group(1).replace("''", "'"), flags=re.S) for m in _LABEL_RE.finditer(args))
+    """ENUM/SET labels from the text between the parentheses: `'a','it''s'` -> ('a', "it's"), the server's
+    escapes undone (cdc_core.model.labels)."""
+    return parse_label_args(args)
 
 
 # ---------------------------------------------------------------------------------------- converters
