@@ -458,11 +458,13 @@ def verify(ctx: click.Context, pipeline: str) -> None:
 
     with _pipeline(ctx, pipeline) as p:
         tables = p.describe()
+        policy = p.config.schema_changes.policy()
         conn = connect(p.source)
         try:
             diffs = [
                 compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key,
-                              lineage=p.lineage(t.schema, t.table).columns)
+                              lineage=p.lineage(t.schema, t.table).columns,
+                              kept_columns=policy.mode_for(t.name) == "lenient")
                 for t in tables.values()
             ]
         finally:

@@ -111,7 +111,9 @@ from cdc_core.model.schema_window import (
     plan_change,
 )
 from cdc_core.model.schema_window import resolve as resolve_window
+from cdc_core.model.snapshot_state import ChunkSpec, chunks_of
 from cdc_core.model.sources import COL_SOURCE, COL_SOURCE_TABLE, Lineage, Route, lineage, unit_name
+from cdc_core.model.window_plan import KIND_SNAPSHOT
 from spark_apps import schema_steps
 
 log = logging.getLogger("cdc.merge")
@@ -694,6 +696,8 @@ class _Run:
     table_props: dict[str, dict[str, str]] = field(default_factory=dict)
     # Schema changes whose rows must be re-read from the source (reported; docs/schema-changes.md).
     rereads: list[dict[str, Any]] = field(default_factory=list)
+    # A snapshot window's chunks by source table: a re-read's last chunk sweeps what it did not read again.
+    chunks: dict[str, ChunkSpec] = field(default_factory=dict)
 
     def writer_record(self) -> str:
         return writer_value(self.pipeline, self.group_sources, [r.to_dict() for r in self.routes])
@@ -953,7 +957,8 @@ class _Run:
         facts = st.facts(self.window_dir)
         step("staged_facts")
         work = self.schema_work(st, uri, facts)
-        small = work is None and self.may_land_small(st, uri, facts)
+        sweeps = self.sweeps_due(st)
+        small = work is None and not sweeps and self.may_land_small(st, uri, facts)
         done: dict[str, Any] | None = None
         if small:
             done, missing = self.land_small(st, uri, key, label, result)
@@ -992,6 +997,11 @@ class _Run:
                 step("ensure_table")
             changes = st.read(spark, self.window_dir)
         # A window usually changes each key once: then there is nothing to pick (no shuffle).
+        for member, where, below in sweeps:
+            schema_steps.sweep_after_reread(
+                self, uri, label, app_id=schema_state_key(self.app_id, member, where), version=below,
+                delete_mode=self.delete_mode, lineage=tuple(where.columns),
+            )
         changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, key)
         changes = with_derived_columns(changes, self.delete_mode, self.seq)
         source = conform(changes, target)
@@ -1050,6 +1060,15 @@ class _Run:
                 busy = True
             members.append(SchemaMember(member, where, key, st.bound(i)))
         return members if busy else None
+
+    def sweeps_due(self, st: LakeTarget) -> list[tuple[StagedTable, Lineage, int]]:
+        """The members whose snapshot chunk is the last of a re-read a schema change asked for."""
+        out = []
+        for member, where in st.members:
+            chunk = self.chunks.get(member.name)
+            if chunk is not None and chunk.last and chunk.sweep_below:
+                out.append((member, where, chunk.sweep_below))
+        return out
 
     def changed_lake_tables(self) -> set[tuple[str, str]]:
         """The lake tables (schema, table) the window's schema changes act on."""
@@ -1724,6 +1743,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         small_table_rows=max(0, int(small_table_rows)),
         window=window,
         schema_policy=policy,
+        chunks={c.table: c for c in chunks_of(manifest.plan)} if manifest.plan.kind == KIND_SNAPSHOT else {},
         zero_dates=zero_dates,
     )
     tables = _merge_tables(run, targets, max(1, int(parallelism)))

@@ -122,6 +122,30 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
             query=op.change.query[:200] or op.change.describe(), **({"note": op.note} if op.note else {}))
 
 
+def sweep_after_reread(run: Runner, uri: str, label: str, *, app_id: str, version: int, delete_mode: str,
+                       lineage: Sequence[tuple[str, str]] = ()) -> bool:
+    """The last chunk of a re-read the schema change at `version` asked for is landing: every row the source still
+    has was read again (and carries a newer version), so lake rows older than `version` are gone at the source.
+    They go (hard mode) or become tombstones (soft), and the floor moves to `version` (an older change never lands
+    again). Idempotent; False when it was done before."""
+    table = read_lake_table(run.spark, uri)
+    if not table.exists:
+        return False
+    state = SchemaState.from_properties(table.properties, app_id)
+    if state.floor >= version:
+        return False
+    kind = D_DELETE if delete_mode == "hard" else D_TOMBSTONE
+    step = RowStep(kind, version, commit_ts=0.0)
+    run.fence()
+    statement = _row_sql(uri, step, delete_mode, lineage)
+    _with_metadata(run, label, functools.partial(_collect, run.spark, statement))
+    done = SchemaState(state.version, state.step, state.history, max(state.floor, version), state.dropped,
+                       state.pending, 0 if state.reread <= version else state.reread, False)
+    set_properties(run, uri, label, done.properties(app_id))
+    run.log("merge.reread_swept", table=label, below=version)
+    return True
+
+
 def set_properties(run: Runner, uri: str, label: str, props: dict[str, str]) -> None:
     run.fence()
     _with_metadata(run, label, lambda: run.spark.sql(

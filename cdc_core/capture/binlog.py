@@ -153,7 +153,7 @@ class SchemaChangeEvent:
     @classmethod
     def of(cls, ordinal: int, ddl: DdlStatement) -> SchemaChangeEvent:
         return cls(ordinal, ddl.schema, ddl.query, ddl.version, ddl.commit_ts,
-                   tuple(replace(c, ordinal=ordinal) for c in ddl.changes), ddl.tables)
+                   tuple(replace(c, ordinal=ordinal, version=ddl.version) for c in ddl.changes), ddl.tables)
 
 
 # ------------------------------------------------------------------------------------- event stream

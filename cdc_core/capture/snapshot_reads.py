@@ -216,6 +216,7 @@ def plan_next_chunk_from_source(
             estimate=prog.estimate,
             chunk_rows=prog.chunk_rows,
             read_at=now,
+            sweep_below=prog.sweep_below,
         )
 
     first = spec_for(progress, table, upper, last, empty)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -737,9 +737,14 @@ class PipelineCoordinator:
         result: WindowRecord = self._fenced(grant, f"store plan {plan.seq}", attempt)
         return result
 
-    def ack_window(self, grant: LeaseGrant, seq: int, result: dict[str, Any]) -> Cursor:
+    def ack_window(
+        self, grant: LeaseGrant, seq: int, result: dict[str, Any],
+        rereads: Sequence[snapshot_state.TableRequest] = (),
+    ) -> Cursor:
         """Mark window `seq` acked and move the cursor past it, in one fenced multi-op.
 
+        `rereads`: tables the window's schema changes left to be re-read from the source (docs/schema-changes.md):
+        requested in the same multi-op, unless already requested for that change or a later one.
         Acking an already-acked window returns the cursor unchanged (a retried ack step).
         """
         try:
@@ -769,6 +774,13 @@ class PipelineCoordinator:
             ]
             if record.plan.kind == KIND_SNAPSHOT:  # the chunk's progress moves with the ack, atomically
                 ops.append(self._snapshot_op(record.plan, result, now))
+            elif rereads:
+                state, stat = self._snapshot_state()
+                wanted = snapshot_state.reread_requests(state, rereads)
+                if wanted:
+                    data = snapshot_state.with_requests(state, wanted, now, "schema change").to_json()
+                    path = self.snapshot_path
+                    ops.append(("create", path, data) if stat is None else ("set", path, data, stat.version))
             fields = {"seq": seq, "kind": record.plan.kind}
             faults.point("mid_ack")  # crash suite: lease checked, records read, nothing committed yet
             if new_cursor.position is not None:

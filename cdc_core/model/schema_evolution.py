@@ -86,11 +86,17 @@ def prop_pending(app_id: str) -> str:
     return f"{_PROP}{app_id}.pending"
 
 
+def prop_reread(app_id: str) -> str:
+    return f"{_PROP}{app_id}.reread"
+
+
 # History op kinds. H_COPY: a lenient rename keeps the old column and copies its values into the new one.
 H_ADD, H_DROP, H_RENAME, H_CAST, H_COPY = "add", "drop", "rename", "cast", "copy"
 
 # Kinds whose rows the lake cannot compute from the statement: the table must be re-read from the source.
 REREAD_KINDS = frozenset({TRUNCATE_PARTITION, DROP_PARTITION, EXCHANGE_PARTITION, REPLACE_ROWS, CONVERT_CHARSET})
+# Of those, the ones that delete rows at the source: lake rows the re-read does not find again go.
+SWEEP_KINDS = frozenset({TRUNCATE_PARTITION, DROP_PARTITION, EXCHANGE_PARTITION, REPLACE_ROWS})
 # Kinds with no effect on the lake's rows or columns (future inserts only, or keys the MERGE takes per window).
 NO_LAKE_EFFECT = frozenset({SET_DEFAULT, DROP_DEFAULT, PRIMARY_KEY})
 
@@ -185,6 +191,10 @@ class SchemaState:
     dropped: int = 0  # the source table was dropped at this version (0: it was not, or was re-created since)
     # Online schema changes in progress: a ghost table's name -> its changes so far (applied at the swap).
     pending: Pending = ()
+    # The last change whose rows must be re-read from the source (0: none), and whether rows the re-read does
+    # not find again must go (the ack asks for the re-read: cdc_core.model.snapshot_state.TableRequest).
+    reread: int = 0
+    sweep: bool = False
 
     def pending_of(self, ghost: str) -> tuple[SchemaChange, ...]:
         return next((c for g, c in self.pending if g == ghost), ())
@@ -211,9 +221,11 @@ class SchemaState:
             (str(g), tuple(SchemaChange.from_dict(c) for c in cs))
             for g, cs in (json.loads(pending_text) if pending_text else [])
         )
+        reread, _, sweep = (props.get(prop_reread(app_id)) or "0").partition(":")
         return cls(
             applied[0], applied[1], history_from_json(props.get(prop_history(app_id))),
             num(prop_floor(app_id)), num(prop_dropped(app_id)), pending,
+            int(reread) if reread.isdigit() else 0, sweep == "sweep",
         )
 
     def applied(self, change: SchemaChange) -> bool:
@@ -226,6 +238,7 @@ class SchemaState:
             prop_history(app_id): history_to_json(self.history),
             prop_floor(app_id): str(self.floor),
             prop_dropped(app_id): str(self.dropped),
+            prop_reread(app_id): f"{self.reread}:sweep" if self.sweep else str(self.reread),
             prop_pending(app_id): json.dumps(
                 [[g, [c.to_dict() for c in cs]] for g, cs in self.pending], separators=(",", ":"), sort_keys=True
             ),
@@ -541,10 +554,19 @@ def plan_table(
         op, cols, why = plan_one(ctx, cols, state, change, like_columns)
         if why is not None:
             reread.append((change, why))
+            op = with_reread(op, change) if op is not None else None
         if op is not None:
             ops.append(op)
             state = op.state
     return TablePlan(tuple(ops), state, tuple(reread))
+
+
+def with_reread(op: OpPlan, change: SchemaChange) -> OpPlan:
+    """The op whose mark also records that the table must be re-read (and swept) from the source."""
+    from dataclasses import replace as _replace
+
+    sweep = change.kind in SWEEP_KINDS or op.state.sweep
+    return _replace(op, state=_replace(op.state, reread=change.version, sweep=sweep))
 
 
 def marked(state: SchemaState, change: SchemaChange, *ops: ColumnOp, floor: int | None = None,
@@ -557,6 +579,8 @@ def marked(state: SchemaState, change: SchemaChange, *ops: ColumnOp, floor: int 
         floor=state.floor if floor is None else max(state.floor, floor),
         dropped=state.dropped if dropped is None else dropped,
         pending=state.pending,
+        reread=state.reread,
+        sweep=state.sweep,
     )
 
 

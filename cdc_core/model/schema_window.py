@@ -41,6 +41,7 @@ from cdc_core.model.schema_evolution import (
     Structure,
     marked,
     plan_one,
+    with_reread,
 )
 
 ROLE_OWN = "own"  # the change acts on this lake table
@@ -221,6 +222,7 @@ def plan_change(  # noqa: PLR0911, PLR0912 (one branch per role)
     if lc.role == ROLE_APPEARED:
         created, cols, _ = _one(ctx, cols, state, replace(c, kind=CREATE_TABLE, schema=lc.lake[0], table=lc.lake[1],
                                                           as_select=True, columns=()))
+        created = [with_reread(op, c) for op in created]
         return created, cols, [(c, f"{c.describe()}: the table comes from one the pipeline does not capture")]
     if lc.role == ROLE_MOVED_IN:
         assert lc.source is not None
@@ -267,4 +269,6 @@ def _one(
     ctx: PlanContext, cols: list[LakeColumn], state: SchemaState, change: SchemaChange
 ) -> tuple[list[OpPlan], list[LakeColumn], list[tuple[SchemaChange, str]]]:
     op, cols, why = plan_one(ctx, cols, state, change, lambda _c: None)
+    if op is not None and why is not None:
+        op = with_reread(op, change)
     return ([op] if op is not None else []), cols, ([(change, why)] if why is not None else [])

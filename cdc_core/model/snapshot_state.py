@@ -295,8 +295,17 @@ class ChunkSpec:
     estimate: int | None = None
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     read_at: float = 0.0  # unix seconds when the watermark was read (the rows' _cdc_commit_ts)
+    # A re-read asked for by a schema change at this version (docs/schema-changes.md): once the table's last
+    # chunk lands, lake rows older than it were not read again, so they are gone at the source (0: none).
+    sweep_below: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._fields()
+        if self.sweep_below:
+            d["sweep_below"] = self.sweep_below
+        return d
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "format": SNAPSHOT_FORMAT,
             "table": self.table,
@@ -334,6 +343,7 @@ class ChunkSpec:
             estimate=d.get("estimate"),
             chunk_rows=int(d.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
             read_at=float(d.get("read_at", 0.0)),
+            sweep_below=int(d.get("sweep_below", 0)),
         )
 
 
@@ -415,6 +425,7 @@ class TableProgress:
     started_at: float | None = None
     finished_at: float | None = None
     last_seq: int | None = None
+    sweep_below: int = 0  # this round re-reads the table for a schema change at that version (ChunkSpec)
 
     @property
     def done(self) -> bool:
@@ -443,6 +454,7 @@ class TableProgress:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "last_seq": self.last_seq,
+            **({"sweep_below": self.sweep_below} if self.sweep_below else {}),
         }
 
     @classmethod
@@ -465,6 +477,7 @@ class TableProgress:
             started_at=d.get("started_at"),
             finished_at=d.get("finished_at"),
             last_seq=d.get("last_seq"),
+            sweep_below=int(d.get("sweep_below", 0)),
         )
 
 
@@ -524,6 +537,7 @@ class TableRequest:
     table: str
     estimate: int | None = None
     chunk_rows: int = DEFAULT_CHUNK_ROWS
+    sweep_below: int = 0  # a re-read for a schema change at that version (TableProgress.sweep_below)
 
 
 def with_requests(state: SnapshotState, requests: Sequence[TableRequest], now: float, by: str) -> SnapshotState:
@@ -542,6 +556,8 @@ def with_requests(state: SnapshotState, requests: Sequence[TableRequest], now: f
         fresh = TableProgress(
             table=r.table, estimate=r.estimate, chunk_rows=r.chunk_rows, requested_at=now, requested_by=by,
             round=(tables[old].round + 1) if old is not None else 1,
+            # A restart keeps a pending re-read's sweep: the new round reads every row again too.
+            sweep_below=max(r.sweep_below, tables[old].sweep_below if old is not None and not tables[old].done else 0),
         )
         if old is not None and not tables[old].done:
             tables[old] = fresh
@@ -551,6 +567,17 @@ def with_requests(state: SnapshotState, requests: Sequence[TableRequest], now: f
             tables.append(fresh)
     # -1: no window has that seq, so the next window is a chunk (what was asked for comes first).
     return replace(state, tables=tuple(tables), last_chunk_seq=-1, updated_at=now)
+
+
+def reread_requests(state: SnapshotState, wanted: Sequence[TableRequest]) -> list[TableRequest]:
+    """The re-reads (TableRequest with sweep_below) not yet asked for: a table whose latest round already
+    serves a schema change at that version or later is not asked again (an ack replayed, a later window)."""
+    out = []
+    for r in wanted:
+        t = state.table(r.table)
+        if t is None or t.sweep_below < r.sweep_below:
+            out.append(r)
+    return out
 
 
 def cancelled(state: SnapshotState, tables: Sequence[str] | None, now: float) -> SnapshotState:

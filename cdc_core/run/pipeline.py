@@ -65,6 +65,7 @@ from cdc_core.model.logfmt import iso_seconds, kv
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.naming import table_id
 from cdc_core.model.positions import BinlogPosition, StartSpec
+from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.sources import unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
@@ -713,7 +714,10 @@ class Pipeline:
         faults.point("before_ack")
         result = self._ack_result(seq, manifest)
         self._record_checkpoint(grant, record.plan, manifest, result)
-        cursor = self.coordinator.ack_window(grant, seq, result)
+        rereads = self.schema_rereads(manifest)
+        cursor = self.coordinator.ack_window(grant, seq, result, rereads)
+        for r in rereads:
+            self.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below)
         self.log_event("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
         if record.plan.kind == KIND_SNAPSHOT:
             snapshot_steps.log_acked(self, grant, record.plan)
@@ -722,6 +726,32 @@ class Pipeline:
 
         housekeeping.cleanup_after_ack(self, grant)
         return {"seq": seq, "acked": True, "cursor": cursor.position.label() if cursor.position else None}
+
+    def schema_rereads(self, manifest: Manifest) -> list[TableRequest]:
+        """Tables whose rows a schema change of the window left to be re-read from the source (recorded by the
+        merge in each lake table's schema record, cdc_core.model.schema_evolution): one snapshot request each,
+        made with the ack (cdc_core.coordination.coordinator.ack_window skips those already requested)."""
+        if not manifest.schema_changes:
+            return []
+        out: dict[str, int] = {}
+        prefix = f"cdc.schema.{self.name}"
+        for t in manifest.tables:
+            found = delta_state.writer_txn_properties(self.table_uri(t.schema, t.table), self.name)
+            if found is None:
+                continue
+            for key, value in found[2].items():
+                # cdc.schema.<app id>.reread (a table of its own) or cdc.schema.<app id>.<source table>.reread
+                if not (key.startswith(prefix) and key.endswith(".reread")):
+                    continue
+                version = int(value.partition(":")[0] or 0) if value.partition(":")[0].isdigit() else 0
+                middle = key[len(prefix):-len(".reread")]
+                if middle and not middle.startswith("."):
+                    continue  # another app id that starts with this one's name
+                source = middle[1:] if middle else t.name
+                if version > out.get(source, 0):
+                    out[source] = version
+        rows = self.config.snapshot.chunk_rows
+        return [TableRequest(name, None, rows, sweep_below=v) for name, v in sorted(out.items())]
 
     def _ack_result(self, seq: int, manifest: Manifest) -> dict[str, Any]:
         """What the ack records for the window: per table its changes, Delta version and merge counts."""

@@ -29,10 +29,11 @@ class TableDiff:
     extra: list[tuple[Any, ...]] = field(default_factory=list)  # keys in lake, not in source
     different: list[tuple[tuple[Any, ...], str, Any, Any]] = field(default_factory=list)  # key, column, source, lake
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)  # keys the lake holds more than once
+    schema: list[str] = field(default_factory=list)  # column differences (names, types per the type map)
 
     @property
     def equal(self) -> bool:
-        return not (self.missing or self.extra or self.different or self.duplicates)
+        return not (self.missing or self.extra or self.different or self.duplicates or self.schema)
 
     def summary(self, limit: int = 5) -> str:
         if self.equal:
@@ -41,7 +42,7 @@ class TableDiff:
             f"{self.table}: source {self.source_rows} rows, lake {self.lake_rows}; missing {len(self.missing)} "
             f"{self.missing[:limit]}, extra {len(self.extra)} {self.extra[:limit]}, "
             f"different {len(self.different)} {self.different[:limit]}, duplicated {len(self.duplicates)} "
-            f"{self.duplicates[:limit]}"
+            f"{self.duplicates[:limit]}" + (f"; columns: {'; '.join(self.schema[:limit])}" if self.schema else "")
         )
 
 
@@ -100,16 +101,18 @@ def compare_table(
     *,
     version: int | None = None,
     lineage: tuple[tuple[str, str], ...] = (),
+    kept_columns: bool = False,
 ) -> TableDiff:
     """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its
     current version, or `version` (a snapshot read together with other facts about the table). `lineage`:
     the lineage columns and values of this source table's rows (`Pipeline.lineage`): a lake table shared by
-    several sources or routed tables is compared on this table's rows only."""
+    several sources or routed tables is compared on this table's rows only. `kept_columns`: the lake may hold
+    columns the source dropped (schema_changes: lenient)."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
-            "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+            "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY, IS_NULLABLE, CHARACTER_SET_NAME "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
             (schema, table),
         )
         cols = cur.fetchall()
@@ -138,6 +141,7 @@ def compare_table(
             duplicates.append(k)
         lake[k] = rec
     diff = TableDiff(table_id(schema, table), len(source), len(lake) + len(duplicates))
+    diff.schema = compare_columns(cols, table_uri, version=version, union=bool(lineage) or kept_columns)
     diff.duplicates = sorted(duplicates, key=repr)
     diff.missing = sorted((k for k in source if k not in lake), key=repr)
     diff.extra = sorted((k for k in lake if k not in source), key=repr)
@@ -149,3 +153,46 @@ def compare_table(
             if rec[n] != other[n]:
                 diff.different.append((k, n, rec[n], other[n]))
     return diff
+
+
+def compare_columns(
+    source_cols: Any, table_uri: str, *, version: int | None = None, union: bool = False
+) -> list[str]:
+    """The lake table's columns against the source's (information_schema rows: name, COLUMN_TYPE, key,
+    nullable, charset): names case-insensitive and order-insensitive, each with the Delta type the type map
+    gives it. The lake's own metadata and lineage columns are not compared; `union`: a lake table shared with
+    other source tables (a route) may hold more columns than this one."""
+    from cdc_core.capture.source import column_attrs, normalise_column_type
+    from cdc_core.lake.delta_state import open_table
+    from cdc_core.model.changes import SourceColumn
+    from cdc_core.model.errors import UnsupportedType
+    from cdc_core.model.manifest import METADATA_COLUMNS
+    from cdc_core.model.schema_evolution import normalise_delta_type
+    from cdc_core.model.sources import LINEAGE_COLUMNS
+    from cdc_core.model.types import column_types
+
+    table = open_table(table_uri)
+    if table is None:
+        return ["no lake table"]
+    if version is not None:
+        table.load_as_version(version)
+    skip = {c.lower() for c in (*METADATA_COLUMNS, *LINEAGE_COLUMNS)}
+    lake = {f.name.lower(): (f.name, str(getattr(f.type, "type", f.type))) for f in table.schema().fields
+            if f.name.lower() not in skip}
+    out = []
+    for name, column_type, _key, nullable, charset in source_cols:
+        mysql_type = normalise_column_type(str(column_type))
+        col = SourceColumn(name, mysql_type, str(nullable) == "YES", column_attrs(mysql_type, charset))
+        try:
+            want = column_types(col)[1]
+        except UnsupportedType:
+            continue
+        have = lake.pop(str(name).lower(), None)
+        if have is None:
+            out.append(f"{name} ({want}) is missing")
+        elif normalise_delta_type(have[1]) != normalise_delta_type(want):
+            out.append(f"{name} is {have[1]}, the type map gives {want}")
+    if not union:
+        out += [f"{n} is not a source column" for n, _ in sorted(lake.values())]
+    return out
+
