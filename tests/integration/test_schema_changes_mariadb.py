@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 
 
 @pytest.fixture
-def pipe(services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def pipe(
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     name = "ddl_" + uuid.uuid4().hex[:6]
     conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
             "login": services.mysql_user, "password": services.mysql_password}
