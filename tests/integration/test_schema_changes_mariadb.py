@@ -142,3 +142,93 @@ def test_the_lake_follows_every_statement_of_issue_34(pipe: dict[str, Any], caps
     run(p, capsys)
     assert_lake_equals_source(p, gone=("_t_gho", "_t_del"))
     assert not Path(table_uri(p["lake"], p["db"], "_t_gho")).exists()
+
+
+def configure(p: dict[str, Any], **settings: Any) -> None:
+    cfg = json.loads(Path(p["config"]).read_text())
+    cfg["pipelines"][0].update(settings)
+    Path(p["config"]).write_text(json.dumps(cfg))
+
+
+def run_fails(p: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["--config", p["config"], "run", p["name"]])
+    _, err = capsys.readouterr()
+    assert code != 0
+    return code, err
+
+
+def test_changes_the_statement_cannot_tell_are_re_read_from_the_source(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An incompatible type change (the server converted the values) and a truncated partition (rows gone
+    without row events): the lake re-reads the table, and the re-read's last chunk drops what it did not find."""
+    p = pipe
+    sql(p, "CREATE TABLE c (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO c VALUES " + ", ".join(f"({i}, '{i:03d}')" for i in range(30)),
+        "CREATE TABLE part (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
+        "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+        "INSERT INTO part VALUES " + ", ".join(f"({i}, {i})" for i in range(20)))
+    run(p, capsys)
+    assert_lake_equals_source(p)
+    sql(p, "ALTER TABLE c MODIFY v INT", "UPDATE c SET v = v + 1000 WHERE id = 1",
+        "ALTER TABLE part TRUNCATE PARTITION p0", "INSERT INTO part VALUES (5, 55)")
+    out = run(p, capsys)  # the DDL window, then the re-read's chunks
+    assert any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
+    assert_lake_equals_source(p)
+    assert lake_rows(p, "part") == 11  # the truncated partition's rows are gone (not only not live)
+
+
+def test_refuse_mode_and_an_unparseable_statement_stop_the_window_until_skipped(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = pipe
+    seed(p, "r", 5)
+    seed(p, "ok", 5)
+    run(p, capsys)
+    configure(p, schema_changes={"tables": {f"{p['db']}.r": "refuse"}})  # (its CREATE TABLE would be refused too)
+    sql(p, "ALTER TABLE r ADD COLUMN x INT", "INSERT INTO ok VALUES (100, 'a', 1)")
+    code, err = run_fails(p, capsys)
+    assert code == 7 and "schema_changes mode refuse" in err and "schema_changes.skip" in err, err
+    position = err.split("the statement at ", 1)[1].split(" ", 1)[0]
+    assert lake_rows(p, "ok") == 5  # nothing of the window landed
+    configure(p, schema_changes={"tables": {f"{p['db']}.r": "refuse"}, "skip": [position]})
+    run(p, capsys)
+    assert lake_rows(p, "ok") == 6
+
+    sql(p, "ALTER TABLE ok ADD SYSTEM VERSIONING")  # a statement the parser does not understand
+    code, err = run_fails(p, capsys)
+    assert code == 7 and "cannot be applied to the lake exactly" in err and "SYSTEM VERSIONING" in err, err
+
+
+def test_ddl_on_an_excluded_table_changes_nothing(pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    p = pipe
+    configure(p, tables={"include": [f"{p['db']}.*"], "exclude": [f"{p['db']}.x"]})
+    seed(p, "x", 5)
+    seed(p, "kept", 5)
+    run(p, capsys)
+    sql(p, "TRUNCATE TABLE x", "ALTER TABLE x ADD COLUMN y INT DEFAULT 1", "DROP TABLE x",
+        "INSERT INTO kept VALUES (9, 'nine', 9)")
+    out = run(p, capsys)
+    assert not Path(table_uri(p["lake"], p["db"], "x")).exists()
+    assert lake_rows(p, "kept") == 6
+    assert all(w.get("kind", "stream") != "snapshot" for w in out["windows"])
+
+
+def test_lenient_keeps_what_follow_would_drop_or_rename(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = pipe
+    configure(p, schema_changes={"mode": "lenient"})
+    seed(p, "l", 5)
+    run(p, capsys)
+    sql(p, "ALTER TABLE l RENAME COLUMN v TO label", "ALTER TABLE l DROP COLUMN n",
+        "INSERT INTO l VALUES (7, 'seven')")
+    run(p, capsys)
+    conn = p["services"].root_connect()
+    try:  # the source's columns all there, with its values; the lake's extra ones kept (compare_table's rule)
+        diff = compare_table(conn, p["db"], "l", table_uri(p["lake"], p["db"], "l"), kept_columns=True)
+    finally:
+        conn.close()
+    assert diff.equal, diff.summary()
+    rows = {r["id"]: r for r in delta_state.read_rows(table_uri(p["lake"], p["db"], "l")).to_pylist()}
+    assert rows[1]["v"] == "v1" and rows[1]["n"] == 1 and rows[7]["v"] is None and rows[7]["label"] == "seven"
