@@ -1090,7 +1090,8 @@ class _Run:
             target = pending.get((where.lake_schema, where.lake_table))
             if target is None:
                 continue  # the table already holds the window (or was never part of it)
-            uri = table_uri(self.lake_root, where.lake_schema, where.lake_table)
+            # A derived table's rows live in its base (the derived table is recomputed from it after).
+            uri = (base_uri if target.derived else table_uri)(self.lake_root, where.lake_schema, where.lake_table)
             label = target.name
             member = next((m for m, w in target.members if (m.schema, m.table) == lc.lake), target.members[0][0])
             key = schema_state_key(self.app_id, member, where)
@@ -1308,10 +1309,31 @@ class _Run:
         base = spark.read.format("delta").load(base_uri(self.lake_root, st.schema, st.table))
         options = self.table_options.get(st.name, TableOptions())
         target = self.ensure_table(uri, st.name, [(f.name, f.dataType) for f in base.schema.fields], options)
+        have = {f.name.lower() for f in target.fields}
+        added = [f for f in base.schema.fields if f.name.lower() not in have]
+        if added:  # a column one source added (the union shape): the derived table has it before the MERGE
+            self.fence()
+            spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} ADD COLUMNS ("
+                      + ", ".join(f"{quote_spark(f.name)} {f.dataType.simpleString()}" for f in added) + ")")
+            target = spark.read.format("delta").load(uri).schema
         key = st.key
-        touched = st.read(spark, self.window_dir).select(
-            *[F.col(quote_spark(k)).alias(f"__cdc_k{i}") for i, k in enumerate(key)]
-        ).distinct()
+        if not key:  # the window names the table only in DDL, and the source no longer tells its key
+            status, version = self.idempotent_append(uri, st.name, spark.read.format("delta").load(uri).limit(0))
+            return {"status": status, "delta_version": version, "inserted": 0, "updated": 0, "deleted": 0,
+                    "seconds": round(time.monotonic() - t0, 3)}
+        with_rows = [(m, w) for m, w in st.members if m.files]
+        touched = (
+            replace(st, members=tuple(with_rows), bounds=()).read(spark, self.window_dir)
+            if with_rows else spark.read.format("delta").load(uri).limit(0)
+        ).select(*[F.col(quote_spark(k)).alias(f"__cdc_k{i}") for i, k in enumerate(key)])
+        if (st.schema, st.table) in self.changed_lake_tables():
+            # A schema change may have deleted base rows without row events (a truncated or dropped source
+            # table): every key the derived table holds is recomputed.
+            held = spark.read.format("delta").load(uri).select(
+                *[F.col(quote_spark(k)).alias(f"__cdc_k{i}") for i, k in enumerate(key)]
+            )
+            touched = touched.unionByName(held)
+        touched = touched.distinct()
         same_key = functools.reduce(
             lambda a, b: a & b, [base[quote_spark(k)].eqNullSafe(touched[f"__cdc_k{i}"]) for i, k in enumerate(key)]
         )

@@ -149,11 +149,13 @@ class SchemaChangeEvent:
     commit_ts: float = 0.0
     changes: tuple[SchemaChange, ...] = ()
     tables: tuple[tuple[str, str], ...] = ()  # the captured tables whose lake tables it changes
+    keys: tuple[tuple[str, ...], ...] = ()  # their keys as the source describes them (() when unknown)
 
     @classmethod
     def of(cls, ordinal: int, ddl: DdlStatement) -> SchemaChangeEvent:
         return cls(ordinal, ddl.schema, ddl.query, ddl.version, ddl.commit_ts,
-                   tuple(replace(c, ordinal=ordinal, version=ddl.version) for c in ddl.changes), ddl.tables)
+                   tuple(replace(c, ordinal=ordinal, version=ddl.version) for c in ddl.changes), ddl.tables,
+                   ddl.keys)
 
 
 # ------------------------------------------------------------------------------------- event stream
@@ -1073,18 +1075,26 @@ def _ddl_schema(query: str, schema: str, table_filter: TableFilter) -> str | Non
 
 
 def _ddl_typer(
-    table_filter: TableFilter, policy: SchemaPolicy | None, pipeline: str
+    table_filter: TableFilter, policy: SchemaPolicy | None, pipeline: str, builder: _SchemaBuilder
 ) -> Callable[[_Ev], DdlStatement | None]:
-    """The window's DDL statements of captured tables, typed (cdc_core.capture.ddl_events)."""
+    """The window's DDL statements of captured tables, typed (cdc_core.capture.ddl_events), with the key of each
+    table they change as the source describes it (a table the window changes only by DDL has no row to tell)."""
     active = policy or SchemaPolicy()
 
     def typed(ev: _Ev) -> DdlStatement | None:
         assert ev.query is not None
-        return typed_statement(
+        found = typed_statement(
             ev.query, ev.schema or "", version=0, commit_ts=float(ev.timestamp or 0), position=f"{ev.file}:{ev.start}",
             captured=table_filter.matches, schema_captured=table_filter.may_match_schema, policy=active,
             pipeline=pipeline,
         )
+        if found is None or not found.tables:
+            return found
+        keys = []
+        for schema, table in found.tables:
+            shape = builder.lookup(schema, table)
+            keys.append(tuple(shape.key) if shape is not None else ())
+        return replace(found, keys=tuple(keys))
 
     return typed
 
@@ -1140,7 +1150,7 @@ def read_changes(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
-    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline)
+    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline, builder)
     asm = _TxnAssembler(identity, plan.start.epoch, plan.start.gtid, plan.start.commit_ts)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)
@@ -1305,7 +1315,7 @@ def read_change_batches(
     _verify_identity(params, identity)
     flavor = identity.flavor
     builder = _SchemaBuilder(flavor, schemas, params, plan.pipeline)
-    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline)
+    typer = _ddl_typer(table_filter, schema_policy, plan.pipeline, builder)
     asm = _TxnAssembler(identity, plan.start.epoch, None, plan.start.commit_ts, track_gtid=False, boundaries=False)
     start_key = _pos_key(plan.start.file, plan.start.offset)
     end_key = _pos_key(plan.end.file, plan.end.offset)

@@ -43,6 +43,7 @@ class DdlStatement:
     # The captured tables whose lake tables the statement changes (an online schema-change tool's table stands
     # for its real one): each is in the window's manifest, also without row changes.
     tables: tuple[tuple[str, str], ...] = ()
+    keys: tuple[tuple[str, ...], ...] = ()  # per table: its key as the source describes it (() when unknown)
 
 
 def _quoted(query: str, limit: int = 400) -> str:

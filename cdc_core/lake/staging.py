@@ -224,7 +224,7 @@ class _WindowWriter:
         self.open_segments: list[_Segment] = []
         self.ddl: list[SchemaEvent] = []
         self.schema_changes: list[SchemaChange] = []
-        self.ddl_tables: dict[tuple[str, ...], None] = {}  # tables the window's DDL changes (in order)
+        self.ddl_tables: dict[tuple[str, ...], tuple[str, ...]] = {}  # tables the window's DDL changes -> key
         self.bytes = 0
         # Row groups are encoded and compressed on one background thread (pyarrow releases the GIL
         # there) while the reader decodes the next rows; one thread keeps every file's writes in order.
@@ -405,8 +405,11 @@ class _WindowWriter:
         """A DDL statement of the window: its text, its typed changes, and the tables it changes."""
         self.ddl.append(_schema_event(item, label))
         self.schema_changes.extend(getattr(item, "changes", ()))
-        for name in getattr(item, "tables", ()):
-            self.ddl_tables.setdefault(tuple(name), None)
+        keys = list(getattr(item, "keys", ()))
+        for i, name in enumerate(getattr(item, "tables", ())):
+            key = tuple(keys[i]) if i < len(keys) else ()
+            if key or tuple(name) not in self.ddl_tables:
+                self.ddl_tables[tuple(name)] = key
 
     # -- the manifest
 
@@ -434,9 +437,9 @@ class _WindowWriter:
         staged = {(t.schema, t.table) for t in tables}
         # A table the window changes only by DDL (a TRUNCATE, a RENAME's target, ...) is staged without files:
         # the merge applies its schema changes and records the window in it like in every other table.
-        for schema, table in self.ddl_tables:
+        for (schema, table), key in self.ddl_tables.items():
             if (schema, table) not in staged:
-                tables.append(StagedTable(schema=schema, table=table, key=(), columns=(), files=()))
+                tables.append(StagedTable(schema=schema, table=table, key=key, columns=(), files=()))
                 staged.add((schema, table))
         tables.sort(key=lambda t: (t.schema, t.table))
         return Manifest(plan=self.plan, tables=tuple(tables), ddl=tuple(self.ddl), info=info,
