@@ -1141,11 +1141,25 @@ class _Run:
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
             cols = [(x.name, DataType.fromDDL(x.delta_type)) for x in src.columns if x.name.lower() not in low]
         elif any(m.files for m, _ in target.members):
-            cols = target.columns()[len(lineage_cols):]
+            cols = self.first_shape(target)
         else:
             return False
         self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options)
         return True
+
+    def first_shape(self, target: LakeTarget) -> list[tuple[str, DataType]]:
+        """The columns of the window's oldest staged change of the target: a lake table the window creates starts
+        with the shape the source table had then, and the window's schema changes take it from there."""
+        oldest: tuple[int, StagedTable, tuple[str, ...]] | None = None
+        for member, _ in target.members:
+            for f, span in zip(member.files, schema_steps.file_versions(self.window_dir, member), strict=True):
+                if span is not None and (oldest is None or span[0] < oldest[0]):
+                    oldest = (span[0], member, f.columns)
+        if oldest is None:
+            return target.columns()[len(target.lineage_columns):]
+        _, member, names = oldest
+        types = {c.name: c.delta_type for c in member.columns}
+        return [(n, _parse_type(types[n], f"table {member.name} column {n!r}")) for n in names]
 
     def lake_uri(self, table: tuple[str, str]) -> str:
         where = lineage(self.routes, self.source, *table)

@@ -740,11 +740,14 @@ class PipelineCoordinator:
     def ack_window(
         self, grant: LeaseGrant, seq: int, result: dict[str, Any],
         rereads: Sequence[snapshot_state.TableRequest] = (),
+        renames: Sequence[tuple[str, str, int]] = (),
     ) -> Cursor:
         """Mark window `seq` acked and move the cursor past it, in one fenced multi-op.
 
         `rereads`: tables the window's schema changes left to be re-read from the source (docs/schema-changes.md):
-        requested in the same multi-op, unless already requested for that change or a later one.
+        requested in the same multi-op, unless already requested for that change or a later one. `renames`:
+        (table, new name, change version) of the window's table renames: a table renamed while its snapshot is
+        still loading is loaded again under its new name (the rows it had not loaded yet are in no binlog).
         Acking an already-acked window returns the cursor unchanged (a retried ack step).
         """
         try:
@@ -774,9 +777,13 @@ class PipelineCoordinator:
             ]
             if record.plan.kind == KIND_SNAPSHOT:  # the chunk's progress moves with the ack, atomically
                 ops.append(self._snapshot_op(record.plan, result, now))
-            elif rereads:
+            elif rereads or renames:
                 state, stat = self._snapshot_state()
-                wanted = snapshot_state.reread_requests(state, rereads)
+                loading = [
+                    snapshot_state.TableRequest(dst, None, t.chunk_rows, sweep_below=v)
+                    for src, dst, v in renames if (t := state.table(src)) is not None and not t.done
+                ]
+                wanted = snapshot_state.reread_requests(state, [*rereads, *loading])
                 if wanted:
                     data = snapshot_state.with_requests(state, wanted, now, "schema change").to_json()
                     path = self.snapshot_path

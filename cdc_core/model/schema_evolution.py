@@ -679,6 +679,13 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         assert old is not None and new is not None
         existing = _find(cols, old)
         if existing is None:
+            if _find(cols, new) is not None:
+                # The lake table already has the new name: it was created after the rename (from later rows).
+                new_type = delta_type_of(change.column, ctx.table) if kind == MODIFY_COLUMN else ""  # type: ignore[arg-type]
+                ops = [ColumnOp(v, H_RENAME, old, new_name=new)]
+                if new_type:
+                    ops.append(ColumnOp(v, H_CAST, new, delta_type=new_type))
+                return OpPlan(change, None, (), marked(state, change, *ops)), cols, None
             raise _conflict(ctx, change, f"column {old!r} is not in the lake table, so it cannot be renamed to {new!r}")
         new_type = delta_type_of(change.column, ctx.table) if kind == MODIFY_COLUMN else existing.delta_type  # type: ignore[arg-type]
         if not exact_cast(existing.delta_type, new_type):
@@ -705,8 +712,9 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         assert change.column is not None and change.name is not None
         existing = _find(cols, change.name)
         new_type = delta_type_of(change.column, ctx.table)
-        if existing is None:
-            raise _conflict(ctx, change, f"column {change.name!r} is not in the lake table")
+        if existing is None:  # the lake table does not have it (yet): older images are cast when they land
+            op = ColumnOp(v, H_CAST, change.name, delta_type=new_type)
+            return OpPlan(change, None, (), marked(state, change, op)), cols, None
         if normalise_delta_type(existing.delta_type) == normalise_delta_type(new_type):
             return OpPlan(change, None, (), marked(state, change)), cols, None  # same lake type (varchar(10) -> (20))
         if exact_cast(existing.delta_type, new_type):

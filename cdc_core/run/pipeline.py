@@ -715,7 +715,9 @@ class Pipeline:
         result = self._ack_result(seq, manifest)
         self._record_checkpoint(grant, record.plan, manifest, result)
         rereads = self.schema_rereads(manifest)
-        cursor = self.coordinator.ack_window(grant, seq, result, rereads)
+        renames = [(c.table_name, c.target_name, c.version) for c in manifest.schema_changes
+                   if c.kind == "rename_table" and c.target_name is not None]
+        cursor = self.coordinator.ack_window(grant, seq, result, rereads, renames)
         for r in rereads:
             self.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below)
         self.log_event("window.acked", grant, seq=seq, cursor=cursor.position.label() if cursor.position else None)
