@@ -88,6 +88,23 @@ class LakeTable:
 
 
 def read_lake_table(spark: SparkSession, uri: str) -> LakeTable:
+    """The table's columns, properties and partitioning from its Delta log: with delta-rs (milliseconds), with
+    Spark when delta-rs cannot read the table."""
+    from cdc_core.lake import delta_state
+
+    try:
+        table = delta_state.open_table(uri)
+        if table is None:
+            return LakeTable(False, (), {}, ())
+        meta = table.metadata()
+        return LakeTable(
+            True,
+            tuple(LakeColumn(f.name, str(getattr(f.type, "type", f.type))) for f in table.schema().fields),
+            {str(k): str(v) for k, v in (meta.configuration or {}).items()},
+            tuple(meta.partition_columns or ()),
+        )
+    except Exception:  # noqa: S110 (a table feature delta-rs does not read: Spark reads it)
+        pass
     if not DeltaTable.isDeltaTable(spark, uri):
         return LakeTable(False, (), {}, ())
     detail = DeltaTable.forPath(spark, uri).detail().collect()[0].asDict()
