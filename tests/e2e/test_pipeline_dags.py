@@ -1,7 +1,8 @@
 """The generated DAGs end to end, with real MariaDB, ZooKeeper, Spark+Delta and Airflow (`airflow dags test`):
 
-- scheduled runs land inserts, updates, deletes, a primary-key change, a large transaction and an
-  ADD COLUMN, and every Delta table then equals its source table row for row (a run with nothing new
+- scheduled runs land inserts, updates, deletes, a primary-key change, a large transaction, an ADD COLUMN,
+  one with a DEFAULT that fills existing rows and a column rename, and every Delta table then equals its
+  source table row for row and column for column (a run with nothing new
   skips the merge and still acks: test_assets.py, whose third run is one);
 - a merge that dies half-way (after its first table committed) is retried by Airflow and converges
   without duplicates;
@@ -59,6 +60,10 @@ def test_scheduled_runs_land_every_kind_of_change(cdc_case: CdcCase) -> None:
             cur.execute("ALTER TABLE customers ADD COLUMN tier VARCHAR(8) NULL")
             cur.execute("UPDATE customers SET tier = 'gold' WHERE id IN (1, 2, 1000)")
             cur.execute("INSERT INTO customers (id, name, tier) VALUES (5000, 'after ddl', 'new')")
+            # Schema changes without row events (docs/schema-changes.md): a default that fills every existing
+            # row, and a rename that keeps the values.
+            cur.execute("ALTER TABLE customers ADD COLUMN since INT NOT NULL DEFAULT 2024")
+            cur.execute("ALTER TABLE customers RENAME COLUMN notes TO remarks")
     finally:
         conn.close()
 
