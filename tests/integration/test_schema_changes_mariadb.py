@@ -269,3 +269,29 @@ def test_ddl_during_a_chunked_snapshot_keeps_it_exact(
     one("UPDATE mv2 SET n = -1 WHERE id = 44", "DELETE FROM s WHERE id = 41")
     run(p, capsys)  # until the snapshot is done and the stream caught up
     assert_lake_equals_source(p, gone=("mv",))
+
+
+def test_pt_online_schema_change_with_triggers(pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """pt-online-schema-change's sequence: a `_t_new` copy altered, triggers that mirror changes of the real
+    table into it while rows are copied in chunks, the atomic swap, the old table and the triggers dropped."""
+    p = pipe
+    seed(p, "pt", 30)
+    run(p, capsys)
+    sql(p, "CREATE TABLE `_pt_new` LIKE `pt`",
+        "ALTER TABLE `_pt_new` ADD COLUMN score DECIMAL(6,2) NOT NULL DEFAULT '1.50', MODIFY n BIGINT",
+        "CREATE TRIGGER `pt_osc_ins` AFTER INSERT ON `pt` FOR EACH ROW "
+        "REPLACE INTO `_pt_new` (id, v, n) VALUES (NEW.id, NEW.v, NEW.n)",
+        "CREATE TRIGGER `pt_osc_upd` AFTER UPDATE ON `pt` FOR EACH ROW "
+        "REPLACE INTO `_pt_new` (id, v, n) VALUES (NEW.id, NEW.v, NEW.n)",
+        "CREATE TRIGGER `pt_osc_del` AFTER DELETE ON `pt` FOR EACH ROW DELETE IGNORE FROM `_pt_new` WHERE id = OLD.id",
+        "INSERT LOW_PRIORITY IGNORE INTO `_pt_new` (id, v, n) SELECT id, v, n FROM `pt` WHERE id < 15",
+        "UPDATE pt SET v = 'during' WHERE id IN (3, 20)", "DELETE FROM pt WHERE id = 4",
+        "INSERT INTO pt VALUES (100, 'new', 100)")
+    run(p, capsys)
+    assert_lake_equals_source(p, gone=("_pt_new",))
+    sql(p, "INSERT LOW_PRIORITY IGNORE INTO `_pt_new` (id, v, n) SELECT id, v, n FROM `pt` WHERE id >= 15",
+        "RENAME TABLE `pt` TO `_pt_old`, `_pt_new` TO `pt`", "DROP TABLE IF EXISTS `_pt_old`",
+        "DROP TRIGGER IF EXISTS `pt_osc_ins`", "DROP TRIGGER IF EXISTS `pt_osc_upd`",
+        "DROP TRIGGER IF EXISTS `pt_osc_del`", "UPDATE pt SET score = 9.25 WHERE id = 5")
+    run(p, capsys)
+    assert_lake_equals_source(p, gone=("_pt_new", "_pt_old"))
