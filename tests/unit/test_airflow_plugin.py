@@ -163,6 +163,7 @@ S = states.TaskState
         (LeaseHeld("held", holder="x", expires_at=1.0, token=1), S.SKIP, S.SKIP),
         (ConfigError("bad"), S.FAIL, S.FAIL),
         (Fenced("lost", holder="x", token=1), S.FAIL, S.FAIL),
+        (SchemaConflict("conflict"), S.FAIL, S.FAIL),  # the same window meets the same table again
         (PositionPurged("gone"), S.RETRY, S.FAIL),
         (UnknownTable("no such table"), S.RETRY, S.FAIL),
         (StateConflict("window pending"), S.RETRY, S.FAIL),
@@ -171,7 +172,6 @@ S = states.TaskState
         (MissingKey("no key"), S.RETRY, S.RETRY),
         (UnsupportedType("type"), S.RETRY, S.RETRY),
         (StagingError("incomplete"), S.RETRY, S.RETRY),
-        (SchemaConflict("conflict"), S.RETRY, S.RETRY),
         (LakeError("merge failed"), S.RETRY, S.RETRY),
         (CdcError("other"), S.RETRY, S.RETRY),
         (RuntimeError("not ours"), S.RETRY, S.RETRY),
