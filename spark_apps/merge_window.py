@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake.job_outcome import MERGE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MergeJobSpec
 from cdc_core.model.logfmt import one_line
 
@@ -1863,12 +1864,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = None
     try:
         report = _run(argv)
-    except CdcError as e:
-        print(f"merge_window: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except Exception as e:
-        print(f"merge_window: unexpected {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return 1
+    except Exception as e:  # the exit code and error line the callers decode (cdc_core.lake.job_outcome)
+        rc, said = job_error(MERGE_PROG, e)
+        print(said, file=sys.stderr, flush=True)
+        return rc
     print(json.dumps(report, sort_keys=True), flush=True)
     return 0
 
