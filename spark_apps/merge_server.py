@@ -10,9 +10,9 @@ are session confs, so nothing one window sets reaches the next). Merges are seri
 window's tables still land `spark.merge_parallelism` at a time inside it).
 
 The answer is what spark-submit would have returned (exit code, the report as the last stdout line, the
-job's error line on stderr, both from the one codec, `cdc_core.lake.job_outcome`), so the client
-(`cdc_core.lake.merge_client`, used by `Pipeline.merge_locally`) handles it exactly as a spark-submit's
-outcome. Protocol: cdc_core/lake/merge_client.py.
+job's error line on stderr, both from the one codec, `cdc_core.lake.job_outcome`), so the merge step
+(`Pipeline.merge_locally`, through `cdc_core.lake.job_runner.MergeServerRunner`) decodes it exactly as a
+spark-submit's outcome. Protocol: cdc_core/lake/merge_client.py.
 
 Run it with `cdc merge-server <pipeline>` (foreground; it listens once its Spark session is up; SIGTERM or
 SIGINT: stop accepting, let the merge in flight finish, stop Spark, exit 0). Killed at any moment (SIGKILL),

@@ -11,6 +11,9 @@ Airflow understands. Every task and operator of the CDC DAGs maps its errors her
   `UnknownTable`, `StateConflict`): failed, no retries (`RequestRefused`).
 - anything else (source, ZooKeeper, staging, lake hiccups; errors that are not CDC errors): failed,
   retried with back-off.
+
+A Spark job's failure arrives here as the CdcError its exit code stands for: the Spark operators decode
+it with the CLI's codec (cdc_core.lake.job_outcome), not as the provider's plain AirflowException.
 """
 
 from __future__ import annotations
