@@ -817,15 +817,17 @@ class Pipeline:
         """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
         try:
             fs, root = fsspec.core.url_to_fs(self.reports_dir())
-            found = fs.glob(f"{root}/w{seq:010d}-*.json")
-            if not found:
+            # One report per fencing token (layout.merge_report_uri): the newest token is the run that last
+            # merged the window.
+            found = {f: layout.merge_report_key(f) for f in fs.glob(f"{root}/w{seq:010d}-*.json")}
+            tokens = {f: key[1] for f, key in found.items() if key is not None and key[0] == seq}
+            if not tokens:
                 return None
-            # One report per fencing token: the newest token is the run that last merged the window.
-            newest = max(found, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0], 16))
+            newest = max(tokens, key=tokens.__getitem__)
             with fs.open(newest, "r") as f:
                 report: dict[str, Any] = json.load(f)
             return report
-        except (OSError, ValueError, IndexError) as e:
+        except (OSError, ValueError) as e:
             log.warning("%s", kv(event="merge.report_unreadable", pipeline=self.name, seq=seq, reason=str(e)))
             return None
 
