@@ -1896,6 +1896,7 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
     close_zk: Callable[[], None] | None = None
     try:
         args = parse_args(argv)
+        faults.point("merge_start")  # fault point: the job has its spec, nothing is written yet
         options = parse_table_options(args.table_options)
         properties = parse_table_properties(args.table_properties)
         manifest = read_manifest(args.window_dir)
