@@ -650,8 +650,13 @@ class Pipeline:
         self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                        **({"merge_server": server} if server else {}))
         t0 = time.time()
+        if server:  # started with the pipeline's jars, confs and credentials: a request carries the arguments
+            job = SparkJob(application=str(MERGE_JOB), args=self.merge_application_args(grant, seq),
+                           name=f"cdc-merge-{self.name}-{seq}", jars="", conf={}, env={})
+        else:
+            job = self.merge_job(grant, seq)
         ref = JobRef.merge(self.name, seq, grant.holder, grant.token)
-        spark_jobs.run_job(self, grant, self.merge_job(grant, seq), ref, runner).raise_error()
+        spark_jobs.run_job(self, grant, job, ref, runner).raise_error()
         self.log_event("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
         faults.point("after_merge")
         return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
