@@ -295,4 +295,3 @@ class CdcMergeOperator(SparkJobOperator):
                 f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
                 "nothing to merge (the ack step records the empty window)"
             )
-        self.log.info("window.merged pipeline=%s seq=%s secs=%s", self.pipeline, seq, result.get("secs"))
