@@ -25,9 +25,10 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake.job_outcome import MAINTENANCE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MaintenanceJobSpec
 from cdc_core.model import retention
-from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError
+from cdc_core.model.errors import ConfigError, Fenced, LakeError
 from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.naming import quote_spark
 from spark_apps.merge_window import (
@@ -376,16 +377,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         report = _run(argv)
-    except CdcError as e:
-        print(f"maintain_tables: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except Exception as e:
-        print(f"maintain_tables: unexpected {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return 1
+    except Exception as e:  # the exit code and error line the callers decode (cdc_core.lake.job_outcome)
+        rc, said = job_error(MAINTENANCE_PROG, e)
+        print(said, file=sys.stderr, flush=True)
+        return rc
     print(json.dumps(report, sort_keys=True), flush=True)
-    if report["errors"]:
-        print("maintain_tables: " + "; ".join(report["errors"]), file=sys.stderr, flush=True)
-        return LakeError.exit_code
+    if report["errors"]:  # the others were still maintained; the report (written) names each failure
+        rc, said = job_error(MAINTENANCE_PROG, LakeError("; ".join(report["errors"])))
+        print(said, file=sys.stderr, flush=True)
+        return rc
     return 0
 
 

@@ -10,8 +10,9 @@ are session confs, so nothing one window sets reaches the next). Merges are seri
 window's tables still land `spark.merge_parallelism` at a time inside it).
 
 The answer is what spark-submit would have returned (exit code, the report as the last stdout line, the
-job's error line on stderr), so the client (`cdc_core.lake.merge_client`, used by `Pipeline.merge_locally`)
-handles it exactly as a spark-submit's outcome. Protocol: cdc_core/lake/merge_client.py.
+job's error line on stderr, both from the one codec, `cdc_core.lake.job_outcome`), so the merge step
+(`Pipeline.merge_locally`, through `cdc_core.lake.job_runner.MergeServerRunner`) decodes it exactly as a
+spark-submit's outcome. Protocol: cdc_core/lake/merge_client.py.
 
 Run it with `cdc merge-server <pipeline>` (foreground; it listens once its Spark session is up; SIGTERM or
 SIGINT: stop accepting, let the merge in flight finish, stop Spark, exit 0). Killed at any moment (SIGKILL),
@@ -41,6 +42,7 @@ except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdc_core.lake import merge_client
+from cdc_core.lake.job_outcome import MERGE_PROG, job_error
 from cdc_core.model.errors import CdcError, ConfigError
 from cdc_core.model.logfmt import kv, one_line
 
@@ -55,15 +57,20 @@ def run_job(spark: Any, argv: Sequence[str]) -> dict[str, Any]:
     return mw.run_job(argv, lambda _spec: spark)
 
 
+def failed(err: BaseException) -> merge_client.MergeAnswer:
+    """The answer for a job that failed with `err`: its exit code and error line, as `merge_window.main`
+    exits (cdc_core.lake.job_outcome.job_error, which the client decodes)."""
+    rc, said = job_error(MERGE_PROG, err)
+    return merge_client.MergeAnswer(rc, "", said + "\n")
+
+
 def job_answer(job: Callable[[], dict[str, Any]]) -> merge_client.MergeAnswer:
     """Run `job` and answer as `merge_window.main` would have exited: 0 and the report as the last stdout
-    line; a CdcError's exit code and `merge_window: <Error>: <message>` on stderr; 1 for anything else."""
+    line; else the error's exit code (1 for one that is no CdcError) and its `merge_window: ` line on stderr."""
     try:
         report = job()
-    except CdcError as e:
-        return merge_client.MergeAnswer(e.exit_code, "", f"merge_window: {type(e).__name__}: {one_line(e)}\n")
     except Exception as e:
-        return merge_client.MergeAnswer(1, "", f"merge_window: unexpected {type(e).__name__}: {one_line(e)}\n")
+        return failed(e)
     return merge_client.MergeAnswer(0, json.dumps(report, sort_keys=True) + "\n", "")
 
 
@@ -171,13 +178,13 @@ class MergeServer:
         try:
             req = merge_client.decode(line, "request")
         except ValueError as e:
-            return merge_client.MergeAnswer(2, "", f"merge_window: ConfigError: {e}\n").to_dict()
+            return failed(ConfigError(str(e))).to_dict()
         op = req.get("op")
         if op == "ping":
             return {"v": merge_client.PROTOCOL_VERSION, "ok": True, "pid": os.getpid(), "merges": self.merges,
                     "pipelines": list(self.pipelines)}
         if op != "merge" or not isinstance(req.get("args"), list):
-            return merge_client.MergeAnswer(2, "", f"merge_window: ConfigError: unknown request {op!r}\n").to_dict()
+            return failed(ConfigError(f"unknown request {op!r}")).to_dict()
         answer = self.merge(req)
         return None if answer is None else answer.to_dict()
 
@@ -195,7 +202,7 @@ class MergeServer:
                 f"this merge server merges for {', '.join(self.pipelines)}, not {pipeline!r} (its environment holds "
                 "those pipelines' credentials): start one for that pipeline (`cdc merge-server <pipeline>`)"
             )
-            return merge_client.MergeAnswer(err.exit_code, "", f"merge_window: ConfigError: {one_line(err)}\n")
+            return failed(err)
         t0 = time.monotonic()
         with self._merge_lock:
             log.info("merge_server.request %s", kv(pipeline=pipeline or "-", client_pid=req.get("pid", "-"),

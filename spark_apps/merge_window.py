@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake.job_outcome import MERGE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MergeJobSpec
 from cdc_core.model.logfmt import one_line
 
@@ -1877,12 +1878,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = None
     try:
         report = _run(argv)
-    except CdcError as e:
-        print(f"merge_window: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except Exception as e:
-        print(f"merge_window: unexpected {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
-        return 1
+    except Exception as e:  # the exit code and error line the callers decode (cdc_core.lake.job_outcome)
+        rc, said = job_error(MERGE_PROG, e)
+        print(said, file=sys.stderr, flush=True)
+        return rc
     print(json.dumps(report, sort_keys=True), flush=True)
     return 0
 
@@ -1911,6 +1910,7 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
     close_zk: Callable[[], None] | None = None
     try:
         args = parse_args(argv)
+        faults.point("merge_start")  # fault point: the job has its spec, nothing is written yet
         options = parse_table_options(args.table_options)
         properties = parse_table_properties(args.table_properties)
         manifest = read_manifest(args.window_dir)

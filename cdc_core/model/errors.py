@@ -123,6 +123,7 @@ class SchemaConflict(CdcError):
     """A source schema change cannot be applied to the Delta table."""
 
     exit_code = 7
+    retryable = False  # the same window meets the same table again: someone rebuilds or remaps it first
 
 
 class LakeError(CdcError):

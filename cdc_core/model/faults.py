@@ -5,8 +5,11 @@ when it reaches that point: no exception handlers, no finally blocks, no cleanup
 crashed worker looks like. `CDC_FAULT_ONCE=<file>` makes each point fire only once (the file records
 what fired), so a retry after the crash proceeds. `CDC_FAULT_ACTION=stop` makes the point pause the
 process with SIGSTOP instead (a zombie, a worker frozen while a service restarts): whoever set the
-fault resumes it with SIGCONT, and it carries on from that very point. Unset in production: the
-check is one dict lookup.
+fault resumes it with SIGCONT, and it carries on from that very point. `CDC_FAULT_ACTION=raise:<Error>`
+makes the point raise that error of the product's hierarchy (`raise:ConfigError`, `raise:Fenced`, ...)
+instead: in the Spark job, what the job says and exits with, which is how the DAG tests show what each
+outcome makes of the task (tests/e2e/test_merge_outcomes_dag.py). Unset in production: the check is one
+dict lookup.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from cdc_core.model import errors
+
 T = TypeVar("T")
+RAISE_ACTION = "raise:"
 
 POINTS = (
     "after_acquire",
@@ -26,6 +32,7 @@ POINTS = (
     "mid_stage_before",  # the window's binlog reader is set up, nothing read yet
     "mid_stage",  # about half of the window's changes read (the binlog connection is open)
     "after_stage",
+    "merge_start",  # in the Spark job, its spec read: no Spark session yet, nothing written
     "mid_merge",  # in the Spark job, after the first table committed
     "mid_merge_table",  # in the Spark job, a table's tombstones committed, its main MERGE not yet
     "mid_derive",  # in the Spark job, a derived table's base committed, the derived table not yet
@@ -53,12 +60,23 @@ def point(name: str) -> None:
         if name in fired:
             return
         marker.write_text(" ".join(sorted(fired | {name})))
-    if os.environ.get("CDC_FAULT_ACTION") == "stop":
+    action = os.environ.get("CDC_FAULT_ACTION") or ""
+    if action.startswith(RAISE_ACTION):
+        raise injected_error(name, action.removeprefix(RAISE_ACTION))
+    if action == "stop":
         if once:  # who to resume or kill (a process title may hide its environment, e.g. Airflow's workers)
             Path(f"{once}.{name}.pid").write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGSTOP)  # returns once someone sends SIGCONT
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def injected_error(at: str, name: str) -> errors.CdcError:
+    """The error `CDC_FAULT_ACTION=raise:<name>` raises at the point `at`: the hierarchy's class `name`."""
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.CdcError)):
+        raise ValueError(f"CDC_FAULT_ACTION={RAISE_ACTION}{name}: not an error of the hierarchy (model.errors)")
+    return cls(f"fault point {at}: injected {name} (CDC_FAULT_ACTION={RAISE_ACTION}{name})")
 
 
 def midway(items: Iterable[T], expected: int, name: str) -> Iterator[T]:

@@ -17,6 +17,7 @@ fsspec URLs (`s3://bucket/prefix`); results keep the root's form.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cdc_core.model.naming import path_component, window_dir_name
@@ -79,5 +80,15 @@ def reports_dir(staging_root: str, pipeline: str) -> str:
 
 
 def merge_report_uri(staging_root: str, pipeline: str, seq: int, token: int) -> str:
-    """One merge report per window and fencing token."""
+    """One merge report per window and fencing token (`merge_report_key` reads the name back)."""
     return f"{reports_dir(staging_root, pipeline)}/w{seq:010d}-{token:x}.json"
+
+
+_MERGE_REPORT_NAME = re.compile(r"w(\d{10})-([0-9a-f]+)\.json")
+
+
+def merge_report_key(path: str) -> tuple[int, int] | None:
+    """The (window seq, fencing token) of a merge report's path (`merge_report_uri`'s), or None when the name
+    is not a merge report's."""
+    m = _MERGE_REPORT_NAME.fullmatch(path.rsplit("/", 1)[-1])
+    return (int(m.group(1)), int(m.group(2), 16)) if m else None

@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 import logging
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -45,12 +42,16 @@ import fsspec
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.coordination.lease_keeper import LeaseKeeper
 from cdc_core.lake import delta_state, staging
+from cdc_core.lake.job_outcome import JobRef
+from cdc_core.lake.job_runner import JobRunner, SparkSubmitRunner, SubprocessRun
 from cdc_core.lake.job_specs import MaintenanceJobSpec
+from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model import layout, retention
-from cdc_core.model.errors import CdcError, ConfigError, Fenced, LakeError, LeaseHeld
+from cdc_core.model.errors import CdcError, Fenced, LakeError, LeaseHeld
 from cdc_core.model.layout import BASE_DIR, PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import path_component
+from cdc_core.run import spark_jobs
 from cdc_core.run.context import PipelineContext
 
 if TYPE_CHECKING:
@@ -452,13 +453,6 @@ def acquire_waiting(
 
 
 
-@contextmanager
-def keep_lease(p: Pipeline, grant: LeaseGrant) -> Iterator[LeaseKeeper]:
-    """Renew `grant` every third of the lease while the maintenance job runs (Pipeline.keep_lease)."""
-    with p.keep_lease(grant) as keeper:
-        yield keeper
-
-
 # --------------------------------------------------------------------------- the maintenance job
 
 
@@ -488,22 +482,15 @@ def maintenance_application_args(
     ).args()
 
 
+def maintenance_job(p: Pipeline, args: list[str]) -> SparkJob:
+    """The maintenance job with these arguments: the pipeline's jars, confs and environment (`Pipeline.spark_job`)."""
+    return p.spark_job(MAINTENANCE_JOB, args, f"cdc-maintain-{p.name}")
+
+
 def maintenance_submit_command(p: Pipeline, args: list[str], master: str | None = None) -> list[str]:
     """The same command the maintenance operator builds, for the CLI (a test can assert it); the master is
     the pipeline's Spark connection (`spark.conn_id`) unless given."""
-    return p.spark_job(MAINTENANCE_JOB, args, f"cdc-maintain-{p.name}").command(master or p.spark_master())
-
-
-def read_report(uri: str) -> dict[str, Any] | None:
-    """The job's JSON report, or None when it did not write one (it failed before the end)."""
-    try:
-        with fsspec.open(uri, "r") as f:
-            data: dict[str, Any] = json.load(f)
-            return data
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise LakeError(f"cannot read the maintenance report {uri} ({type(e).__name__}: {e})") from None
+    return maintenance_job(p, args).command(master or p.spark_master())
 
 
 def maintenance_record(
@@ -532,9 +519,58 @@ def maintenance_record(
     }
 
 
+MAX_RECORDED_ERROR = 4000  # characters of a job's error kept in the maintenance record (ZooKeeper)
+
+
+def maintain(
+    p: Pipeline, grant: LeaseGrant, *, started_at: float, cleaned: dict[str, Any] | None,
+    runner: JobRunner | None = None, optimize: bool = True, vacuum: bool = True, tables: bool = True,
+) -> tuple[dict[str, Any], CdcError | None]:
+    """The maintenance run after its cleanup, written once for the CLI (`MaintenanceRun`) and the DAG
+    (`CdcMaintenanceOperator`): the Spark job spark_apps/maintain_tables.py over the pipeline's tables, found
+    now (`runner`: default spark-submit in a subprocess; `tables=False`: no job), then the run's record in
+    ZooKeeper, fenced, with `cleaned` (the cleanup's result) and the job's report. Returns the record and the
+    job's error (cdc_core.lake.job_outcome), for the caller to raise once it has let go of what it holds. A
+    fenced job raises `Fenced` at once: nothing can be recorded under a lost lease."""
+    report: dict[str, Any] | None = None
+    error: CdcError | None = None
+    if tables:
+        report, error = _maintain_tables(p, grant, started_at, runner, optimize=optimize, vacuum=vacuum)
+    record = maintenance_record(
+        grant=grant, started_at=started_at, finished_at=time.time(), cleanup_result=cleaned, report=report,
+        error=None if error is None else f"{type(error).__name__}: {error}"[:MAX_RECORDED_ERROR],
+    )
+    p.coordinator.record_maintenance(grant, record)
+    _log("maintenance.recorded", p.name, grant, status=record["status"], tables=len(record["tables"]))
+    return record, error
+
+
+def _maintain_tables(
+    p: Pipeline, grant: LeaseGrant, started_at: float, runner: JobRunner | None, *, optimize: bool, vacuum: bool
+) -> tuple[dict[str, Any] | None, CdcError | None]:
+    """The maintenance job over the pipeline's tables: its report (None when it wrote none) and its error."""
+    found = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
+    if not found:
+        _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
+        return {"tables": [], "totals": {}, "errors": []}, None
+    uri = report_uri(p, grant, started_at)
+    job = maintenance_job(p, maintenance_application_args(p, grant, found, uri, optimize=optimize, vacuum=vacuum))
+    _log("maintenance.submitting", p.name, grant, tables=len(found))
+    t0 = time.time()
+    outcome = spark_jobs.run_job(p, grant, job, JobRef.maintenance(p.name, grant.holder, grant.token),
+                                 runner or SparkSubmitRunner(p.spark_master()), report=uri)
+    if isinstance(outcome.error, Fenced):
+        raise outcome.error
+    _log("maintenance.job_done", p.name, grant, status="ok" if outcome.ok else "failed", rc=outcome.rc,
+         secs=f"{time.time() - t0:.1f}")
+    return (None if outcome.report is None else dict(outcome.report)), outcome.error
+
+
 @dataclass
 class MaintenanceRun:
-    """The CLI's maintenance (the DAG runs the same steps as tasks): lease, cleanup, Spark job, record."""
+    """The CLI's maintenance (the DAG runs the same steps as tasks): lease, cleanup, then `maintain` (the Spark
+    job and the record), release. `runner`: how spark-submit's command is run (a test runs the job in its own
+    Spark session)."""
 
     p: Pipeline
     holder: str
@@ -542,69 +578,27 @@ class MaintenanceRun:
     optimize: bool = True
     vacuum: bool = True
     tables: bool = True
-    runner: Callable[[list[str], dict[str, str]], subprocess.CompletedProcess[str]] | None = None
-    result: dict[str, Any] = field(default_factory=dict)
+    runner: SubprocessRun | None = None
 
     def run(self) -> dict[str, Any]:
         p = self.p
         wait = p.config.maintenance.lease_wait_seconds if self.wait_seconds is None else self.wait_seconds
         grant = acquire_waiting(p, self.holder, wait)
         started = time.time()
-        cleaned: dict[str, Any] | None = None
-        report: dict[str, Any] | None = None
-        error: str | None = None
         try:
             cleaned = cleanup(p, grant, batched=False)
-            if self.tables:
-                report, error = self._tables(grant, started)
-            record = maintenance_record(grant=grant, started_at=started, finished_at=time.time(),
-                                        cleanup_result=cleaned, report=report, error=error)
-            p.coordinator.record_maintenance(grant, record)
-            _log("maintenance.recorded", p.name, grant, status=record["status"], tables=len(record["tables"]))
+            runner = SparkSubmitRunner(p.spark_master(), self.runner) if self.runner else None
+            record, error = maintain(p, grant, started_at=started, cleaned=cleaned, runner=runner,
+                                     optimize=self.optimize, vacuum=self.vacuum, tables=self.tables)
         finally:
             p.release(grant)
         if error is not None:
-            raise LakeError(f"pipeline {p.name!r}: maintenance failed: {error}; it is safe to run again")
+            raise error
         return record
-
-    def _tables(self, grant: LeaseGrant, started: float) -> tuple[dict[str, Any] | None, str | None]:
-        p = self.p
-        tables = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
-        if not tables:
-            _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
-            return {"tables": [], "totals": {}, "errors": []}, None
-        uri = report_uri(p, grant, started)
-        args = maintenance_application_args(p, grant, tables, uri, optimize=self.optimize, vacuum=self.vacuum)
-        cmd = maintenance_submit_command(p, args)
-        env = p.spark_job_env()  # with the ZooKeeper credential the job's fence check needs
-        _log("maintenance.submitting", p.name, grant, tables=len(tables))
-        t0 = time.time()
-        with keep_lease(p, grant) as keeper:
-            proc = (self.runner or _run_subprocess)(cmd, env)
-        report = read_report(uri)
-        if keeper.lost is not None:
-            raise keeper.lost
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-            if proc.returncode == Fenced.exit_code:
-                raise Fenced(
-                    f"pipeline {p.name!r}: the maintenance job was fenced: {tail}",
-                    holder=grant.holder,
-                    token=grant.token,
-                )
-            if proc.returncode == ConfigError.exit_code:
-                raise ConfigError(f"pipeline {p.name!r}: the maintenance job refused its settings:\n{tail}")
-            return report, f"the maintenance job exited {proc.returncode}. Last output:\n{tail}"
-        _log("maintenance.job_done", p.name, grant, secs=f"{time.time() - t0:.1f}")
-        return report, None
-
-
-def _run_subprocess(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
 
 
 __all__ = [
     "LakeTable", "LeaseKeeper", "MaintenanceRun", "acquire_waiting", "clean_staging", "cleanup", "cleanup_after_ack",
-    "discover_tables", "maintenance_application_args", "maintenance_record", "maintenance_status",
-    "maintenance_submit_command", "prune_records", "read_report", "report_uri", "table_status",
+    "discover_tables", "maintain", "maintenance_application_args", "maintenance_job", "maintenance_record",
+    "maintenance_status", "maintenance_submit_command", "prune_records", "report_uri", "table_status",
 ]

@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +45,8 @@ from cdc_core.capture.source import (
 )
 from cdc_core.coordination import LeaseGrant, LeaseKeeper, PipelineCoordinator, WindowRecord, make_zk_client
 from cdc_core.lake import delta_state, merge_client, object_store, staging
+from cdc_core.lake.job_outcome import JobRef
+from cdc_core.lake.job_runner import JobRunner, MergeServerRunner, SparkSubmitRunner
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import (
     SparkJob,
@@ -58,7 +59,7 @@ from cdc_core.lake.spark_conf import (
 )
 from cdc_core.model import faults, holders, lake_registry, layout, retention, snapshot_state, sources, windows
 from cdc_core.model.config import PipelineConfig
-from cdc_core.model.errors import ConfigError, Fenced, LakeError, LeaseHeld, StagingError, StateConflict
+from cdc_core.model.errors import ConfigError, LakeError, LeaseHeld, StagingError, StateConflict
 from cdc_core.model.lake_writers import route_target_pattern
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.logfmt import iso_seconds, kv
@@ -69,7 +70,7 @@ from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.sources import unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
-from cdc_core.run import snapshot_steps
+from cdc_core.run import snapshot_steps, spark_jobs
 
 log = logging.getLogger("cdc.pipeline")
 
@@ -624,60 +625,38 @@ class Pipeline:
         env.pop(merge_client.ADDRESS_ENV, None)
         return argv, env
 
-    def _merge_on_server(self, address: str, grant: LeaseGrant, seq: int) -> subprocess.CompletedProcess[str]:
-        """The merge job's outcome from the merge server, shaped as spark-submit's; an unreachable server (or
-        one killed before answering) fails the step with a retryable LakeError, never skips it."""
-        server = self.config.spark.merge_server
-        timeout = server.timeout_seconds if server else None
-        args = self.merge_application_args(grant, seq)
-        try:
-            answer = merge_client.request_merge(address, args, timeout=timeout)
-        except merge_client.MergeServerUnavailable as e:
-            raise merge_client.MergeServerUnavailable(
-                f"pipeline {self.name!r}: merge of window {seq} failed: {e}"
-            ) from e
-        return subprocess.CompletedProcess(["merge-server", address], answer.rc, answer.stdout, answer.stderr)
+    def merge_runner(self, seq: int, submit: JobRunner | None = None) -> JobRunner:
+        """Who runs window `seq`'s merge job: the pipeline's merge server when one is configured (the warm
+        option, `merge_server_address`), else `submit` (default: spark-submit in a subprocess, the CLI's; the
+        DAG's operator passes its SparkSubmitHook's)."""
+        address = self.merge_server_address()
+        if address:
+            server = self.config.spark.merge_server
+            return MergeServerRunner(address, server.timeout_seconds if server else None,
+                                     f"pipeline {self.name!r}: merge of window {seq}")
+        return submit or SparkSubmitRunner(self.spark_master())
 
-    def merge_locally(self, grant: LeaseGrant, seq: int) -> dict[str, Any]:
-        """Run the merge job with spark-submit in a subprocess (CLI path; the DAG uses SparkSubmitOperator), or
-        on the pipeline's merge server when one is configured (the warm option, `merge_server_address`)."""
+    def merge_locally(self, grant: LeaseGrant, seq: int, submit: JobRunner | None = None) -> dict[str, Any]:
+        """The merge step (CLI and DAG alike): run window `seq`'s merge job (`merge_runner`: the merge server
+        when one is configured, else `submit`, default spark-submit in a subprocess) under the run's lease, and
+        raise what a failed job came to (cdc_core.lake.job_outcome: `Fenced` for a job that found the lease
+        lost, `ConfigError` / `SchemaConflict` that no retry can fix, else a retryable error)."""
         manifest = self.manifest(seq)
         if not manifest.tables:
             self.log_event("window.merge_skipped", grant, seq=seq, reason="empty")
             return {"seq": seq, "skipped": "empty"}
-        self.renew(grant)
         server = self.merge_server_address()
+        runner = self.merge_runner(seq, submit)
         self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
                        **({"merge_server": server} if server else {}))
         t0 = time.time()
-        with self.keep_lease(grant):
-            if server:  # the warm option: the same job, run by a long-running merge server
-                proc = self._merge_on_server(server, grant, seq)
-            else:
-                proc = subprocess.run(
-                    self.spark_submit_command(grant, seq), env=self.spark_job_env(), capture_output=True, text=True,
-                    check=False,
-                )
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-            if proc.returncode == Fenced.exit_code:  # the job's own lease check: this run is a zombie
-                raise Fenced(
-                    f"pipeline {self.name!r}: the merge job of window {seq} refused to write: run {grant.holder!r} "
-                    f"(token {grant.token:#x}) no longer holds the lease, so the job stopped writing (what it may have "
-                    "committed before is this same immutable window, idempotently). Stop this run: the lease holder "
-                    f"lands the window. Last output:\n{tail}",
-                    holder=grant.holder,
-                    token=grant.token,
-                )
-            # The job's own error line (`merge_window: <Error>: <what to do>`; spark-submit may put it on stdout)
-            # comes before Spark's shutdown logs.
-            lines = f"{proc.stdout}\n{proc.stderr}".splitlines()
-            said = next((ln for ln in reversed(lines) if ln.startswith("merge_window: ")), None)
-            raise LakeError(
-                f"pipeline {self.name!r}: merge of window {seq} failed (exit {proc.returncode})"
-                + (f": {said.removeprefix('merge_window: ')}" if said else "")
-                + f"; the step is safe to retry once that is fixed. Last output:\n{tail}"
-            )
+        if server:  # started with the pipeline's jars, confs and credentials: a request carries the arguments
+            job = SparkJob(application=str(MERGE_JOB), args=self.merge_application_args(grant, seq),
+                           name=f"cdc-merge-{self.name}-{seq}", jars="", conf={}, env={})
+        else:
+            job = self.merge_job(grant, seq)
+        ref = JobRef.merge(self.name, seq, grant.holder, grant.token)
+        spark_jobs.run_job(self, grant, job, ref, runner).raise_error()
         self.log_event("window.merged", grant, seq=seq, secs=f"{time.time() - t0:.1f}")
         faults.point("after_merge")
         return {"seq": seq, "merged": True, "secs": round(time.time() - t0, 2)}
@@ -845,15 +824,17 @@ class Pipeline:
         """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
         try:
             fs, root = fsspec.core.url_to_fs(self.reports_dir())
-            found = fs.glob(f"{root}/w{seq:010d}-*.json")
-            if not found:
+            # One report per fencing token (layout.merge_report_uri): the newest token is the run that last
+            # merged the window.
+            found = {f: layout.merge_report_key(f) for f in fs.glob(f"{root}/w{seq:010d}-*.json")}
+            tokens = {f: key[1] for f, key in found.items() if key is not None and key[0] == seq}
+            if not tokens:
                 return None
-            # One report per fencing token: the newest token is the run that last merged the window.
-            newest = max(found, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0], 16))
+            newest = max(tokens, key=tokens.__getitem__)
             with fs.open(newest, "r") as f:
                 report: dict[str, Any] = json.load(f)
             return report
-        except (OSError, ValueError, IndexError) as e:
+        except (OSError, ValueError) as e:
             log.warning("%s", kv(event="merge.report_unreadable", pipeline=self.name, seq=seq, reason=str(e)))
             return None
 

@@ -6,10 +6,12 @@
   compacted; when a pipeline run holds it, it waits up to `maintenance.lease_wait_seconds` (that run
   ends soon), then skips the whole run (the next scheduled maintenance tries again).
 - `clean_up`: staged windows and ZooKeeper window records past their retention (a full pass).
-- `maintain_tables` (`CdcMaintenanceOperator`, a spark-submit through `SparkSubmitHook`):
-  spark_apps/maintain_tables.py over the pipeline's tables, found at execute time, while a `LeaseKeeper`
-  renews the lease; then the run's result (the cleanup's and the job's report) is recorded in ZooKeeper,
-  fenced, for the monitor. The lease grant and the cleanup's result come as TaskFlow results.
+- `maintain_tables` (`CdcMaintenanceOperator`): `cdc_core.run.housekeeping.maintain`, the CLI's, with a
+  spark-submit through `SparkSubmitHook` as its runner: spark_apps/maintain_tables.py over the pipeline's
+  tables, found at execute time, while a `LeaseKeeper` renews the lease; then the run's result (the
+  cleanup's and the job's report) is recorded in ZooKeeper, fenced, for the monitor. The job's error
+  decides the task's state as the merge's does (`cdc_airflow.states`). The lease grant and the cleanup's
+  result come as TaskFlow results.
 - `release_lease` is `cdc_airflow.tasks.release_lease` (the same grant argument).
 
 The logic is `cdc_core.run.housekeeping`; this module only maps it onto Airflow.
@@ -17,15 +19,13 @@ The logic is `cdc_core.run.housekeeping`; this module only maps it onto Airflow.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import get_current_context, task
 
-from cdc_airflow.operators import SparkJobOperator, build_job_submit
+from cdc_airflow.operators import SparkJobOperator
 from cdc_airflow.states import raise_for
 from cdc_airflow.tasks import LEASE_TASK, _step, holder_for, lease_grant
 from cdc_core.model.errors import CdcError
@@ -77,50 +77,18 @@ class CdcMaintenanceOperator(SparkJobOperator):
         from cdc_core.run import housekeeping
 
         grant = lease_grant(self.grant, self.task_id)
-        started = time.time()
         hook = CdcPipelineHook(self.pipeline)
         try:
             with hook.pipeline() as p:
-                tables = housekeeping.discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
-                report_uri = housekeeping.report_uri(p, grant, started)
-                submit = build_job_submit(
-                    pipeline=self.pipeline,
-                    job="maintenance job",
-                    name=f"cdc-maintain-{self.pipeline}",
-                    application=str(housekeeping.MAINTENANCE_JOB),
-                    args=housekeeping.maintenance_application_args(p, grant, tables, report_uri),
-                    conf=p.spark_conf(),
-                    jars=p.spark_jars(),
-                    python=sys.executable,
-                    path=os.environ.get("PATH", ""),
-                    secrets=hook.secrets(p),
-                    zk_auth=p.zk_auth(),  # the same lookup as the CLI's (Pipeline.spark_job_env)
-                    store=p.store,
+                record, error = housekeeping.maintain(
+                    p, grant, started_at=time.time(), cleaned=self.cleaned,
+                    runner=self.runner(p, hook.secrets(p), "maintenance job"),
                 )
-                p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
-                error: str | None = None
-                if tables:
-                    self.log.info("maintenance.submit pipeline=%s tables=%s", self.pipeline, len(tables))
-                    try:
-                        with housekeeping.keep_lease(p, grant) as keeper:
-                            self.run_job(submit)
-                    except Exception as e:  # recorded below, then re-raised
-                        error = f"{type(e).__name__}: {str(e)[-2000:]}"
-                    report = housekeeping.read_report(report_uri)
-                    if keeper.lost is not None:
-                        raise keeper.lost
-                else:
-                    self.log.info("maintenance.no_tables pipeline=%s lake=%s", self.pipeline, p.lake_root)
-                    report = {"tables": [], "totals": {}, "errors": []}
-                record = housekeeping.maintenance_record(
-                    grant=grant, started_at=started, finished_at=time.time(), cleanup_result=self.cleaned,
-                    report=report, error=error,
-                )
-                p.coordinator.record_maintenance(grant, record)
+            self.log.info(
+                "maintenance.recorded pipeline=%s status=%s totals=%s", self.pipeline, record["status"],
+                record["totals"],
+            )
+            if error is not None:
+                raise error
         except CdcError as e:
             raise_for(e, self.pipeline)
-        self.log.info(
-            "maintenance.recorded pipeline=%s status=%s totals=%s", self.pipeline, record["status"], record["totals"]
-        )
-        if error is not None:
-            raise RuntimeError(f"pipeline {self.pipeline!r}: the maintenance job failed ({error}); it is safe to retry")

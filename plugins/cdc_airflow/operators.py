@@ -1,12 +1,17 @@
-"""`CdcMergeOperator`: spark-submit of spark_apps/merge_window.py for the run's staged window.
+"""The CDC Spark operators' common part: a pipeline's Spark job run through a `SparkSubmitHook`, and
+`CdcMergeOperator`, the merge step of the run's staged window (spark_apps/merge_window.py).
 
 What to submit is only known once the run has planned and staged its window: the operator gets the
 window (with the lease grant it was planned under) as a TaskFlow result (its templated `window` field,
-rendered by Airflow from plan_window's XCom), asks the pipeline for the job's arguments, Spark confs and
-Delta jars (`build_job_submit`, pure), and hands them to a `SparkSubmitHook` built for this one
-submission (`spark_submit_hook`); the operator's own fields never change at execute time. An empty
-window (no captured table has changes) never starts Spark: the task is skipped, and the ack step still
-runs.
+rendered by Airflow from plan_window's XCom) and runs the pipeline's merge step (`Pipeline.merge_locally`,
+the CLI's), handing it the Airflow way to run a job (`HookRunner`): a `SparkSubmitHook` built for this one
+submission (`spark_submit_hook`, from `build_job_submit`, pure); the operator's own fields never change at
+execute time. The step decodes what the job came to with the one codec (cdc_core.lake.job_outcome), so the
+task's state follows from the job's exit code as the CLI's exit code does (`cdc_airflow.states`): a
+configuration or schema error fails without retries, a fenced job fails at once, anything else is retried.
+The provider's hook raises a plain AirflowException for every failed spark-submit; `hook_exit` reads the
+exit code and output tail back from it. An empty window (no captured table has changes) never starts
+Spark: the task is skipped, and the ack step still runs.
 
 Credentials never reach the command line: the job's arguments carry paths, names and the fencing
 token only (`build_job_submit` refuses any argument or conf that contains a known secret). ZooKeeper
@@ -18,15 +23,17 @@ Airflow's log masker (`CdcPipelineHook`).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from cdc_core.lake.spark_conf import spark_env
+from cdc_core.lake.job_outcome import JobExit
+from cdc_core.lake.spark_conf import SparkJob, spark_env
 from cdc_core.model.config import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
 from cdc_core.model.errors import CdcError, ConfigError
 
@@ -164,9 +171,29 @@ def spark_submit_hook(conn_id: str, submit: JobSubmit) -> SparkSubmitHook:
     return SparkSubmitHook(**spark_submit_hook_kwargs(conn_id, submit))
 
 
+HOOK_TAIL_MARK = "Last spark-submit output:"  # where the provider's exception text starts the job's output
+_HOOK_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+
+
+def hook_exit(hook: Any, err: BaseException) -> JobExit | None:
+    """What a spark-submit that `SparkSubmitHook.submit` raised `err` for came to, for the codec
+    (cdc_core.lake.job_outcome): the process's exit code (the hook's Popen, `_submit_sp`, else the code its
+    message states) and the output tail the provider appends to the message (masked). None when no
+    spark-submit ended with a failing exit code (the hook failed before or after it: re-raise `err`)."""
+    rc = getattr(getattr(hook, "_submit_sp", None), "returncode", None)
+    text = str(err)
+    if not isinstance(rc, int):
+        stated = _HOOK_EXIT_CODE.search(text)
+        rc = int(stated.group(1)) if stated else None
+    if not rc:
+        return None
+    _, marked, tail = text.partition(HOOK_TAIL_MARK)
+    return JobExit(rc, tail.strip() if marked else text)
+
+
 class SparkJobOperator(BaseOperator):
-    """Base of the CDC Spark operators: runs one `JobSubmit` through a `SparkSubmitHook`, and kills it
-    with the task (`on_kill`)."""
+    """Base of the CDC Spark operators: runs one `JobSubmit` through a `SparkSubmitHook` (`run_job`), and kills
+    it with the task (`on_kill`); `runner` is that as the `JobRunner` the pipeline's steps take."""
 
     def __init__(self, *, pipeline: str, conn_id: str = "spark_local", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -174,24 +201,68 @@ class SparkJobOperator(BaseOperator):
         self.conn_id = conn_id
         self._running: SparkSubmitHook | None = None  # the submission in flight, for on_kill only
 
-    def run_job(self, submit: JobSubmit) -> None:
+    def run_job(self, submit: JobSubmit) -> JobExit:
+        """spark-submit `submit` and say how it ended: the hook's failure is the job's exit code and output
+        tail (`hook_exit`), not a plain AirflowException, so the caller decodes it as the CLI does."""
         hook = spark_submit_hook(self.conn_id, submit)
         self._running = hook
         try:
             hook.submit(submit.application)
+        except AirflowException as e:
+            ended = hook_exit(hook, e)
+            if ended is None:
+                raise
+            return ended
         finally:
             self._running = None
+        return JobExit(0)
+
+    def runner(self, p: Any, secrets: Sequence[str], job: str) -> HookRunner:
+        """The `JobRunner` of this task for the open pipeline `p` (`job`: "merge job", for messages)."""
+        return HookRunner(self, p.name, job, tuple(secrets), p.zk_auth(), getattr(p, "store", None))
 
     def on_kill(self) -> None:
         if self._running is not None:
             self._running.on_kill()
 
 
+@dataclass(frozen=True)
+class HookRunner:
+    """The Airflow way to run a pipeline's Spark job (a `cdc_core.lake.job_runner.JobRunner`): its pieces
+    checked for secrets and built into a `JobSubmit` (`build_job_submit`, with the same environment as the
+    CLI's), then submitted by `operator` through a `SparkSubmitHook`."""
+
+    operator: SparkJobOperator
+    pipeline: str
+    job: str
+    secrets: tuple[str, ...] = field(repr=False)
+    zk_auth: str | None = field(repr=False)
+    store: Any = field(repr=False)
+
+    def __call__(self, job: SparkJob) -> JobExit:
+        submit = build_job_submit(
+            pipeline=self.pipeline,
+            job=self.job,
+            name=job.name,
+            application=job.application,
+            args=job.args,
+            conf=job.conf,
+            jars=job.jars,
+            python=sys.executable,
+            path=os.environ.get("PATH", ""),
+            secrets=self.secrets,
+            zk_auth=self.zk_auth,  # the same lookup as the CLI's (Pipeline.spark_job_env)
+            store=self.store,
+        )
+        return self.operator.run_job(submit)
+
+
 class CdcMergeOperator(SparkJobOperator):
-    """MERGE the run's staged window into Delta with spark_apps/merge_window.py: through spark-submit (the
-    Spark connection), or, with the warm option (`spark.merge_server.address`, or CDC_MERGE_SERVER in the
-    worker's environment), on the pipeline's long-running merge server (`cdc merge-server`), exactly as
-    `cdc run` does: the same job, fence and idempotent writes; a server that is down fails the task with a
+    """MERGE the run's staged window into Delta with spark_apps/merge_window.py, through the pipeline's merge
+    step (`Pipeline.merge_locally`, the CLI's): spark-submit through a `SparkSubmitHook` (the Spark
+    connection), or, with the warm option (`spark.merge_server.address`, or CDC_MERGE_SERVER in the worker's
+    environment), on the pipeline's long-running merge server (`cdc merge-server`), exactly as `cdc run`
+    does: the same job, fence, idempotent writes and outcome; a server that is down fails the task with a
     retryable error, never a skip and no silent fallback to spark-submit.
 
     :param pipeline: the pipeline's name in the configuration file.
@@ -211,43 +282,16 @@ class CdcMergeOperator(SparkJobOperator):
         from cdc_airflow.hooks import CdcPipelineHook
         from cdc_airflow.states import raise_for
         from cdc_airflow.tasks import window_lease
-        from cdc_core.run.pipeline import MERGE_JOB
 
         grant, seq = window_lease(self.window, self.task_id, context["ti"])
         hook = CdcPipelineHook(self.pipeline)
         try:
             with hook.pipeline() as p:
-                manifest = p.manifest(seq)  # the staged window, verified against its stored plan
-                if not manifest.tables:
-                    raise AirflowSkipException(
-                        f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
-                        "nothing to merge (the ack step records the empty window)"
-                    )
-                server = p.merge_server_address()
-                if server:  # the warm option: the pipeline's merge server runs the same job
-                    self.log.info("window.merge pipeline=%s seq=%s merge_server=%s", self.pipeline, seq, server)
-                    result = p.merge_locally(grant, seq)
-                    self.log.info("window.merged pipeline=%s seq=%s secs=%s", self.pipeline, seq, result.get("secs"))
-                    return
-                p.renew(grant)  # fail now, not after a Spark start, if the lease was lost
-                submit = build_merge_submit(
-                    p,
-                    grant,
-                    seq,
-                    application=str(MERGE_JOB),
-                    python=sys.executable,
-                    path=os.environ.get("PATH", ""),
-                    secrets=hook.secrets(p),
-                    zk_auth=p.zk_auth(),  # the same lookup as the CLI's (Pipeline.spark_job_env)
-                )
-                self.log.info(
-                    "window.merge pipeline=%s seq=%s tables=%s changes=%s",
-                    self.pipeline,
-                    seq,
-                    len(manifest.tables),
-                    manifest.changes,
-                )
-                with p.keep_lease(grant):  # a window of many tables may merge for longer than the lease
-                    self.run_job(submit)
+                result = p.merge_locally(grant, seq, submit=self.runner(p, hook.secrets(p), "merge job"))
         except CdcError as e:
             raise_for(e, self.pipeline)
+        if result.get("skipped"):
+            raise AirflowSkipException(
+                f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
+                "nothing to merge (the ack step records the empty window)"
+            )

@@ -5,11 +5,15 @@ One decision (`task_state`), read from the error's own fields (`cdc_core.model.e
 Airflow understands. Every task and operator of the CDC DAGs maps its errors here.
 
 - `LeaseHeld` (another run holds the lease): skipped, the message naming the holder and the expiry.
-- not `retryable` (`ConfigError`, `Fenced`: fails the same way until someone acts): failed, no retries.
+- not `retryable` (`ConfigError`, `SchemaConflict`, `Fenced`: fails the same way until someone acts):
+  failed, no retries.
 - while checking a request (the backfill form, a cancel), one that `rejects_request` (`PositionPurged`,
   `UnknownTable`, `StateConflict`): failed, no retries (`RequestRefused`).
 - anything else (source, ZooKeeper, staging, lake hiccups; errors that are not CDC errors): failed,
   retried with back-off.
+
+A Spark job's failure arrives here as the CdcError its exit code stands for: the Spark operators decode
+it with the CLI's codec (cdc_core.lake.job_outcome), not as the provider's plain AirflowException.
 """
 
 from __future__ import annotations

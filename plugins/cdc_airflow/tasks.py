@@ -13,7 +13,7 @@ Task states come from the error, in one place (`cdc_airflow.states.task_state`):
 - another run holds the lease -> `acquire_lease` is skipped (message names the holder and expiry),
   and so is everything downstream, `release_lease` included: it only ever releases a grant this run
   acquired.
-- a configuration error or a lost lease -> failed without retries (`AirflowFailException`).
+- a configuration error, a schema conflict or a lost lease -> failed without retries (`AirflowFailException`).
 - anything else (source, ZooKeeper, staging, lake hiccups) -> failed, retried with back-off.
 
 A failed step is noted for the monitor page by one callback, `failure_note` (the DAGs set it as

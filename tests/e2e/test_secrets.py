@@ -157,7 +157,7 @@ def test_no_secret_in_logs_xcoms_db_command_lines_files_nodes_or_the_monitor(
             assert xcoms >= 2  # the grant and the window step were there to search
             # `airflow dags test` runs the tasks in-process: their logs are in its output (searched above),
             # and whatever it writes under AIRFLOW_HOME is searched too.
-            assert "window.merge pipeline=" in result.output and "lease.acquired" in result.output, result.explain()
+            assert "window.merging pipeline=" in result.output and "lease.acquired" in result.output, result.explain()
     finally:
         owner.delete(case.zk_root, recursive=True)  # ACL'd nodes: the fixture's open client may not
         owner.stop()

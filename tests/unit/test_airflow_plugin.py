@@ -163,6 +163,7 @@ S = states.TaskState
         (LeaseHeld("held", holder="x", expires_at=1.0, token=1), S.SKIP, S.SKIP),
         (ConfigError("bad"), S.FAIL, S.FAIL),
         (Fenced("lost", holder="x", token=1), S.FAIL, S.FAIL),
+        (SchemaConflict("conflict"), S.FAIL, S.FAIL),  # the same window meets the same table again
         (PositionPurged("gone"), S.RETRY, S.FAIL),
         (UnknownTable("no such table"), S.RETRY, S.FAIL),
         (StateConflict("window pending"), S.RETRY, S.FAIL),
@@ -171,7 +172,6 @@ S = states.TaskState
         (MissingKey("no key"), S.RETRY, S.RETRY),
         (UnsupportedType("type"), S.RETRY, S.RETRY),
         (StagingError("incomplete"), S.RETRY, S.RETRY),
-        (SchemaConflict("conflict"), S.RETRY, S.RETRY),
         (LakeError("merge failed"), S.RETRY, S.RETRY),
         (CdcError("other"), S.RETRY, S.RETRY),
         (RuntimeError("not ours"), S.RETRY, S.RETRY),
@@ -481,94 +481,172 @@ def test_zookeeper_connection_from_the_environment_for_the_cli() -> None:
 # ------------------------------------------------------------------------------ the Spark operators
 
 
-class _Manifest:
-    tables = {"shop.orders": {}}
-    changes = 12
+def _open_pipeline(monkeypatch: pytest.MonkeyPatch, events: list[str], *, tables: int = 1) -> Any:
+    """A real `Pipeline` (the merge step and the maintenance run are the product's own) whose outside systems
+    are stubs: ZooKeeper renews and records, the staged window has `tables` tables."""
+    from types import SimpleNamespace
 
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.config import PipelineConfig
+    from cdc_core.run.pipeline import Pipeline
 
-class _OpenPipeline(StubPipeline):
-    source = type("Src", (), {"password": "dbpw"})()
-    store = None
-
-    def manifest(self, seq: int) -> Any:
-        return _Manifest()
-
-    def renew(self, grant: Any) -> Any:
-        return grant
-
-    def zk_auth(self) -> str:
-        return "zkuser:zkpw"
-
-    def merge_application_args(self, grant: Any, seq: int) -> list[str]:
-        return ["--seq", str(seq), "--token", str(grant.token)]
-
-    server: str | None = None  # the warm option's merge server (spark.merge_server / CDC_MERGE_SERVER)
-    merged_on_server: list[tuple[Any, int]] = []
-
-    def merge_server_address(self) -> str | None:
-        return self.server
-
-    def merge_locally(self, grant: Any, seq: int) -> dict[str, Any]:
-        _OpenPipeline.merged_on_server.append((grant, seq))
-        return {"seq": seq, "merged": True, "secs": 1.0}
-
-    events: list[str] = []  # what happened around the Spark job, in order
+    cfg = PipelineConfig(name="orders", source={"conn_id": "x"}, tables={"include": ["shop.*"]},
+                         staging_root="/nonexistent/staging", lake_root="/nonexistent/lake")
+    coordinator: Any = SimpleNamespace(
+        renew=lambda grant, ttl: grant,
+        record_maintenance=lambda grant, record: events.append(f"record {record['status']}"),
+    )
+    p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="dbpw"), coordinator=coordinator)
+    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("shop.orders",) * tables, changes=12))
+    monkeypatch.setattr(p, "spark_jars", lambda: "/jars/delta.jar")
+    monkeypatch.setattr(p, "zk_auth", lambda: "zkuser:zkpw")
+    monkeypatch.setattr(p, "merge_application_args", lambda g, seq: ["--seq", str(seq), "--token", str(g.token)])
+    monkeypatch.setattr(p, "merge_server_address", lambda: None)
 
     @contextlib.contextmanager
-    def keep_lease(self, grant: Any) -> Iterator[None]:
-        _OpenPipeline.events.append(f"keep lease {grant.token:#x}")
-        yield
-        _OpenPipeline.events.append("lease kept")
+    def keep_lease(grant: Any) -> Iterator[Any]:
+        events.append(f"keep lease {grant.token:#x}")
+        yield SimpleNamespace(lost=None)
+        events.append("lease kept")
+
+    monkeypatch.setattr(p, "keep_lease", keep_lease)
+    return p
+
+
+class _SparkSubmitHooks:
+    """Stands in for the provider's `SparkSubmitHook`: records each submission, and fails it the way the
+    provider does (a plain AirflowException; the process's exit code on its Popen) when `rc` says so."""
+
+    def __init__(self, events: list[str], rc: int = 0, output: str = "") -> None:
+        self.events, self.rc, self.output = events, rc, output
+        self.submitted: list[tuple[dict[str, Any], str]] = []
+
+    def __call__(self, conn_id: str, submit: Any) -> Any:
+        outer = self
+
+        class Hook:
+            _submit_sp: Any = None
+
+            def submit(self, application: str) -> None:
+                from types import SimpleNamespace
+
+                from airflow.sdk.exceptions import AirflowException
+
+                outer.submitted.append((operators.spark_submit_hook_kwargs(conn_id, submit), application))
+                outer.events.append("spark-submit")
+                self._submit_sp = SimpleNamespace(returncode=outer.rc)
+                if outer.rc:
+                    raise AirflowException(
+                        f"Cannot execute: spark-submit {application}. Error code is: {outer.rc}.\n"
+                        f"Last spark-submit output:\n{outer.output}"
+                    )
+
+        return Hook()
 
 
 class _FakeHook:
-    def __init__(self, pipeline: str, *a: Any, **kw: Any) -> None:
-        self.pipeline_name = pipeline
+    """`CdcPipelineHook` opening the pipeline `p`."""
 
-    from contextlib import contextmanager
+    def __init__(self, p: Any) -> None:
+        self.p = p
 
-    @contextmanager
-    def pipeline(self) -> Any:
-        yield _OpenPipeline()
+    def __call__(self, pipeline: str, *a: Any, **kw: Any) -> _FakeHook:
+        assert pipeline == "orders"
+        return self
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[Any]:
+        yield self.p
 
     @staticmethod
     def secrets(p: Any) -> list[str]:
         return ["dbpw", "zkpw"]
 
 
-def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+def _merge_task(monkeypatch: pytest.MonkeyPatch, rc: int = 0, output: str = "", tables: int = 1) -> Any:
+    from types import SimpleNamespace
+
     from cdc_airflow import hooks
 
-    submitted: list[tuple[dict[str, Any], str]] = []
-
-    class FakeSparkHook:
-        def __init__(self, **kwargs: Any) -> None:
-            self.kwargs = kwargs
-
-        def submit(self, application: str) -> None:
-            submitted.append((self.kwargs, application))
-            _OpenPipeline.events.append("spark-submit")
-
-    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook)
-    monkeypatch.setattr(_OpenPipeline, "events", [])
-    monkeypatch.setattr(
-        operators, "spark_submit_hook", lambda conn_id, submit: FakeSparkHook(
-            **operators.spark_submit_hook_kwargs(conn_id, submit))
-    )
+    events: list[str] = []
+    p = _open_pipeline(monkeypatch, events, tables=tables)
+    spark = _SparkSubmitHooks(events, rc, output)
+    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook(p))
+    monkeypatch.setattr(operators, "spark_submit_hook", spark)
     op = operators.CdcMergeOperator(task_id="merge_window", pipeline="orders", conn_id="spark_unit")
     op.window = {"seq": 7, "kind": "stream"}  # what Airflow renders from plan_window's XCom
-    op.log
-    before = dict(vars(op))
-    op.execute({"ti": _LeaseTI(GRANT)})  # the grant: acquire_lease's current result
-    assert vars(op) == before  # nothing of the operator (fields, provider attributes) changed at execute time
-    ((kwargs, application),) = submitted
+    return SimpleNamespace(op=op, p=p, spark=spark, events=events)
+
+
+def test_merge_operator_submits_through_a_hook_and_never_rewrites_its_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = _merge_task(monkeypatch)
+    t.op.log
+    before = dict(vars(t.op))
+    t.op.execute({"ti": _LeaseTI(GRANT)})  # the grant: acquire_lease's current result
+    assert vars(t.op) == before  # nothing of the operator (fields, provider attributes) changed at execute time
+    ((kwargs, application),) = t.spark.submitted
     assert application.endswith("spark_apps/merge_window.py")
     assert kwargs["conn_id"] == "spark_unit" and kwargs["name"] == "cdc-merge-orders-7"
     assert kwargs["application_args"] == ["--seq", "7", "--token", "3"]
     assert kwargs["env_vars"]["CDC_ZK_AUTH"] == "digest:zkuser:zkpw"  # the environment, never the command line
     assert "zkpw" not in " ".join(kwargs["application_args"]) and "zkpw" not in str(kwargs["conf"])
     # The run's lease is renewed while the job runs (a window of many tables may outlast the lease).
-    assert _OpenPipeline.events == ["keep lease 0x3", "spark-submit", "lease kept"]
+    assert t.events == ["keep lease 0x3", "spark-submit", "lease kept"]
+
+
+@pytest.mark.parametrize(
+    ("rc", "line", "raised", "named"),
+    [
+        (2, "merge_window: ConfigError: spec parallelism must be >= 1, got 0", "fail", "ConfigError"),
+        (7, "merge_window: SchemaConflict: table shop.t column 'a'", "fail", "SchemaConflict"),
+        (5, "merge_window: Fenced: fenced: the lease is now held by token 0x4", "fail", "Fenced"),
+        (4, "merge_window: CoordinationError: ZooKeeper unreachable; retry", CoordinationError, None),
+        (8, "merge_window: LakeError: a table of another pipeline", LakeError, None),
+        (1, "merge_window: unexpected Py4JError: boom", LakeError, None),
+        (137, "", LakeError, None),
+    ],
+)
+def test_the_merge_tasks_state_comes_from_the_jobs_exit_code(
+    monkeypatch: pytest.MonkeyPatch, rc: int, line: str, raised: Any, named: str | None
+) -> None:
+    """SparkSubmitHook raises a plain AirflowException for every failed spark-submit; the operator decodes
+    the exit code as the CLI does: what no retry can fix fails the task at once, anything else is retried."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    t = _merge_task(monkeypatch, rc, f"INFO starting\n{line}\nINFO Shutdown hook called")
+    with pytest.raises(AirflowFailException if raised == "fail" else raised) as e:
+        t.op.execute({"ti": _LeaseTI(GRANT)})
+    if named:
+        assert str(e.value).startswith(f"{named}: pipeline 'orders': ")
+        assert type(e.value.__cause__).__name__ == named
+    else:
+        assert type(e.value) is raised and f"merge of window 7 failed (exit {rc})" in str(e.value)
+    assert t.events == ["keep lease 0x3", "spark-submit", "lease kept"]
+
+
+def test_a_hook_that_failed_before_spark_submit_ended_is_retried_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    t = _merge_task(monkeypatch)
+
+    def no_driver(self: Any, application: str) -> None:
+        raise AirflowException("No driver id is known: something went wrong when executing the spark submit command")
+
+    class Hook:
+        submit = no_driver
+
+    monkeypatch.setattr(operators, "spark_submit_hook", lambda conn_id, submit: Hook())
+    with pytest.raises(AirflowException, match="No driver id is known"):
+        t.op.execute({"ti": _LeaseTI(GRANT)})
+
+
+def test_an_empty_window_skips_the_merge_task_without_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    t = _merge_task(monkeypatch, tables=0)
+    with pytest.raises(AirflowSkipException, match="window 7 has no changes"):
+        t.op.execute({"ti": _LeaseTI(GRANT)})
+    assert t.events == [] and t.spark.submitted == []
 
 
 def test_the_merge_operator_sends_the_window_to_the_merge_server_when_one_is_configured(
@@ -576,17 +654,83 @@ def test_the_merge_operator_sends_the_window_to_the_merge_server_when_one_is_con
 ) -> None:
     """The warm option in the DAG: the pipeline's merge path (`Pipeline.merge_locally`, the CLI's: server
     request, fence and error mapping), no spark-submit."""
-    from cdc_airflow import hooks
+    from airflow.sdk.exceptions import AirflowFailException
 
-    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook)
-    monkeypatch.setattr(_OpenPipeline, "server", "127.0.0.1:7199")
-    monkeypatch.setattr(_OpenPipeline, "merged_on_server", [])
+    from cdc_core.lake import merge_client
+
+    t = _merge_task(monkeypatch)
+    monkeypatch.setattr(t.p, "merge_server_address", lambda: "127.0.0.1:7199")
     monkeypatch.setattr(operators, "spark_submit_hook", lambda *a: pytest.fail("spark-submit with a merge server"))
-    op = operators.CdcMergeOperator(task_id="merge_window", pipeline="orders", conn_id="spark_unit")
-    op.window = {"seq": 7, "kind": "stream"}
-    op.execute({"ti": _LeaseTI(GRANT)})
-    ((grant, seq),) = _OpenPipeline.merged_on_server
-    assert (grant.token, grant.holder, seq) == (GRANT["token"], GRANT["holder"], 7)
+    sent: list[tuple[str, list[str]]] = []
+    answer = merge_client.MergeAnswer(0, "{}\n", "")
+
+    def request(address: str, args: list[str], timeout: float | None = None) -> merge_client.MergeAnswer:
+        sent.append((address, args))
+        return answer
+
+    monkeypatch.setattr(merge_client, "request_merge", request)
+    t.op.execute({"ti": _LeaseTI(GRANT)})
+    assert sent == [("127.0.0.1:7199", ["--seq", "7", "--token", "3"])]
+    answer = merge_client.MergeAnswer(5, "", "merge_window: Fenced: fenced\n")  # the server's answer, decoded alike
+    with pytest.raises(AirflowFailException, match=r"^Fenced: .*no longer holds the lease"):
+        t.op.execute({"ti": _LeaseTI(GRANT)})
+
+
+def test_hook_exit_reads_the_real_providers_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hook_exit` reads the exit code and output tail the Spark provider's own `SparkSubmitHook.submit` leaves
+    when spark-submit fails (a fake spark-submit on PATH): the guard for the provider attribute it reads."""
+    from airflow.sdk.exceptions import AirflowException
+
+    fake = tmp_path / "spark-submit"
+    fake.write_text("#!/bin/sh\necho starting\necho 'merge_window: Fenced: lost' >&2\necho 'INFO Shutdown'\nexit 5\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNIT_FAKE", '{"conn_type": "spark", "host": "local[2]"}')
+    submit = operators.JobSubmit(application="app.py", application_args=[], jars="", conf={}, env_vars={}, name="n")
+    hook = operators.spark_submit_hook("spark_unit_fake", submit)
+    with pytest.raises(AirflowException) as e:
+        hook.submit("app.py")
+    ended = operators.hook_exit(hook, e.value)
+    assert ended is not None and ended.rc == 5
+    assert ended.stdout.splitlines() == ["starting", "merge_window: Fenced: lost", "INFO Shutdown"]
+    # Without the Popen, the exit code the message states.
+    assert operators.hook_exit(object(), e.value) == ended
+    assert operators.hook_exit(object(), AirflowException("No driver id is known")) is None
+
+
+def test_the_maintenance_task_records_the_run_and_fails_as_the_job_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maintenance operator runs the CLI's maintenance (`housekeeping.maintain`) with its hook: the run is
+    recorded (failed), then a configuration error fails the task without retries and a lake error retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from cdc_airflow import hooks
+    from cdc_airflow.maintenance import CdcMaintenanceOperator
+
+    from cdc_core.run import housekeeping
+
+    events: list[str] = []
+    p = _open_pipeline(monkeypatch, events)
+    table = housekeeping.LakeTable("shop.orders", "shop", "orders", "/nonexistent/lake/shop/orders", "table", ())
+    monkeypatch.setattr(housekeeping, "discover_tables", lambda *a, **k: [table])
+    monkeypatch.setattr(hooks, "CdcPipelineHook", _FakeHook(p))
+    op = CdcMaintenanceOperator(task_id="maintain_tables", pipeline="orders", conn_id="spark_unit")
+    op.grant, op.cleaned = GRANT, {"staging": {}}
+
+    monkeypatch.setattr(operators, "spark_submit_hook", _SparkSubmitHooks(events, 2, "maintain_tables: ConfigError: x"))
+    with pytest.raises(AirflowFailException, match=r"^ConfigError: pipeline 'orders': maintenance of the pipeline"):
+        op.execute({})
+    assert events == ["keep lease 0x3", "spark-submit", "lease kept", "record failed"]
+
+    events.clear()
+    monkeypatch.setattr(operators, "spark_submit_hook", _SparkSubmitHooks(events, 8, "maintain_tables: LakeError: t"))
+    with pytest.raises(LakeError, match="safe to retry"):
+        op.execute({})
+    assert events[-1] == "record failed"
+
+    events.clear()
+    monkeypatch.setattr(operators, "spark_submit_hook", _SparkSubmitHooks(events, 5, "maintain_tables: Fenced: x"))
+    with pytest.raises(AirflowFailException, match=r"^Fenced: .*the maintenance job refused to write"):
+        op.execute({})
+    assert "record failed" not in events  # nothing is recorded under a lost lease
 
 
 def test_spark_hook_arguments_are_a_pure_function_of_the_submission() -> None:

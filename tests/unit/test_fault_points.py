@@ -1,8 +1,10 @@
-"""The fault points' half-way trigger (cdc_core.model.faults.midway), with the point itself recorded."""
+"""The fault points: the half-way trigger (cdc_core.model.faults.midway), with the point itself recorded, and the
+raise action."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +47,23 @@ def test_an_overestimate_fires_after_the_last_item(fired) -> None:  # type: igno
 def test_nothing_read_fires_nothing(fired) -> None:  # type: ignore[no-untyped-def]
     assert list(faults.midway([], 40, "mid_stage")) == []
     assert fired == []
+
+
+def test_a_point_can_raise_an_error_of_the_hierarchy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`CDC_FAULT_ACTION=raise:<Error>`: what the Spark job then says and exits with (the DAG tests' hook)."""
+    from cdc_core.model.errors import ConfigError, Fenced
+
+    monkeypatch.setenv("CDC_FAULT", "merge_start")
+    monkeypatch.setenv("CDC_FAULT_ACTION", "raise:Fenced")
+    with pytest.raises(Fenced, match="fault point merge_start: injected Fenced"):
+        faults.point("merge_start")
+    faults.point("mid_merge")  # not armed: nothing happens
+    monkeypatch.setenv("CDC_FAULT_ACTION", "raise:ConfigError")
+    monkeypatch.setenv("CDC_FAULT_ONCE", str(tmp_path / "fired"))
+    with pytest.raises(ConfigError):
+        faults.point("merge_start")
+    faults.point("merge_start")  # fired once already
+    monkeypatch.setenv("CDC_FAULT_ACTION", "raise:KeyError")
+    monkeypatch.delenv("CDC_FAULT_ONCE")
+    with pytest.raises(ValueError, match="not an error of the hierarchy"):
+        faults.point("merge_start")

@@ -202,7 +202,10 @@ def test_the_config_option_and_the_env_override(monkeypatch: pytest.MonkeyPatch)
 
 def test_merge_step_goes_to_the_server_and_keeps_spark_submits_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _pipeline(monkeypatch, merge_server={"address": "127.0.0.1:1"})
-    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", lambda *a, **k: pytest.fail("spark-submit started"))
+    monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", lambda *a, **k: pytest.fail("spark-submit started"))
+    # The server has the pipeline's jars and confs: where the step runs needs none (nor a Spark connection).
+    monkeypatch.setattr(p, "spark_jars", lambda: pytest.fail("local jars for a merge server"))
+    monkeypatch.setattr(p, "spark_master", lambda: pytest.fail("a Spark master for a merge server"))
     sent: list[Any] = []
 
     def answer(rc: int, err: str = "") -> None:
@@ -225,7 +228,7 @@ def test_merge_step_goes_to_the_server_and_keeps_spark_submits_verdicts(monkeypa
 
 def test_an_unreachable_server_fails_the_merge_step(monkeypatch: pytest.MonkeyPatch) -> None:
     p = _pipeline(monkeypatch, merge_server={"address": f"127.0.0.1:{_free_port()}"})
-    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", lambda *a, **k: pytest.fail("spark-submit started"))
+    monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", lambda *a, **k: pytest.fail("spark-submit started"))
     with pytest.raises(mc.MergeServerUnavailable, match="merge of window 7 failed: cannot reach") as e:
         p.merge_locally(GRANT, 7)
     assert e.value.exit_code == 8

@@ -142,7 +142,7 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
 
     monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=["shop.orders"], changes=3))
     monkeypatch.setattr(p, "renew", lambda grant: None)
-    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", run)
+    monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", run)
     monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
     assert p.merge_locally(GRANT, 7)["merged"] is True
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")
@@ -172,22 +172,27 @@ def test_cdc_maintain_uses_the_connection_and_gives_the_job_the_zk_credential(
     p = pipeline(tmp_path, monkeypatch, '{"conn_type":"spark","host":"spark://m1","port":7077}')
     table = housekeeping.LakeTable("shop.orders", "shop", "orders", str(tmp_path / "lake/shop/orders"), "table", ())
     monkeypatch.setattr(housekeeping, "discover_tables", lambda *a, **k: [table])
-    monkeypatch.setattr(housekeeping, "read_report", lambda uri: {"tables": [], "totals": {}, "errors": []})
 
     @contextlib.contextmanager
-    def keep(p: Any, grant: Any) -> Iterator[Any]:
+    def keep(grant: Any) -> Iterator[Any]:
         yield SimpleNamespace(lost=None)
 
-    monkeypatch.setattr(housekeeping, "keep_lease", keep)
+    monkeypatch.setattr(p, "keep_lease", keep)
+    monkeypatch.setattr(p, "renew", lambda grant: grant)
+    recorded: list[dict[str, Any]] = []
+    monkeypatch.setattr(p, "coordinator", SimpleNamespace(record_maintenance=lambda grant, r: recorded.append(r)))
     seen: dict[str, Any] = {}
 
-    def runner(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    def run(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
         seen.update(cmd=cmd, env=env)
+        spec = json.loads(cmd[cmd.index("--spec") + 1])
+        Path(spec["report"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec["report"]).write_text('{"tables": [], "totals": {}, "errors": []}')
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    run = housekeeping.MaintenanceRun(p, "cli/maintain", runner=runner)
-    report, error = run._tables(GRANT, 1_800_000_000.0)
-    assert error is None and report is not None
+    monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", run)  # the CLI's runner: spark-submit
+    record, error = housekeeping.maintain(p, GRANT, started_at=1_800_000_000.0, cleaned=None)
+    assert error is None and record["status"] == "ok" and recorded == [record]
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")
     assert seen["cmd"][seen["cmd"].index("--jars") + 1] == "/jars/delta.jar"  # a cluster's executors get copies
     assert seen["env"]["CDC_ZK_AUTH"] == f"digest:cdc:{ZK_PW}"  # the fence check can authenticate

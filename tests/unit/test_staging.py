@@ -432,3 +432,11 @@ def test_memory_does_not_grow_with_the_window(tmp_path: Path) -> None:
     # Six times the changes; a buffer-everything implementation would need about six times the memory.
     assert large < small * 1.5 + (1 << 20), (small, large)
     assert small < 64 << 20, small  # and the bound itself is small (rows buffered for a few row groups)
+
+
+def test_merge_report_names_read_back_to_their_window_and_token() -> None:
+    uri = layout.merge_report_uri("s3://bucket/staging", "shop.eu1", 42, 0x1A2B)
+    assert uri == "s3://bucket/staging/shop/sources/eu1/reports/w0000000042-1a2b.json"
+    assert layout.merge_report_key(uri) == (42, 0x1A2B)
+    for other in ("maintenance-1a2b-1800000000.json", "w0000000042-zz.json", "w42-1a2b.json", "x/w0000000042-1a2b"):
+        assert layout.merge_report_key(other) is None
