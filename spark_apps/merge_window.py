@@ -93,16 +93,9 @@ from cdc_core.model.merge_semantics import (
 )
 from cdc_core.model.naming import path_component, quote_spark, table_id
 from cdc_core.model.schema_changes import CREATE_TABLE, DROP_DATABASE, SchemaChange
-from cdc_core.model.schema_evolution import (
-    S_COPY,
-    S_REWRITE,
-    PlanContext,
-    SchemaPolicy,
-    SchemaState,
-    Structure,
-    delta_type_of,
-    exact_cast,
-)
+from cdc_core.model.schema_evolution import S_COPY, S_REWRITE, PlanContext, SchemaState, Structure
+from cdc_core.model.schema_policy import SchemaPolicy
+from cdc_core.model.schema_values import delta_type_of, exact_cast
 from cdc_core.model.schema_window import (
     ROLE_MOVED_IN,
     ROLE_OWN,

@@ -42,7 +42,6 @@ from cdc_core.model.schema_evolution import (
     S_RESET,
     S_REWRITE,
     LakeColumn,
-    Literal,
     OpPlan,
     RowStep,
     SchemaState,
@@ -51,6 +50,7 @@ from cdc_core.model.schema_evolution import (
     structure_done,
     translate_columns,
 )
+from cdc_core.model.schema_values import Literal
 
 
 class Runner(Protocol):

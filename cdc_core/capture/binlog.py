@@ -92,7 +92,7 @@ from cdc_core.model.positions import (
     change_version,
 )
 from cdc_core.model.schema_changes import SchemaChange
-from cdc_core.model.schema_evolution import SchemaPolicy
+from cdc_core.model.schema_policy import SchemaPolicy
 from cdc_core.model.types import python_codec
 from cdc_core.model.window_plan import WindowPlan
 from cdc_core.model.windows import QuietTail, TxnBoundary

@@ -22,7 +22,7 @@ from cdc_core.model.errors import SchemaConflict
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import table_id
 from cdc_core.model.schema_changes import DROP_DATABASE, SchemaChange
-from cdc_core.model.schema_evolution import MODE_REFUSE, OSC_GHOST, SchemaPolicy
+from cdc_core.model.schema_policy import MODE_REFUSE, OSC_GHOST, SchemaPolicy
 
 log = logging.getLogger("cdc.binlog")
 

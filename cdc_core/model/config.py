@@ -45,7 +45,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.naming import parse_table_pattern, table_id
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
-from cdc_core.model.schema_evolution import DEFAULT_GHOST_TABLES, DEFAULT_TRASH_TABLES, SchemaPolicy
+from cdc_core.model.schema_policy import DEFAULT_GHOST_TABLES, DEFAULT_TRASH_TABLES, SchemaPolicy
 from cdc_core.model.sources import SOURCE_ID_RE, Route
 from cdc_core.model.window_plan import WindowCaps
 

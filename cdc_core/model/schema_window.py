@@ -30,19 +30,17 @@ from cdc_core.model.schema_changes import (
     SchemaChange,
 )
 from cdc_core.model.schema_evolution import (
-    OSC_GHOST,
-    OSC_TRASH,
     S_COPY,
     LakeColumn,
     OpPlan,
     PlanContext,
-    SchemaPolicy,
     SchemaState,
     Structure,
     marked,
     plan_one,
     with_reread,
 )
+from cdc_core.model.schema_policy import OSC_GHOST, OSC_TRASH, SchemaPolicy
 
 ROLE_OWN = "own"  # the change acts on this lake table
 ROLE_MOVED_IN = "moved_in"  # the table takes another lake table's rows and record (a rename's target)

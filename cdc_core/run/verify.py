@@ -167,7 +167,7 @@ def compare_columns(
     from cdc_core.model.changes import SourceColumn
     from cdc_core.model.errors import UnsupportedType
     from cdc_core.model.manifest import METADATA_COLUMNS
-    from cdc_core.model.schema_evolution import normalise_delta_type
+    from cdc_core.model.schema_values import normalise_delta_type
     from cdc_core.model.sources import LINEAGE_COLUMNS
     from cdc_core.model.types import column_types
 

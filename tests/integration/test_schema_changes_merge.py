@@ -30,7 +30,7 @@ from cdc_core.model.schema_changes import (
     DefaultSpec,
     SchemaChange,
 )
-from cdc_core.model.schema_evolution import SchemaPolicy
+from cdc_core.model.schema_policy import SchemaPolicy
 from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 

@@ -41,7 +41,7 @@ from cdc_core.model.manifest import (
 from cdc_core.model.naming import path_component, window_dir_name
 from cdc_core.model.positions import BinlogPosition, ServerIdentity, change_version
 from cdc_core.model.schema_changes import SchemaChange
-from cdc_core.model.schema_evolution import SchemaPolicy
+from cdc_core.model.schema_policy import SchemaPolicy
 from cdc_core.model.window_plan import KIND_STREAM, WindowPlan
 
 SERVER = ServerIdentity("mariadb", 1)
