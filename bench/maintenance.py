@@ -101,7 +101,7 @@ class Copy:
     """One copy of the table and the merges timed against it."""
 
     def __init__(self, spark: Any, lake: Path, table: str) -> None:
-        from spark_apps.merge_window import table_uri, tombstone_uri
+        from spark_apps.merge import table_uri, tombstone_uri
 
         self.spark = spark
         self.lake = lake
@@ -122,7 +122,7 @@ class Copy:
         shutil.rmtree(self.tomb, ignore_errors=True)
 
     def merge(self, manifest: Any, wdir: str) -> dict[str, Any]:
-        from spark_apps.merge_window import merge_window
+        from spark_apps.merge import merge_window
 
         self.runs += 1
         pipeline = f"bench_run{self.runs}"

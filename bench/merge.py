@@ -66,7 +66,7 @@ def build_table(
     from pyspark.sql.types import DataType
 
     from cdc_core.model.naming import quote_spark
-    from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
+    from spark_apps.merge import TableOptions, create_table_sql, metadata_columns
 
     cols = _delta_columns(td)
     columns = [(n, DataType.fromDDL(t)) for n, t, _ in cols] + metadata_columns("hard")
@@ -115,7 +115,7 @@ class Target:
         properties: dict[str, str] | None = None,
         name: str = "",
     ) -> None:
-        from spark_apps.merge_window import table_uri, tombstone_uri
+        from spark_apps.merge import table_uri, tombstone_uri
 
         self.spark = spark
         self.td = td
@@ -142,7 +142,7 @@ class Target:
         shutil.rmtree(self.tomb, ignore_errors=True)
 
     def merge(self) -> float:
-        from spark_apps.merge_window import merge_window
+        from spark_apps.merge import merge_window
 
         self.runs += 1
         pipeline = f"bench_run{self.runs}"

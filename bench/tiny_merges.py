@@ -50,7 +50,7 @@ def _round(
 ) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
-    from spark_apps.merge_window import TXN_APP_ID_CONF, TXN_VERSION_CONF, merge_sql
+    from spark_apps.merge import TXN_APP_ID_CONF, TXN_VERSION_CONF, merge_sql
 
     src = root / f"src-{seq}.parquet"
     spark.sql(

@@ -31,7 +31,7 @@ from cdc_core.model import retention
 from cdc_core.model.errors import ConfigError, Fenced, LakeError
 from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.naming import quote_spark
-from spark_apps.merge_window import (
+from spark_apps.spark_job import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,

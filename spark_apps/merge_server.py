@@ -52,9 +52,9 @@ log = logging.getLogger("cdc.merge_server")
 def run_job(spark: Any, argv: Sequence[str]) -> dict[str, Any]:
     """The merge job of spark-submit (`merge_window.run_job`, the same code), on a new session of this
     application (the txn identity and commit metadata are session confs: never shared between requests)."""
-    import spark_apps.merge_window as mw
+    from spark_apps.merge.job import run_job
 
-    return mw.run_job(argv, lambda _spec: spark)
+    return run_job(argv, lambda _spec: spark)
 
 
 def failed(err: BaseException) -> merge_client.MergeAnswer:
@@ -242,9 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     def build() -> Any:
-        import spark_apps.merge_window as mw
+        from spark_apps.spark_job import build_session
 
-        spark = mw.build_session(f"cdc-merge-server-{'-'.join(args.pipeline) or 'any'}")
+        spark = build_session(f"cdc-merge-server-{'-'.join(args.pipeline) or 'any'}")
         spark.sparkContext.setLogLevel("WARN")
         return spark
 

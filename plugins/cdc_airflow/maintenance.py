@@ -27,7 +27,7 @@ from airflow.sdk import get_current_context, task
 
 from cdc_airflow.operators import SparkJobOperator
 from cdc_airflow.states import raise_for
-from cdc_airflow.tasks import LEASE_TASK, _step, holder_for, lease_grant
+from cdc_airflow.tasks import LEASE_TASK, holder_for, lease_grant, pipeline_step
 from cdc_core.model.errors import CdcError
 
 CLEANUP_TASK = "clean_up"
@@ -40,7 +40,7 @@ def acquire_maintenance_lease(pipeline: str) -> dict[str, Any]:
 
     ctx = get_current_context()
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         grant = acquire_waiting(p, holder, p.config.maintenance.lease_wait_seconds)
     return dict(grant.to_dict())
 
@@ -51,7 +51,7 @@ def clean_up(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
     from cdc_core.run.housekeeping import cleanup
 
     lease = lease_grant(grant, CLEANUP_TASK)
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         return dict(cleanup(p, lease, batched=False))
 
 

@@ -71,7 +71,7 @@ def form_utc(value: Any) -> Any:
 
 
 @contextmanager
-def _step(pipeline: str) -> Iterator[Any]:
+def pipeline_step(pipeline: str) -> Iterator[Any]:
     """Open the pipeline for one step (through `CdcPipelineHook`); map a CDC error to the task state it
     calls for (`cdc_airflow.states`)."""
     from cdc_airflow.hooks import CdcPipelineHook
@@ -179,7 +179,7 @@ def acquire_lease(pipeline: str, check_backfill: bool = False) -> dict[str, Any]
     holder = holder_for(ctx["ti"].dag_id, ctx["run_id"])
     if check_backfill:
         check_backfill_form(pipeline, ctx["params"])
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         grant = p.acquire(holder)
     return dict(grant.to_dict())
 
@@ -197,7 +197,7 @@ def begin_backfill(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
         return cancelled[pipeline] if units == [pipeline] else {"sources": cancelled}
     reports = {}
     for unit in units:  # a group pipeline: each source replays its own binlog from the same instant
-        with _step(unit) as p:
+        with pipeline_step(unit) as p:
             reports[unit] = dict(backfill.begin_backfill(p, lease, **request))
         log.info("backfill report: %s", reports[unit])
     return reports[pipeline] if units == [pipeline] else {"sources": reports}
@@ -230,7 +230,7 @@ def begin_snapshot(pipeline: str, grant: dict[str, Any]) -> dict[str, Any]:
     chunk_rows = params.get("chunk_rows")
     views = {}
     for unit in source_units(pipeline):  # a group pipeline: every source snapshots its own tables
-        with _step(unit) as p:
+        with pipeline_step(unit) as p:
             state = snapshot_steps.request(p, lease, tables, int(chunk_rows) if chunk_rows else None)
         views[unit] = dict(snapshot_state.progress_view(state))
         log.info("snapshot requested: %s %s", unit, views[unit])
@@ -247,7 +247,7 @@ def plan_window(pipeline: str, grant: dict[str, Any], skip_unless_replaying: boo
         what = "cancel" if params.get("cancel") else "dry run"
         raise AirflowSkipException(f"pipeline {pipeline!r}: {what}; the report is begin_backfill's result")
     lease = lease_grant(grant, PLAN_TASK)
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         window = dict(p.plan(lease))
     return dict(window)
 
@@ -256,7 +256,7 @@ def plan_window(pipeline: str, grant: dict[str, Any], skip_unless_replaying: boo
 def stage_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     """Stage the planned window's row changes (Parquet + manifest), or verify an existing staged copy."""
     lease, seq = window_lease(window, "stage_window")
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         return dict(p.stage(lease, seq))
 
 
@@ -268,7 +268,7 @@ def ack_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
     ctx = get_current_context()
     lease, seq = window_lease(window, ACK_TASK)
-    with _step(pipeline) as p:
+    with pipeline_step(pipeline) as p:
         result = dict(p.ack(lease, seq))
         more = dict(p.more_work(seq))
         # One asset event per table the window (and any window acked by recovery before it) changed,

@@ -38,7 +38,7 @@ class _ClientKilled(BaseException):  # not an Exception: the job must not wrap i
 
 
 class _FaultProxy:
-    """Stands in for `cdc_core.model.faults` inside spark_apps.merge_window while the server runs."""
+    """Stands in for `cdc_core.model.faults.point` inside the merge job (spark_apps/merge/) while the server runs."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -69,20 +69,20 @@ class MergeServer(ProductMergeServer):
         self._saved_faults: Any = None
 
     def start(self) -> MergeServer:
-        import spark_apps.merge_window as mw
+        from cdc_core.model import faults
 
-        if self._saved_faults is None:
-            self._saved_faults = mw.faults
-            mw.faults = _FaultProxy(mw.faults)
+        if self._saved_faults is None:  # every module of the merge job calls faults.point: patch it there
+            self._saved_faults = faults.point
+            faults.point = _FaultProxy(faults).point  # type: ignore[method-assign]
         super().start()
         return self
 
     def stop(self, stop_spark: bool = True) -> None:
         super().stop(stop_spark)
         if self._saved_faults is not None:
-            import spark_apps.merge_window as mw
+            from cdc_core.model import faults
 
-            mw.faults = self._saved_faults
+            faults.point = self._saved_faults  # type: ignore[method-assign]
             self._saved_faults = None
 
     @contextlib.contextmanager

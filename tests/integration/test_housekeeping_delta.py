@@ -42,7 +42,7 @@ from cdc_core.run.pipeline import Pipeline
 from cdc_core.run.status import pipeline_status
 from spark_apps import maintain_tables
 from spark_apps.maintain_tables import Maintenance
-from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
+from spark_apps.merge import STATUS_ALREADY, merge_window, table_uri, tombstone_uri
 from tests.support.source_facts import run_sql
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 

@@ -1,4 +1,4 @@
-"""spark_apps/merge_window.py against real Spark + Delta (and ZooKeeper for fencing).
+"""The merge job (spark_apps/merge/; spark-submit runs spark_apps/merge_window.py) against real Spark + Delta
 
 Windows are built with `staged_builder` (manifest.py's contract), one with the real
 `cdc_core.lake.staging.stage_window`; one test runs the job through `spark-submit` exactly as the DAG does.
@@ -33,15 +33,9 @@ from cdc_core.model.manifest import (
     COL_WINDOW_SEQ,
     Manifest,
 )
-from spark_apps.merge_window import (
-    STATUS_ALREADY,
-    STATUS_COMMITTED,
-    can_widen,
-    last_txn_version,
-    merge_window,
-    table_uri,
-    tombstone_uri,
-)
+from spark_apps.merge import STATUS_ALREADY, STATUS_COMMITTED, merge_window, table_uri, tombstone_uri
+from spark_apps.merge.staged import can_widen
+from spark_apps.merge.tables import last_txn_version
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder, make_plan
 
 pytestmark = pytest.mark.integration
@@ -822,7 +816,7 @@ def test_a_table_of_another_pipeline_is_refused_before_anything_is_written(spark
     that includes the table fails before writing any of its tables; a table without a record is claimed."""
     from cdc_core.model.errors import LakeError
     from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
-    from spark_apps.merge_window import TableOptions, create_table_sql, metadata_columns
+    from spark_apps.merge import TableOptions, create_table_sql, metadata_columns
 
     w = WindowBuilder(staging_dir, PIPE, 1)
     w.file("own", "a", ("id",), [ID, NOTE], [("I", {"id": 1, "note": "mine"})])
@@ -961,7 +955,7 @@ def test_global_keys_derived_table_moves_both_ways_in_any_landing_order(spark, s
     touched (alive row with the latest commit time, ties: the smaller source id). A row moved A -> B and back,
     each time with the two sources' windows landing in the other order, ends as exactly one row; a crash
     between the base commit and the derived commit is replayed to the same result."""
-    import spark_apps.merge_window as job
+    import spark_apps.merge.land as job
     from cdc_core.model.layout import base_uri
 
     routes = _global_routes()

@@ -31,7 +31,7 @@ from cdc_core.model.schema_changes import (
     SchemaChange,
 )
 from cdc_core.model.schema_policy import SchemaPolicy
-from spark_apps.merge_window import STATUS_ALREADY, merge_window, table_uri
+from spark_apps.merge import STATUS_ALREADY, merge_window, table_uri
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration

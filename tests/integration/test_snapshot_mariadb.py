@@ -41,7 +41,7 @@ from cdc_core.model.config import PipelineConfig
 from cdc_core.run import snapshot_steps
 from cdc_core.run.pipeline import Pipeline
 from cdc_core.run.verify import compare_table
-from spark_apps.merge_window import merge_window
+from spark_apps.merge import merge_window
 from tests.support import all_types_mariadb as types_fixture  # the every-type table and rows
 from tests.support.source_facts import facts_now
 

@@ -455,7 +455,7 @@ def test_edge_values_make_identical_lake_rows_on_both_paths(
     spark: Any, params: SourceParams, db: Any, source_db: str, tmp_path: Path
 ) -> None:
     from cdc_core.lake.delta_state import read_rows
-    from spark_apps.merge_window import merge_window
+    from spark_apps.merge import merge_window
 
     paths = Paths(params, db, source_db, tmp_path)
     _, binlog_m, binlog_dir, _, chunk_m, chunk_dir = paths.run(EDGE_ROWS, list(reversed(EDGE_ROWS)))

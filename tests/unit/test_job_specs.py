@@ -21,7 +21,7 @@ MERGE = MergeJobSpec(
 
 
 def test_the_merge_job_reads_back_exactly_what_the_pipeline_wrote() -> None:
-    from spark_apps.merge_window import parse_args
+    from spark_apps.merge import parse_args
 
     args = MERGE.args()
     assert args[0] == SPEC_FLAG and len(args) == 2
@@ -43,7 +43,7 @@ def test_the_merge_job_reads_back_exactly_what_the_pipeline_wrote() -> None:
     ],
 )
 def test_a_bad_merge_spec_is_refused_naming_the_field(change: dict[str, object], message: str) -> None:
-    from spark_apps.merge_window import parse_args
+    from spark_apps.merge import parse_args
 
     raw = {**json.loads(MERGE.to_json()), **change}
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("|", r"\|")):

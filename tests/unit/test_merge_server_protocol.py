@@ -254,10 +254,10 @@ def test_the_server_is_launched_with_the_merge_jobs_spark_settings(monkeypatch: 
 
 
 def test_the_server_runs_the_spark_submit_jobs_steps_with_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`merge_server.run_job` and `merge_window._run` (spark-submit's) are one job (`merge_window.run_job`) on
+    """`merge_server.run_job` and `merge.job._run` (spark-submit's) are one job (`merge.job.run_job`) on
     different sessions: same fence, same merge arguments (txn identity, options, properties, routes), same
     report target; spark-submit's session is stopped at the end, the server's is not."""
-    import spark_apps.merge_window as mw
+    import spark_apps.merge.job as mw
 
     calls: list[tuple[str, Any]] = []
     session = FakeSession()

@@ -323,7 +323,7 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def spark_literal(lit: Literal) -> str:  # noqa: PLR0911 (one form per kind of value)
+def spark_literal(lit: Literal) -> str:
     """A Spark SQL literal of `lit`'s Delta type."""
     v, t = lit.value, lit.delta_type
     if v is None:
@@ -348,7 +348,7 @@ def spark_literal(lit: Literal) -> str:  # noqa: PLR0911 (one form per kind of v
 # ------------------------------------------------------------------------------ translated read
 
 
-def read_translated(  # noqa: PLR0912 (per file: translation, casts, fills, bounds)
+def read_translated(
     spark: SparkSession,
     window_dir: str,
     st: StagedTable,

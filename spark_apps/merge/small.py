@@ -1,0 +1,122 @@
+"""Small tables land without Spark (cdc_core.lake.small_writer, delta-rs): which tables, creating them, landing
+them, and handing a table back to Spark (deletion vectors on) once it outgrows the limit (docs/merge.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cdc_core.lake import small_writer
+from cdc_core.model.errors import (
+    LakeError,
+)
+from cdc_core.model.lake_writers import foreign_writer_message, writer_pipeline
+from cdc_core.model.layout import tombstone_uri
+from cdc_core.model.logfmt import one_line
+from cdc_core.model.merge_semantics import (
+    DELETE_SOFT,
+    STATUS_ALREADY,
+    STATUS_COMMITTED,
+)
+from cdc_core.model.naming import quote_spark
+from spark_apps.merge.schema import SchemaChanges
+from spark_apps.merge.staged import StagedFacts, metadata_columns, tombstones_may_supersede
+from spark_apps.merge.tables import (
+    DEFAULT_TABLE_PROPERTIES,
+    DV_PROPERTY,
+    TableOptions,
+    new_table_properties,
+    table_writer_and_txn,
+)
+from spark_apps.merge.targets import LakeTarget
+from spark_apps.spark_job import sql_str
+
+log = logging.getLogger("cdc.merge")
+
+
+class SmallTables(SchemaChanges):
+    """A run's small-table steps."""
+
+    def may_land_small(self, st: LakeTarget, uri: str, facts: StagedFacts) -> bool:
+        """Whether delta-rs may land this table's changes (cdc_core.lake.small_writer decides the rest): a
+        local lake, few staged rows, and in hard-delete mode no delete and no tombstone newer than the
+        window (both need the tombstone table, which Spark writes)."""
+        if self.small_table_rows <= 0 or st.rows == 0 or st.rows > self.small_table_rows:
+            return False  # an empty staged table: Spark commits its txn as before
+        if small_writer.local_path(uri) is None or small_writer.local_path(self.window_dir) is None:
+            return False
+        if self.delete_mode == DELETE_SOFT:
+            return True
+        if st.may_have_deletes():
+            return False
+        return not tombstones_may_supersede(tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version)
+
+    def create_small(self, st: LakeTarget, uri: str, label: str, options: TableOptions) -> bool:
+        """Create a new table with delta-rs (no Spark job), as create_table would with `small`: True when the
+        table exists now (this run's, or a concurrent run's of the same pipeline); False: Spark creates it."""
+        columns = [*st.columns(), *metadata_columns(self.delete_mode)]
+        props = new_table_properties(
+            label, {n for n, _ in columns}, options, self.default_properties, writer=self.writer_record(),
+            deletion_vectors=False,
+        )
+        self.fence()
+        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props)
+        if why is not None:
+            self.log("merge.spark_table", table=label, reason=why)
+            return False
+        state = table_writer_and_txn(self.spark, uri, self.app_id)  # a concurrent creator's table is kept
+        owner = writer_pipeline(state[0]) if state else None
+        if owner is not None and owner != self.pipeline:
+            raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
+        self.log("merge.table_created", table=label, uri=uri, writer=small_writer.WRITER_NAME)
+        return True
+
+    def land_small(
+        self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """(the result, False) when delta-rs landed the table (or found it landed); (None, whether the
+        table is missing) when the table is not one delta-rs may write."""
+        job = small_writer.SmallMerge(
+            uri=uri,
+            label=label,
+            window_dir=self.window_dir,
+            members=tuple(small_writer.Member(member, tuple(where.columns)) for member, where in st.members),
+            key=key,
+            delete_mode=self.delete_mode,
+            app_id=self.app_id,
+            seq=self.seq,
+            user_metadata=self.commit_metadata(label),
+            max_rows=self.small_table_rows,
+        )
+        out = small_writer.land(job, self.fence)
+        if isinstance(out, small_writer.Ineligible):
+            if not out.missing:
+                self.log("merge.spark_table", table=label, reason=out.reason)
+            return None, out.missing
+        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
+        result.update(
+            status=status, inserted=out.inserted, updated=out.updated, deleted=out.deleted,
+            delta_version=out.version, writer=small_writer.WRITER_NAME,
+        )
+        return result, False
+
+    def deletion_vectors_once_grown(self, uri: str, label: str, window_rows: int) -> None:
+        """Turn deletion vectors on for a table created small (without them) once it outgrows the small-table
+        limit: from then on its MERGEs touch the window's rows, not whole files, and it stays with Spark."""
+        wanted = {**DEFAULT_TABLE_PROPERTIES, **self.default_properties}
+        if wanted.get(DV_PROPERTY) != "true":
+            return
+        try:
+            state = small_writer.table_rows_and_properties(uri)
+        except Exception as e:  # a table delta-rs cannot read: leave it as it is
+            self.log("merge.table_state_unknown", table=label, reason=one_line(e))
+            return
+        if state is None:
+            return
+        rows, props = state
+        if DV_PROPERTY in props or rows + window_rows <= self.small_table_rows:
+            return  # set (by the product, the pipeline or the table's options), or still small
+        self.fence()
+        self.spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ({sql_str(DV_PROPERTY)} = 'true')")
+        self.log("merge.table_properties", table=label, properties=DV_PROPERTY, rows=rows)

@@ -1,0 +1,225 @@
+"""Which Delta table each staged table lands in: one source table, several routed into one (lineage columns), or a
+renamed table's rows by version range (cdc_core.model.schema_window).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    StringType,
+)
+
+from cdc_core.model.errors import (
+    SchemaConflict,
+)
+from cdc_core.model.lake_writers import writer_pipeline
+from cdc_core.model.layout import table_uri
+from cdc_core.model.manifest import (
+    Manifest,
+    StagedTable,
+)
+from cdc_core.model.naming import path_component, table_id
+from cdc_core.model.schema_changes import DROP_DATABASE, SchemaChange
+from cdc_core.model.schema_window import (
+    Placement,
+)
+from cdc_core.model.sources import Lineage, Route, lineage
+from spark_apps.merge.staged import (
+    StagedFacts,
+    can_widen,
+    may_have_deletes,
+    parse_type,
+    read_staged_table,
+    staged_facts,
+)
+
+log = logging.getLogger("cdc.merge")
+
+
+# A table the window only names in DDL and the lake never had (a truncate or drop of a table never landed).
+STATUS_NO_TABLE = "no table"
+
+
+@dataclass(frozen=True)
+class SchemaMember:
+    """One staged table of a lake table read through the table's schema record."""
+
+    staged: StagedTable
+    lineage: Lineage
+    state_key: str  # whose schema record in the lake table's properties (cdc_core.model.schema_evolution)
+    bounds: tuple[int | None, int | None] = (None, None)  # the versions of its rows that land here
+
+
+def schema_state_key(app_id: str, staged: StagedTable, where: Lineage) -> str:
+    """The app id, and in a routed lake table the source table too: each source table has its own DDL."""
+    return f"{app_id}.{staged.name}" if where.columns else app_id
+
+
+@dataclass(frozen=True)
+class LakeTarget:
+    """One Delta table of the window and the staged tables that land in it: one source table, or several
+    routed into it (cdc_core.model.sources). Lineage columns (`_cdc_source`, `_cdc_source_table`) are
+    constants per staged table, added when read, and lead the key unless the route trusts global keys."""
+
+    schema: str
+    table: str
+    members: tuple[tuple[StagedTable, Lineage], ...]
+    # Per member: the change versions [since, until) of its rows that land here (a renamed table's rows before
+    # the rename land in the table it became: cdc_core.model.schema_window). Empty: every row of every member.
+    bounds: tuple[tuple[int | None, int | None], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return table_id(self.schema, self.table)
+
+    def bound(self, i: int) -> tuple[int | None, int | None]:
+        return self.bounds[i] if self.bounds else (None, None)
+
+    def sources_label(self) -> str:
+        return ", ".join(st.name for st, _ in self.members)
+
+    @property
+    def lineage_columns(self) -> list[str]:
+        out: list[str] = []
+        for _, where in self.members:
+            out += [c for c, _ in where.columns if c not in out]
+        return out
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The lake table's key: the lineage prefix (unless the route keys by the primary key) and the key."""
+        keys = {st.key for st, _ in self.members if st.key or st.files}  # not a table named only in DDL
+        if not keys:
+            return ()
+        if len(keys) > 1:
+            raise SchemaConflict(
+                f"lake table {self.name}: the routed source tables have different keys "
+                + "; ".join(f"{st.name} {list(st.key)}" for st, _ in self.members)
+                + ": tables routed into one lake table must share their primary key columns"
+            )
+        kinds = {(where.key_prefix, where.derived) for _, where in self.members}
+        if len(kinds) > 1:
+            raise SchemaConflict(
+                f"lake table {self.name}: the routes landing {self.sources_label()} in it disagree on its key "
+                "(`key: source` and `key: primary_key`): give every route into one lake table the same key"
+            )
+        return (*self.members[0][1].key_prefix, *next(iter(keys)))
+
+    @property
+    def derived(self) -> bool:
+        """Keyed by the primary key across a group's sources: landed in a base table, then derived from it."""
+        return self.members[0][1].derived
+
+    @property
+    def base_key(self) -> tuple[str, ...]:
+        """A derived table's base key: every lineage column, then the primary key (exact per source)."""
+        return (*self.lineage_columns, *self.key)
+
+    @property
+    def rows(self) -> int:
+        return sum(st.rows for st, _ in self.members)
+
+    def may_have_deletes(self) -> bool:
+        return any(may_have_deletes(st) for st, _ in self.members)
+
+    def columns(self) -> list[tuple[str, DataType]]:
+        """Lineage columns, then the source columns merged by name: equal types, or the wider of two types
+        one widens to; anything else is a SchemaConflict naming both source tables and the column."""
+        merged: dict[str, tuple[str, DataType, str]] = {}  # lower name -> (name, type, the table it came from)
+        for st, _ in self.members:
+            for c in st.columns:
+                t = parse_type(c.delta_type, f"table {st.name} column {c.name!r}")
+                seen = merged.get(c.name.lower())
+                if seen is None or seen[1] == t or can_widen(t, seen[1]):
+                    if seen is None:
+                        merged[c.name.lower()] = (c.name, t, st.name)
+                    continue
+                if can_widen(seen[1], t):
+                    merged[c.name.lower()] = (seen[0], t, st.name)
+                    continue
+                raise SchemaConflict(
+                    f"lake table {self.name}: column {c.name!r} is {seen[1].simpleString()} in {seen[2]} but "
+                    f"{t.simpleString()} in {st.name}, and neither widens to the other; tables routed into one "
+                    "lake table need compatible columns: change one source column, or route the two tables apart"
+                )
+        return [*((c, StringType()) for c in self.lineage_columns), *((n, t) for n, t, _ in merged.values())]
+
+    def read(self, spark: SparkSession, window_dir: str) -> DataFrame:
+        """Every staged change of the target: each member's, with its lineage constants."""
+        parts = []
+        for st, where in self.members:
+            df = read_staged_table(spark, window_dir, st)
+            for col, value in where.columns:
+                df = df.withColumn(col, F.lit(value).cast(StringType()))
+            parts.append(df)
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+    def facts(self, window_dir: str) -> StagedFacts:
+        if len(self.members) == 1:
+            return staged_facts(window_dir, self.members[0][0])
+        each = [staged_facts(window_dir, st) for st, _ in self.members]
+        versions = [f.min_version for f in each if f.min_version is not None]
+        # Members' keys differ by their lineage unless the route keys by the primary key alone (a derived
+        # table's base is keyed by lineage too).
+        by_lineage = bool(self.members[0][1].key_prefix) or self.derived
+        unique = by_lineage and all(f.unique_keys for f in each)
+        return StagedFacts(unique, min(versions) if versions else None)
+
+
+def lake_tables_of_schemas(
+    lake_root: str, changes: Sequence[SchemaChange], app_id: str
+) -> dict[str, list[tuple[str, str]]]:
+    """The lake tables of each database the window drops whose writer record names this pipeline (`DROP
+    DATABASE` drops each of them)."""
+    dropped = sorted({c.schema for c in changes if c.kind == DROP_DATABASE})
+    if not dropped:
+        return {}
+    import fsspec
+
+    from cdc_core.lake import delta_state
+    from cdc_core.model.naming import decode_path_component
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    fs, root = fsspec.core.url_to_fs(lake_root)
+    pipeline = app_id.split(".", 1)[0]
+    for schema in dropped:
+        base = f"{root.rstrip('/')}/{path_component(schema)}"
+        try:
+            entries = fs.ls(base, detail=False)
+        except FileNotFoundError:
+            continue
+        for entry in sorted(entries):
+            name = decode_path_component(str(entry).rstrip("/").rsplit("/", 1)[-1])
+            if name is None:
+                continue
+            found = delta_state.writer_and_txn(table_uri(lake_root, schema, name), app_id)
+            if found is not None and writer_pipeline(found[0]) == pipeline:
+                out.setdefault(schema, []).append((schema, name))
+    return out
+
+
+def lake_targets(
+    manifest: Manifest, routes: Sequence[Route], source: str | None,
+    placements: dict[tuple[str, str], tuple[Placement, ...]] | None = None,
+) -> list[LakeTarget]:
+    """The window's staged tables grouped by the Delta table they land in, in manifest order. `placements`: a
+    renamed table's rows, by version range, in the table they belong to (cdc_core.model.schema_window)."""
+    grouped: dict[tuple[str, str], list[tuple[StagedTable, Lineage, tuple[int | None, int | None]]]] = {}
+    for st in manifest.tables:
+        for place in (placements or {}).get((st.schema, st.table), (Placement((st.schema, st.table)),)):
+            where = lineage(routes, source, *place.lake)
+            bound = (place.since, place.until)
+            grouped.setdefault((where.lake_schema, where.lake_table), []).append((st, where, bound))
+    out = []
+    for (schema, table), members in grouped.items():
+        bounds = tuple(b for _, _, b in members)
+        out.append(LakeTarget(schema, table, tuple((st, w) for st, w, _ in members),
+                              bounds if any(b != (None, None) for b in bounds) else ()))
+    return out
