@@ -440,3 +440,17 @@ def test_merge_report_names_read_back_to_their_window_and_token() -> None:
     assert layout.merge_report_key(uri) == (42, 0x1A2B)
     for other in ("maintenance-1a2b-1800000000.json", "w0000000042-zz.json", "w42-1a2b.json", "x/w0000000042-1a2b"):
         assert layout.merge_report_key(other) is None
+
+
+def test_a_window_is_verified_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage, merge and ack each read the window's manifest: its files are hashed the first time only (on an
+    object store, each hash is a download)."""
+    root = str(tmp_path)
+    m = staging.stage_window(make_plan(), mixed_stream(100), root)
+    checked: list[str] = []
+    real = staging._check_file
+    monkeypatch.setattr(staging, "_check_file", lambda store, path, f: checked.append(path) or real(store, path, f))
+    staging.verify_window(root, m)
+    first = len(checked)
+    staging.verify_window(root, m)
+    assert first == sum(len(t.files) for t in m.tables) and len(checked) == first
