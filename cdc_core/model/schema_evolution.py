@@ -411,11 +411,9 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         return OpPlan(change, None, rows, marked(state, change, floor=v, dropped=v)), cols, None
     if kind in (CREATE_TABLE, CREATE_TABLE_LIKE):
         specs: Sequence[LakeColumn] | None
-        if kind == CREATE_TABLE:
-            specs = None if change.as_select else [
-                LakeColumn(c.name, delta_type_of(c, ctx.table)) for c in change.columns
-            ]
-        else:
+        if kind == CREATE_TABLE and not change.as_select:
+            specs = [LakeColumn(c.name, delta_type_of(c, ctx.table)) for c in change.columns]
+        else:  # LIKE another table, AS SELECT: the caller knows (that table's lake columns, the first rows')
             specs = like_columns(change)
         if change.if_not_exists and cols and not state.dropped:
             return OpPlan(change, None, (), marked(state, change)), cols, None  # a no-op at the source too

@@ -197,6 +197,7 @@ class _Segments:
 # ------------------------------------------------------------------------------------------- planning
 
 MovedFrom = Callable[[Table], "tuple[Sequence[LakeColumn], SchemaState] | None"]
+CreatedColumns = Callable[[SchemaChange], "Sequence[LakeColumn] | None"]
 
 
 def plan_change(  # noqa: PLR0911, PLR0912 (one branch per role)
@@ -205,11 +206,18 @@ def plan_change(  # noqa: PLR0911, PLR0912 (one branch per role)
     state: SchemaState,
     lc: LakeChange,
     moved_from: MovedFrom,
+    *,
+    created_columns: CreatedColumns = lambda _c: None,
 ) -> tuple[list[OpPlan], list[LakeColumn], list[tuple[SchemaChange, str]]]:
     """The lake steps of one resolved change on its lake table (columns and record as they are now):
     (op plans in order, the columns after them, changes whose rows must be re-read). `moved_from(table)`: a
-    lake table's columns and record, for a rename's target (None: the lake never had that table)."""
+    lake table's columns and record, for a rename's target (None: the lake never had that table).
+    `created_columns(change)`: the columns of a table created LIKE another or AS SELECT (None: unknown)."""
     cols = list(columns)
+
+    def _one(ctx: PlanContext, cols: list[LakeColumn], state: SchemaState, change: SchemaChange) -> _Planned:
+        return _plan(ctx, cols, state, change, created_columns)
+
     c = lc.change
     if state.applied(c):
         return [], cols, []
@@ -263,10 +271,14 @@ def plan_change(  # noqa: PLR0911, PLR0912 (one branch per role)
     return ops, cols, rereads
 
 
-def _one(
-    ctx: PlanContext, cols: list[LakeColumn], state: SchemaState, change: SchemaChange
-) -> tuple[list[OpPlan], list[LakeColumn], list[tuple[SchemaChange, str]]]:
-    op, cols, why = plan_one(ctx, cols, state, change, lambda _c: None)
+_Planned = tuple[list[OpPlan], list[LakeColumn], list[tuple[SchemaChange, str]]]
+
+
+def _plan(
+    ctx: PlanContext, cols: list[LakeColumn], state: SchemaState, change: SchemaChange,
+    created_columns: CreatedColumns,
+) -> _Planned:
+    op, cols, why = plan_one(ctx, cols, state, change, created_columns)
     if op is not None and why is not None:
         op = with_reread(op, change)
     return ([op] if op is not None else []), cols, ([(change, why)] if why is not None else [])

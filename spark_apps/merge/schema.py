@@ -24,8 +24,8 @@ from cdc_core.model.manifest import (
     StagedTable,
 )
 from cdc_core.model.naming import quote_spark, table_id
-from cdc_core.model.schema_changes import CREATE_TABLE
-from cdc_core.model.schema_evolution import S_COPY, PlanContext, SchemaState
+from cdc_core.model.schema_changes import CREATE_TABLE, CREATE_TABLE_LIKE, SchemaChange
+from cdc_core.model.schema_evolution import S_COPY, LakeColumn, PlanContext, SchemaState
 from cdc_core.model.schema_policy import MODE_LENIENT
 from cdc_core.model.schema_values import delta_type_of, exact_cast, normalise_delta_type
 from cdc_core.model.schema_window import (
@@ -113,6 +113,7 @@ class SchemaChanges(RunBase):
             ops, _, rereads = plan_change(
                 ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,
                 functools.partial(self.moved_from, key=key, reserved=reserved),
+                created_columns=functools.partial(self.created_columns, target, reserved),
             )
             for planned in ops:
                 op = planned
@@ -164,6 +165,25 @@ class SchemaChanges(RunBase):
         types = {c.name: c.delta_type for c in member.columns}
         return [(n, parse_type(types[n], f"table {member.name} column {n!r}")) for n in names]
 
+    def created_columns(self, target: LakeTarget, reserved: Sequence[str], change: SchemaChange) -> Any:
+        """The columns of a table created LIKE another (that table's lake columns, when the lake has it) or AS
+        SELECT (the columns of the window's first rows after the statement); None when nothing tells."""
+        if change.kind == CREATE_TABLE_LIKE and change.to_table:
+            like = schema_steps.read_lake_table(self.spark, self.lake_uri((change.to_schema or change.schema,
+                                                                           change.to_table)))
+            if like.exists:
+                return list(like.source_columns(reserved))
+        after: tuple[int, StagedTable, tuple[str, ...]] | None = None
+        for member, _ in target.members:
+            for f, span in zip(member.files, schema_steps.file_versions(self.window_dir, member), strict=True):
+                if span is not None and span[0] > change.version and (after is None or span[0] < after[0]):
+                    after = (span[0], member, f.columns)
+        if after is None:
+            return None
+        _, member, names = after
+        types = {c.name: c.delta_type for c in member.columns}
+        return [LakeColumn(n, types[n]) for n in names]
+
     def lake_uri(self, table: tuple[str, str]) -> str:
         where = lineage(self.routes, self.source, *table)
         return table_uri(self.lake_root, where.lake_schema, where.lake_table)
@@ -178,6 +198,9 @@ class SchemaChanges(RunBase):
     def copy_table(self, source: tuple[str, str], uri: str, label: str) -> None:
         """A rename's target takes its source's rows (one overwrite commit; repeated after a crash before its
         mark, while the source still holds them: the source is emptied only after the target's mark)."""
+        src = schema_steps.read_lake_table(self.spark, self.lake_uri(source))
+        schema_steps.timestamp_ntz_supported(self, uri, label, [c.delta_type for c in src.columns],
+                                             schema_steps.read_lake_table(self.spark, uri))
         self.fence()
         rows = self.spark.read.format("delta").load(self.lake_uri(source))
         (

@@ -50,7 +50,7 @@ from cdc_core.model.schema_evolution import (
     structure_done,
     translate_columns,
 )
-from cdc_core.model.schema_values import Literal
+from cdc_core.model.schema_values import Literal, normalise_delta_type
 
 
 class Runner(Protocol):
@@ -190,6 +190,7 @@ def _structure(
 ) -> None:
     spark = run.spark
     q = quote_spark
+    timestamp_ntz_supported(run, uri, label, [t for _, t in (*s.columns, *s.casts, *s.adds)], table)
     if s.kind == S_ADD_COLUMNS:
         have = {c.name.lower() for c in table.columns}
         cols = [(n, t) for n, t in s.columns if n.lower() not in have]
@@ -288,6 +289,24 @@ def _rewritten(df: DataFrame, s: Structure, parts: list[str], delete_mode: str) 
         df = df.select(*projected, *[F.col(q(k)) for k in keep])
         parts = [p for p in parts if any(p.lower() == n.lower() for n, _ in s.columns)]
     return df, parts
+
+
+NTZ_FEATURE = "delta.feature.timestampNtz"
+
+
+def timestamp_ntz_supported(run: Runner, uri: str, label: str, new_types: Sequence[str], table: LakeTable) -> None:
+    """A DATETIME column (TIMESTAMP_NTZ) needs Delta's timestampNtz table feature before it can be added or cast
+    to; a table created without one gets the feature first (one property commit, as schema evolution does)."""
+    if not any(normalise_delta_type(t) == "timestamp_ntz" for t in new_types):
+        return
+    if any(normalise_delta_type(c.delta_type) == "timestamp_ntz" for c in table.columns):
+        return  # a table with such a column has the feature
+    if table.properties.get(NTZ_FEATURE) == "supported":
+        return
+    run.fence()
+    _with_metadata(run, label, functools.partial(
+        run.spark.sql, f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ('{NTZ_FEATURE}' = 'supported')"
+    ))
 
 
 def _has(df: DataFrame, name: str) -> bool:
