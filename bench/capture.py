@@ -195,7 +195,7 @@ def measure(
     stock_max_rows: int,
     extras_max_rows: int = 200_000,
 ) -> dict[str, Any]:
-    from cdc_core.capture.binlog import decode_workers
+    from cdc_core.capture.binlog.columnar_reader import decode_workers
 
     out: dict[str, Any] = {"workload": wl.to_dict(), "errors": []}
     rows = wl.rows

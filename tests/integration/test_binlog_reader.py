@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from cdc_core.capture.binlog import BinlogScanner, SchemaChangeEvent, read_changes
+from cdc_core.capture.binlog import BinlogScanner, read_changes
+from cdc_core.capture.binlog.schema_events import SchemaChangeEvent
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.model.changes import RowChange
 from cdc_core.model.errors import MissingKey, SourceError, UnknownTable

@@ -1,0 +1,218 @@
+"""Where the binlog reader reaches past the public API of python-mysql-replication and pymysql.
+
+Written against mysql-replication 1.0.17 (pinned exactly in pyproject.toml) and pymysql 1.1. Everything here
+touches a private attribute, a name-mangled one or a behaviour the library does not document, so a new
+version of either library is checked against this module first: the integration tests
+(tests/integration/test_binlog_reader.py, test_fast_decoder_mariadb.py, test_value_paths_mariadb.py) read
+real binlogs through every shim, and tests/faults/test_fault_infra.py kills the dump connection mid-stream.
+
+Why each shim exists:
+
+- `patch_charset_decoding` (applied on import): the library decodes text with Python codecs that differ
+  from the server's for some charsets; it is pointed at the exact ones.
+- `LibraryEvents`: builds the library's event object for one packet as `BinLogStreamReader.fetchone`
+  does, from the reader's settings kept in its name-mangled attributes (`_BinLogStreamReader__*`), so the
+  reader can read packets itself and still hand the rare events to the library.
+- `Packets`: reads the dump's packets off the library's pymysql connection (`_stream_connection`, pymysql's
+  `_rfile`, `_next_seq_id`, `_force_close`, ...) without a packet object per event.
+- `NoSilentResume`: the library's connection factory hook (`pymysql_wrapper`) used to refuse its silent
+  resume after a lost connection, which can drop rows without a word.
+- `previous_gtids_text`: MySQL's Previous_gtids event from the library's private `_gtids` list.
+- `collation_charsets`: the library's charset table (`charsets._by_id`), collation name -> charset name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
+from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
+from pymysqlreplication.event import PreviousGtidsEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import RowsEvent
+
+from cdc_core.capture.source import open_connection
+from cdc_core.model.types import python_codec
+
+# ------------------------------------------------------------------------------------ text decoding
+
+_library_charset_to_encoding = RowsEvent.charset_to_encoding
+
+
+def _charset_to_encoding(name: str) -> str:
+    return python_codec(name) or str(_library_charset_to_encoding(name))
+
+
+def patch_charset_decoding() -> None:
+    """Point the library's text decoding at the server's exact codecs.
+
+    It decodes latin1 as cp1252 (which raises on the five bytes cp1252 leaves undefined, which the server's
+    latin1 maps to C1 controls) and utf16/utf32/ucs2 in the machine's byte order (the server's are
+    big-endian). `cdc_core.model.types.CHARSET_CODECS` holds the exact codecs, as the columnar decoder uses
+    them. Idempotent."""
+    RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
+
+
+patch_charset_decoding()
+
+
+# ---------------------------------------------------------------------------- the library's events
+
+
+class LibraryEvents:
+    """Builds python-mysql-replication's event object for one packet, as `BinLogStreamReader.fetchone`
+    does, with the reader's own settings (kept in its name-mangled attributes)."""
+
+    def __init__(self, stream: BinLogStreamReader) -> None:
+        self.stream = stream
+
+        def private(name: str) -> Any:
+            return getattr(stream, f"_BinLogStreamReader__{name}")
+
+        self.private = private
+        self.allowed = private("allowed_events")
+        self.use_checksum = bool(private("use_checksum"))
+        self._post_header_lengths: tuple[int, ...] | None = None  # from the Format_description event
+
+    def event(self, pkt: Any) -> Any:
+        s, p = self.stream, self.private
+        wrapper = BinLogPacketWrapper(
+            pkt, s.table_map, s._ctl_connection, s.mysql_version, p("use_checksum"),
+            p("allowed_events_in_packet"), p("only_tables"), p("ignored_tables"), p("only_schemas"),
+            p("ignored_schemas"), p("freeze_schema"), p("ignore_decode_errors"), p("verify_checksum"),
+            p("optional_meta_data"), p("enable_logging"), p("use_column_name_cache"), p("post_header_lengths"),
+        )
+        ev = wrapper.event
+        if wrapper.event_type == ROTATE_EVENT and wrapper.timestamp != 0:
+            s.table_map = {}
+        if wrapper.event_type == FORMAT_DESCRIPTION_EVENT and ev is not None:
+            s.mysql_version = ev.mysql_version
+            setattr(s, "_BinLogStreamReader__post_header_lengths", ev.post_header_len)  # noqa: B010
+            self._post_header_lengths = None
+        if wrapper.event_type == TABLE_MAP_EVENT and ev is not None:
+            s.table_map[ev.table_id] = ev.get_table()
+        if ev is None or ev.__class__ not in self.allowed:
+            return None
+        return ev
+
+    def post_header_len(self, event_type: int, default: int) -> int:
+        lengths = self._post_header_lengths
+        if lengths is None:
+            lengths = self._post_header_lengths = tuple(self.private("post_header_lengths") or ())
+        if not 0 < event_type <= len(lengths):
+            return default
+        return int(lengths[event_type - 1])
+
+
+# ------------------------------------------------------------------------------------------ packets
+
+
+class Packets:
+    """Reads the dump's packets off the library's pymysql connection, like its `_read_packet` (framing,
+    sequence ids, packets over 16 MB, error packets) but returning the payload bytes: no packet object
+    per binlog event, which is most of pymysql's cost per event."""
+
+    _MAX = 0xFFFFFF
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        if conn._current_timeout != conn._read_timeout:
+            conn._sock.settimeout(conn._read_timeout)
+            conn._current_timeout = conn._read_timeout
+        self.rfile_read = conn._rfile.read
+
+    def read(self) -> bytes:
+        conn, read = self.conn, self.rfile_read
+        parts: list[bytes] = []
+        while True:
+            try:  # pymysql's _read_bytes, minus the EINTR retry Python does itself (PEP 475)
+                header = read(4)
+                size = header[0] | header[1] << 8 | header[2] << 16 if len(header) == 4 else -1
+                data = read(size) if size >= 0 else b""
+            except OSError as e:
+                conn._force_close()
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server during query ({e})"
+                ) from None
+            if len(data) != size:
+                conn._force_close()
+                raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+            if header[3] != conn._next_seq_id:
+                conn._force_close()
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server: packet sequence {header[3]}, expected {conn._next_seq_id}"
+                )
+            conn._next_seq_id = (header[3] + 1) % 256
+            if size < self._MAX and not parts:
+                break
+            parts.append(data)
+            if size < self._MAX:
+                data = b"".join(parts)
+                break
+        if data[0] == 0xFF:
+            pymysql.err.raise_mysql_exception(data)
+        return data
+
+
+def packet_reader(stream: BinLogStreamReader) -> Callable[[], bytes]:
+    """The payload of the dump's next packet, read off the stream's connection (once it is connected)."""
+    return Packets(stream._stream_connection).read
+
+
+# ------------------------------------------------------------------------------------ lost connections
+
+CONNECTION_LOST = (2006, 2013)  # pymysql: server gone away, lost connection during query
+
+
+class StreamLost(pymysql.err.OperationalError):  # type: ignore[misc]
+    """The binlog connection dropped after the stream started; the library wanted to resume silently."""
+
+
+class NoSilentResume:
+    """Connection factory for BinLogStreamReader that refuses the library's silent resume.
+
+    On a lost connection (errors 2006/2013) python-mysql-replication reconnects by itself and resumes
+    at the end of the last event it read, which may be inside a transaction. The resumed stream starts
+    with an artificial Rotate, after which the transaction's remaining row events reference a table map
+    sent before the drop: the library cannot decode them and drops them without a word, and the
+    transaction still ends with its Xid, so the counts match. That is silent loss (the fault suite saw
+    388 of 60,000 rows of one transaction vanish after a `KILL` of the dump thread). So the stream
+    connection is made once; a second one is refused, the read fails with a SourceError, and the step is
+    retried from the window's start (reading and staging are idempotent). The control connection
+    (`information_schema`, used for table metadata) may reconnect: it carries no position.
+    """
+
+    def __init__(self) -> None:
+        self.stream_connects = 0
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if kwargs.get("db") != "information_schema":
+            self.stream_connects += 1
+            if self.stream_connects > 1:
+                raise StreamLost(2013, "lost the binlog connection in the middle of the stream")
+        return open_connection(**kwargs)
+
+
+# ------------------------------------------------------------------------------ library-held metadata
+
+
+def previous_gtids_text(ev: PreviousGtidsEvent) -> str:
+    """MySQL's Previous_gtids event as a GTID set text. The library renders this event oddly
+    ("uuid-:['1-101']", with MySQL's exclusive interval ends), so its private `_gtids` list is read."""
+    parts = []
+    for entry in getattr(ev, "_gtids", []):
+        uuid = entry[:36]
+        ranges = [(int(lo), int(hi) - 1) for lo, hi in re.findall(r"(\d+)-(\d+)", entry[36:])]
+        ranges = [(lo, hi) for lo, hi in ranges if hi >= lo]
+        if ranges:
+            parts.append(uuid + "".join(f":{lo}-{hi}" for lo, hi in ranges))
+    return ",".join(parts)
+
+
+def collation_charsets(dbms: str) -> dict[str, str]:
+    """Collation name -> charset name of a server flavor ("mariadb", "mysql"), from the library's table."""
+    return {c.collation: c.name for c in _library_charsets._by_id.get(dbms, {}).values()}
