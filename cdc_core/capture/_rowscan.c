@@ -382,7 +382,7 @@ static int put_digits(char *p, uint32_t v, int width) {
 
 /* MySQL's binary DECIMAL(p, s) as exact text: '-' only when negative and non-zero, the integer part
  * without leading zeros ('0' when none), then '.' and exactly s fraction digits. NULL rows (offset -1)
- * are empty. The same text as rowdecode._k_decimal_text. */
+ * are empty. The same text as rowdecode.decimals.decimal_text. */
 static PyObject *decimal_text(PyObject *self, PyObject *args) {
     PyObject *o_raw, *o_offs;
     int precision, scale;

@@ -367,9 +367,9 @@ class Paths:
             assert m.to_json() == reference.to_json(), f"{path}: the staged window is not byte-identical"
 
         # Every family decodes on a vector kernel.
-        from cdc_core.capture import rowdecode
+        from cdc_core.capture.rowdecode import slices
 
-        decoders = [d for (spec, vec, _), d in rowdecode._DECODERS.items() if vec and spec.shape.name == self.name]
+        decoders = [d for (spec, vec, _), d in slices._DECODERS.items() if vec and spec.shape.name == self.name]
         assert decoders
         for d in decoders:
             slow = {lay.name for lay, k in zip(d.layouts, d.kernels, strict=True) if k is None}

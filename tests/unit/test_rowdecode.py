@@ -16,8 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_core.capture import rowdecode
-from cdc_core.capture.rowdecode import ColumnLayout, compile_scanners, row_offsets, vector_kernel
+from cdc_core.capture.rowdecode.decoder import TableDecoder, scan_table
+from cdc_core.capture.rowdecode.kernels import vector_kernel
+from cdc_core.capture.rowdecode.layout import DIG2BYTES, ColumnLayout, decimal_size
+from cdc_core.capture.rowdecode.native import rowscan
+from cdc_core.capture.rowdecode.values import value_function
+from cdc_core.capture.rowdecode.walk import compile_scanners, row_offsets
 from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.errors import SourceError
 from cdc_core.model.types import column_codec
 
 pytestmark = pytest.mark.unit
@@ -100,14 +106,14 @@ def test_scanner_and_row_offsets_find_every_value(case: tuple[list[ColumnLayout]
     assert pos == len(buf)
 
 
-def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: bool) -> rowdecode.TableDecoder:
+def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: bool) -> TableDecoder:
     columns = tuple(
         SourceColumn(lay.name, "datetime" if lay.kind == "datetime2" else "int" if lay.width else "varbinary(300)",
                      lay.nullable)
         for lay in layouts
     )
     shape = TableSchema("s", "t", columns, tuple(layouts[i].name for i in key_columns))
-    dec = rowdecode.TableDecoder(shape, tuple(layouts), vectorize=False, native=native)
+    dec = TableDecoder(shape, tuple(layouts), vectorize=False, native=native)
     assert dec.native is native
     return dec
 
@@ -115,7 +121,7 @@ def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: 
 def test_the_compiled_walk_is_built() -> None:
     """scripts/setup.sh builds it (setup.py); without it the decoder silently runs the Python walk, so the
     suite insists on it being there (the Python walk is tested with native=False)."""
-    assert rowdecode._rowscan is not None, "cdc_core/capture/_rowscan.c is not built: run scripts/setup.sh"
+    assert rowscan is not None, "cdc_core/capture/_rowscan.c is not built: run scripts/setup.sh"
 
 
 @settings(max_examples=150, deadline=None)
@@ -148,7 +154,7 @@ def test_the_compiled_walk_finds_what_the_python_walk_finds(
     results = []
     for native in (True, False):
         dec = native_decoder(layouts, keys, native)
-        starts, counts, ops = rowdecode._scan_table(dec, raw, bytes(kinds), ends)
+        starts, counts, ops = scan_table(dec, raw, bytes(kinds), ends)
         starts = np.asarray(starts, dtype=np.int64)
         offsets = [a.tolist() for a in dec.offsets(np.frombuffer(raw, np.uint8), starts)]
         results.append((starts.tolist(), list(counts), bytes(ops), offsets))
@@ -161,11 +167,11 @@ def test_the_compiled_walk_reports_images_the_table_map_does_not_describe() -> N
     two = bytes([rowdecode.EV_WRITE, rowdecode.EV_DELETE])
     for native in (True, False):  # the first event's declared end cuts its image short
         dec = native_decoder(layouts, [0], native)
-        with pytest.raises(rowdecode.SourceError, match="a rows event's images end at byte 9 of 8"):
-            rowdecode._scan_table(dec, image + image, two, [8, 18])
+        with pytest.raises(SourceError, match="a rows event's images end at byte 9 of 8"):
+            scan_table(dec, image + image, two, [8, 18])
     dec = native_decoder(layouts, [0], True)
-    with pytest.raises(rowdecode.SourceError, match="images end at byte"):  # past the buffer: never read beyond
-        rowdecode._scan_table(dec, image + b"\x00", bytes([rowdecode.EV_WRITE]), [len(image) + 1])
+    with pytest.raises(SourceError, match="images end at byte"):  # past the buffer: never read beyond
+        scan_table(dec, image + b"\x00", bytes([rowdecode.EV_WRITE]), [len(image) + 1])
 
 
 def test_the_compiled_walk_asks_python_about_keys_equal_in_value_but_not_in_bytes() -> None:
@@ -178,8 +184,8 @@ def test_the_compiled_walk_asks_python_about_keys_equal_in_value_but_not_in_byte
     raw = before + after + before + other
     shape = TableSchema("s", "t", (SourceColumn("k", "double", False),), ("k",))
     for native in (True, False):
-        dec = rowdecode.TableDecoder(shape, (lay,), native=native)
-        starts, counts, ops = rowdecode._scan_table(dec, raw, bytes([rowdecode.EV_UPDATE]), [len(raw)])
+        dec = TableDecoder(shape, (lay,), native=native)
+        starts, counts, ops = scan_table(dec, raw, bytes([rowdecode.EV_UPDATE]), [len(raw)])
         assert (np.asarray(starts).tolist(), list(counts), bytes(ops)) == ([9, 18, 27], [3], b"\x01\x02\x00")
 
 
@@ -195,13 +201,13 @@ def encode_decimal(value: decimal.Decimal, p: int, s: int) -> bytes:
     out = bytearray()
     lead = (p - s) % 9
     if lead:
-        out += int(istr[:lead]).to_bytes(rowdecode._DIG2BYTES[lead], "big")
+        out += int(istr[:lead]).to_bytes(DIG2BYTES[lead], "big")
     for j in range(lead, p - s, 9):
         out += int(istr[j : j + 9]).to_bytes(4, "big")
     for j in range(0, s - s % 9, 9):
         out += int(fstr[j : j + 9]).to_bytes(4, "big")
     if s % 9:
-        out += int(fstr[s - s % 9 :]).to_bytes(rowdecode._DIG2BYTES[s % 9], "big")
+        out += int(fstr[s - s % 9 :]).to_bytes(DIG2BYTES[s % 9], "big")
     out[0] ^= 0x80
     if sign:
         out = bytearray(b ^ 0xFF for b in out)
@@ -250,7 +256,7 @@ KERNEL_CASES = [
     ("float", fixed("float", 4)),
     ("double", fixed("double", 8)),
     *(
-        (f"decimal({p},{s})", fixed("decimal", rowdecode.decimal_size(p, s), precision=p, scale=s))
+        (f"decimal({p},{s})", fixed("decimal", decimal_size(p, s), precision=p, scale=s))
         for p, s in (
             (1, 0), (5, 5), (9, 0), (10, 2), (12, 3), (18, 9), (18, 0), (18, 18),
             (20, 5), (38, 10), (30, 30), (39, 0), (47, 17), (65, 30), (65, 0), (64, 1),  # 128-bit and text
@@ -282,7 +288,7 @@ def test_every_vector_kernel_equals_the_per_value_path(mysql_type: str, lay: Col
     raw = bytes(buf)
     offs = np.array(offsets, dtype=np.int64)
     got = kernel(np.frombuffer(raw, np.uint8), offs, raw)
-    fn = rowdecode.value_function(lay)
+    fn = value_function(lay)
     want = pa.array(codec.convert_values([None if o < 0 else fn(raw, o) for o in offsets]), codec.arrow_type)
     assert got.type == want.type
     assert got.equals(want), f"{mysql_type}: {got.to_pylist()[:5]} vs {want.to_pylist()[:5]}"
@@ -337,7 +343,7 @@ def test_single_byte_charsets_transcode_like_python_and_refuse_undefined_bytes(
     if undefined:
         bad = b"ok" + bytes([undefined[0]])
         raw = b"\x00" + len(bad).to_bytes(2, "little") + bad
-        with pytest.raises(rowdecode.SourceError, match="is not valid in its character set"):
+        with pytest.raises(SourceError, match="is not valid in its character set"):
             kernel(np.frombuffer(raw, np.uint8), np.array([1], dtype=np.int64), raw)
 
 
