@@ -14,7 +14,7 @@ from typing import Any
 
 from cdc_core.coordination.client import RedactingLogger
 from cdc_core.coordination.paths import lease_path
-from cdc_core.model.config import ZK_AUTH_ENV
+from cdc_core.model.config.sections import ZK_AUTH_ENV
 from cdc_core.model.errors import ConfigError, CoordinationError, Fenced
 from cdc_core.model.logfmt import one_line
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_core.lake.object_store import S3Credentials
-from cdc_core.model.config import ZK_AUTH_ENV, SparkConfig
+from cdc_core.model.config.sections import ZK_AUTH_ENV, SparkConfig
 from cdc_core.model.connections import ConnectionInfo, env_var_name, lookup_connection
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT

@@ -34,7 +34,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from cdc_core.lake.job_outcome import JobExit
 from cdc_core.lake.spark_conf import SparkJob, spark_env
-from cdc_core.model.config import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
+from cdc_core.model.config.sections import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
 from cdc_core.model.errors import CdcError, ConfigError
 
 if TYPE_CHECKING:

@@ -640,7 +640,7 @@ def test_digest_acl_covers_the_whole_subtree_and_the_merge_jobs_fence_check(
     from kazoo.security import OPEN_ACL_UNSAFE
 
     from cdc_core.coordination.fence import zk_fence_check
-    from cdc_core.model.config import ZK_AUTH_ENV
+    from cdc_core.model.config.sections import ZK_AUTH_ENV
 
     secret = "s3cret-" + str(time.time_ns())
     owner = new_client(auth=("cdc-owner", secret))

@@ -466,7 +466,7 @@ def test_hook_opens_the_pipeline_with_what_it_resolved(monkeypatch: pytest.Monke
 
 def test_zookeeper_connection_from_the_environment_for_the_cli() -> None:
     """Without Airflow (the cdc CLI) the same `zookeeper.conn_id` is read from AIRFLOW_CONN_<ID>."""
-    from cdc_core.model.config import ZooKeeperConfig
+    from cdc_core.model.config.sections import ZooKeeperConfig
 
     zk = ZooKeeperConfig(conn_id="zk_unit")
     assert zk.digest({"AIRFLOW_CONN_ZK_UNIT": "generic://zkuser:zk%40pw@"}) == ("zkuser", "zk@pw")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core.model.config import CdcConfig, PipelineConfig, config_path, load_config, parse_utc_timestamp
+from cdc_core.model.config import PipelineConfig, load_config, parse_utc_timestamp
+from cdc_core.model.config.loader import config_path
+from cdc_core.model.config.pipelines import CdcConfig
 from cdc_core.model.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -202,7 +202,7 @@ def test_cdc_maintain_uses_the_connection_and_gives_the_job_the_zk_credential(
 
 def test_job_confs_layer_defaults_then_the_object_store_then_the_pipelines_own() -> None:
     from cdc_core.lake.spark_conf import job_confs
-    from cdc_core.model.config import SparkConfig
+    from cdc_core.model.config.sections import SparkConfig
 
     spark = SparkConfig(shuffle_partitions=4, driver_memory="2g",
                         conf={"spark.hadoop.fs.s3a.path.style.access": "false", "spark.ui.enabled": "true"})
