@@ -110,7 +110,7 @@ def _emit(obj: Any) -> None:
     "config",
     envvar="CDC_CONFIG",
     default=None,
-    help="Pipelines file (default: $CDC_CONFIG or config/pipelines.yaml)",
+    help="Pipelines file (default: $CDC_CONFIG, else config/pipelines.yaml in the current directory)",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logs")
 @click.pass_context

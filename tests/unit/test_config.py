@@ -173,7 +173,22 @@ def test_path_from_env_and_default(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_config().names == ["orders"]
     assert config_path(tmp_path / "other.yaml") == tmp_path / "other.yaml"  # the argument wins
     monkeypatch.delenv("CDC_CONFIG")
-    assert config_path() == ROOT / "config" / "pipelines.yaml"
+    monkeypatch.chdir(tmp_path)  # the default is the current directory's, never the installed package's
+    assert config_path() == tmp_path / "config" / "pipelines.yaml"
+    assert config_path(environ={"CDC_CONFIG": str(p)}) == p
+
+
+def test_missing_default_file_names_every_way_to_give_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CDC_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_config()
+    msg = str(e.value)
+    assert msg.startswith("config/pipelines.yaml: configuration file not found (the path is the default")
+    assert "--config FILE or CDC_CONFIG=FILE" in msg
+    monkeypatch.setenv("CDC_CONFIG", str(tmp_path / "gone.yaml"))
+    with pytest.raises(ConfigError, match=r"gone\.yaml: configuration file not found \(the path is \$CDC_CONFIG\)"):
+        load_config()
 
 
 def test_parse_utc_timestamp_forms() -> None:

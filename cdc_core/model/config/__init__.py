@@ -3,9 +3,10 @@
 The file has two keys. `defaults` holds every setting a pipeline may override (ZooKeeper, lease,
 storage roots, Spark, window caps, schedule, catching up, delete mode, ...); `pipelines` lists the pipelines, each
 with its name, its source (an Airflow connection id: secrets never live in this file), its table
-filter and its configured start. `load_config()` reads the file named by `$CDC_CONFIG` (default
-`<repo>/config/pipelines.yaml`), merges the defaults into each pipeline (mappings key by key; lists
-and scalars replace) and validates everything with pydantic. Every problem becomes a `ConfigError`
+filter and its configured start. `load_config()` reads the file it is given, else the one `$CDC_CONFIG`
+names, else `config/pipelines.yaml` in the current directory (`loader.config_path`; never a path inside the
+installed package), merges the defaults into each pipeline (mappings key by key; lists and scalars
+replace) and validates everything with pydantic. Every problem becomes a `ConfigError`
 line that names the file, the pipeline, the key path and what is wrong:
 
     config/pipelines.yaml: pipeline 'orders': caps.max_events: must be > 0 (got -1)

@@ -22,8 +22,9 @@ from cdc_core.model.config.pipelines import CdcConfig, PipelineConfig, PipelineS
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import PROJECT_ROOT
 
-DEFAULT_CONFIG = PROJECT_ROOT / "config" / "pipelines.yaml"
-LOCAL_CONFIG = PROJECT_ROOT / "config" / "pipelines.local.yaml"
+# Relative to the current directory, not to the package: an installed `cdc` has no checkout around it.
+DEFAULT_CONFIG = Path("config") / "pipelines.yaml"
+LOCAL_CONFIG = PROJECT_ROOT / "config" / "pipelines.local.yaml"  # the local services' file (a checkout only)
 CONFIG_ENV = "CDC_CONFIG"
 # Keys that look like they hold a secret. Secrets live in Airflow connections or environment variables.
 _SECRET_KEY_RE = re.compile(r"pass(word|wd)|secret|private[_.-]?key|credential", re.IGNORECASE)
@@ -48,21 +49,36 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def config_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """The file to read: the argument, else $CDC_CONFIG, else <repo>/config/pipelines.yaml."""
+def config_path(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The file to read: the argument (`--config`), else $CDC_CONFIG, else ./config/pipelines.yaml (the
+    current directory's). Whether it exists is `_read_yaml`'s question, which names all three ways."""
     if path is not None and str(path) != "":
         return Path(path).expanduser()
-    env = os.environ.get(CONFIG_ENV)
-    return Path(env).expanduser() if env else DEFAULT_CONFIG
+    env = (os.environ if environ is None else environ).get(CONFIG_ENV)
+    return Path(env).expanduser() if env else Path.cwd() / DEFAULT_CONFIG
+
+
+def missing_config_message(path: Path, environ: Mapping[str, str] | None = None) -> str:
+    """What to do when the configuration file is not there: where the path came from and the other ways."""
+    env = (os.environ if environ is None else environ).get(CONFIG_ENV)
+    came_from = (
+        f"${CONFIG_ENV}" if env and Path(env).expanduser() == path
+        else "the default, ./config/pipelines.yaml in the current directory" if path == Path.cwd() / DEFAULT_CONFIG
+        else "--config"
+    )
+    local = (
+        f" (for the local services of a checkout: {CONFIG_ENV}={display_path(LOCAL_CONFIG)}, as "
+        "scripts/airflow_env.sh sets)" if LOCAL_CONFIG.is_file() else ""
+    )
+    return (
+        f"{display_path(path)}: configuration file not found (the path is {came_from}). Give the pipelines file "
+        f"with --config FILE or {CONFIG_ENV}=FILE{local}, or run from a directory that holds config/pipelines.yaml"
+    )
 
 
 def _read_yaml(path: Path) -> Any:
     if not path.is_file():
-        raise ConfigError(
-            f"{display_path(path)}: configuration file not found. Point {CONFIG_ENV} at a pipelines file "
-            f"(e.g. {CONFIG_ENV}={display_path(LOCAL_CONFIG)} for the local services) or create "
-            f"{display_path(DEFAULT_CONFIG)}"
-        )
+        raise ConfigError(missing_config_message(path))
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
