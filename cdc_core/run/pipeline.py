@@ -71,6 +71,7 @@ from cdc_core.model.sources import unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
 from cdc_core.model.windows import plan_window
 from cdc_core.run import snapshot_steps, spark_jobs
+from cdc_core.run.validate import capture_filter
 
 log = logging.getLogger("cdc.pipeline")
 
@@ -178,12 +179,7 @@ class Pipeline:
     # ------------------------------------------------------------------------------------- source
 
     def table_filter(self, tables: tuple[str, ...] | None = None) -> TableFilter:
-        t = self.config.tables
-        sc = self.config.schema_changes
-        osc = (*sc.ghost_tables, *sc.trash_tables)  # online schema-change tools' tables never land
-        if tables:
-            return TableFilter(include=tuple(tables), exclude=tuple(t.exclude), osc_tables=osc)
-        return TableFilter(include=tuple(t.include), exclude=tuple(t.exclude), osc_tables=osc)
+        return capture_filter(self.config, tables)
 
     def lake_table_filter(self) -> TableFilter:
         """The lake tables this pipeline writes: its captured names and its routes' targets (housekeeping

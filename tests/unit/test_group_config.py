@@ -68,6 +68,8 @@ def test_the_one_source_form_is_unchanged(tmp_path: Path) -> None:
         ("", "declare either"),
         ("    sources: [{id: x, conn_id: a}, {id: x, conn_id: b}]\n", "['x'] appear more than once"),
         ("    sources: [{id: Bad, conn_id: a}]\n", "1-32 characters"),
+        ("    sources: [{id: x, conn_id: a}, {id: y, conn_id: b}, {id: z, conn_id: a}]\n",
+         "['x', 'z'] use the same connection 'a'"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a(', to: s.t}]\n", "not a regular expression"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: 's.\\2'}]\n", "refers to a group"),
         ("    sources: [{id: x, conn_id: a}]\n    routes: [{from: 'a.b', to: 'nodot'}]\n", "schema.table"),

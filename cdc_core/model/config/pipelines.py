@@ -293,6 +293,14 @@ class PipelineConfig(PipelineSettings):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"sources: ids must be distinct, {dup} appear more than once")
+        for conn_id in dict.fromkeys(s.conn_id for s in self.sources):
+            same = [s.id for s in self.sources if s.conn_id == conn_id]
+            if len(same) > 1:
+                raise ValueError(
+                    f"sources: {same} use the same connection {conn_id!r}: one server read twice lands every row "
+                    "twice (with key: primary_key, two live rows per id and a silent tie-break). Give each source "
+                    "its own server"
+                )
         return self
 
     @property

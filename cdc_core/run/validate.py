@@ -1,0 +1,65 @@
+"""The facts `cdc validate` checks a pipeline's sources against (the rules: cdc_core.model.validation), and the
+one place a pipeline's capture filter is built (`capture_filter`: the run uses it too, Pipeline.table_filter).
+
+Offline (plain `cdc validate`) only the connections are read, from the environment as the CLI reads them
+(`AIRFLOW_CONN_<ID>`), for each source's host:port; a connection that is not defined there is simply not
+compared. With `--check-sources` every source is asked for its identity (MySQL's server_uuid) and describes
+the tables the pipeline captures there, as a run would (a literal include that does not exist, a table without
+a usable key: the run's own errors): no ZooKeeper, no lake, nothing written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from cdc_core.capture.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.model.config import PipelineConfig
+from cdc_core.model.connections import lookup_connection
+from cdc_core.model.validation import SourceServer, server_address
+
+
+def capture_filter(config: PipelineConfig, tables: tuple[str, ...] | None = None) -> TableFilter:
+    """The tables a pipeline captures (or `tables` of them, with its excludes)."""
+    t = config.tables
+    sc = config.schema_changes
+    osc = (*sc.ghost_tables, *sc.trash_tables)  # online schema-change tools' tables never land
+    return TableFilter(include=tuple(tables or t.include), exclude=tuple(t.exclude), osc_tables=osc)
+
+
+def configured_servers(config: PipelineConfig, environ: Mapping[str, str] | None = None) -> list[SourceServer]:
+    """Each source's connection id and, when its connection is in the environment, its host:port."""
+    out = []
+    for sid in config.source_ids():
+        conn_id = config.source_config(sid).conn_id
+        info = lookup_connection(conn_id, environ)
+        out.append(SourceServer(sid, conn_id, server_address(info.host, info.port) if info else None))
+    return out
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """One source as `cdc validate --check-sources` saw it."""
+
+    server: SourceServer
+    tables: tuple[tuple[str, str], ...]  # (schema, table) the pipeline captures there
+
+
+def read_sources(
+    config: PipelineConfig, params_for: Callable[[str | None], SourceParams],
+    environ: Mapping[str, str] | None = None,
+) -> list[SourceView]:
+    """Connect to every source of the pipeline: its identity and the tables it captures there."""
+    views = []
+    for server in configured_servers(config, environ):
+        unit = config.for_source(server.source)
+        conn = connect(params_for(server.source))
+        try:
+            identity = inspect_source(conn).identity
+            described = describe_tables(conn, capture_filter(unit), unit.name, tuple(unit.tables.full_row_key))
+        finally:
+            conn.close()
+        tables = tuple(sorted((t.schema, t.table) for t in described.values()))
+        views.append(SourceView(SourceServer(server.source, server.conn_id, server.address, identity.server_uuid),
+                                tables))
+    return views
