@@ -23,6 +23,7 @@ from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import table_id
 from cdc_core.model.schema_changes import DROP_DATABASE, SchemaChange
 from cdc_core.model.schema_policy import MODE_REFUSE, OSC_GHOST, SchemaPolicy
+from cdc_core.model.sources import command_target
 
 log = logging.getLogger("cdc.binlog")
 
@@ -94,8 +95,9 @@ def typed_statement(
         raise UnsupportedDdl(
             f"pipeline {pipeline!r}: the statement at {position} touches {names} but cannot be applied to the lake "
             f"exactly ({parsed.error}): {_quoted(query)!r}. Nothing of this window was merged. To go on, apply its "
-            f"effect to the lake tables yourself (or re-snapshot them: cdc snapshot {pipeline} --table <table>) and "
-            f"add '{position}' to schema_changes.skip of pipeline {pipeline!r}, then run again"
+            "effect to the lake tables yourself (or re-snapshot them: "
+            f"cdc snapshot {command_target(pipeline)} --table <table>) and add '{position}' to schema_changes.skip "
+            f"of pipeline {pipeline!r}, then run again"
         )
     refused = [c for c in changes if policy.mode_for(c.table_name) == MODE_REFUSE]
     if refused:

@@ -39,6 +39,7 @@ from cdc_core.model.positions import (
     binlog_file_index,
     parse_gtid_set,
 )
+from cdc_core.model.sources import command_target
 from cdc_core.model.windows import TxnBoundary
 
 
@@ -74,7 +75,7 @@ def _who(pipeline: str | None) -> str:
 
 
 def _ways_out(pipeline: str | None) -> str:
-    name = pipeline or "<pipeline>"
+    name = command_target(pipeline) if pipeline else "<pipeline>"
     return (
         f"Ways out: backfill from a timestamp inside the available binlogs (cdc backfill {name} --from ...), "
         "or re-snapshot the tables and start from the current position"

@@ -32,6 +32,7 @@ from cdc_core.model.snapshot_state import (
     order_by,
     render,
 )
+from cdc_core.model.sources import command_target
 from cdc_core.model.window_plan import WindowPlan
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ def read_chunk(
         raise StateConflict(
             f"pipeline {plan.pipeline!r}: table {spec.table}'s key is now {list(table.key)}, the snapshot chunk "
             f"{spec.chunk} was planned on {list(spec.key)}; re-request the snapshot of this table "
-            f"(cdc snapshot {plan.pipeline} --table {spec.table})"
+            f"(cdc snapshot {command_target(plan.pipeline)} --table {spec.table})"
         )
     cols = key_columns(table)
     where, args = render(chunk_predicate(cols, decode_key(spec.lower), decode_key(spec.upper)))

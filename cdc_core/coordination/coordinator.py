@@ -636,7 +636,7 @@ class PipelineCoordinator:
             if rec.holder != holder:
                 raise StateConflict(
                     f"pipeline {self.pipeline!r}: the lease is held by {rec.holder!r}, not {holder!r}; "
-                    "check `cdc status` and name the holder shown there"
+                    f"check `cdc lease show {self.pipeline}` and name the holder shown there"
                 )
             got = self._get(self.base, "reading the pipeline node")
             if got is None:

@@ -132,6 +132,16 @@ class LakeError(CdcError):
     exit_code = 8
 
 
+class PartialFailure(CdcError):
+    """A run of a group pipeline in which some sources failed and the others landed their windows.
+
+    Its own exit code (9), so a script tells it from a total failure (the first error's code) without reading
+    the output; each failed source's error is in the run's output and recorded as that source's last error,
+    and the next run retries those sources. Never raised by a Spark job."""
+
+    exit_code = 9
+
+
 def _rebuild(cls: type[CdcError], args: tuple[Any, ...], fields: dict[str, Any]) -> CdcError:
     err = cls.__new__(cls)
     err.args = args

@@ -12,6 +12,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.logfmt import iso_seconds
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.snapshot_state import ChunkSpec, chunks_of
+from cdc_core.model.sources import command_target, split_unit
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
 LAKE_FORMAT = 1  # fields added since (first_kind, rebuild) are optional: older records read as before
@@ -232,10 +233,10 @@ def repair_hint(registry: LakeRegistry, pipeline: str, names: list[str]) -> str:
     """The repairs for `names`: a snapshot (always possible: it reloads from the source), and a backfill
     from before the first window that landed them, for tables not first loaded by a snapshot."""
     tables = " ".join(f"--table {n}" for n in sorted(names))
-    hint = (f"Repair: reload from the source with a snapshot, `cdc snapshot {pipeline} {tables}` (or trigger the "
-            f"cdc_{pipeline}_snapshot DAG with these tables); it needs no old binlog, stream windows keep running "
-            "while it loads, and the table is healthy again once its last chunk is acked (rows in the Delta "
-            "table that are not in the source stay: a snapshot is an upsert)")
+    hint = (f"Repair: reload from the source with a snapshot, `cdc snapshot {command_target(pipeline)} {tables}` (or "
+            f"trigger the cdc_{split_unit(pipeline)[0]}_snapshot DAG with these tables); it needs no old binlog, "
+            "stream windows keep running while it loads, and the table is healthy again once its last chunk is acked "
+            "(rows in the Delta table that are not in the source stay: a snapshot is an upsert)")
     entries = {n: registry.tables[n] for n in names if n in registry.tables}
     by_snapshot = sorted(n for n, e in entries.items() if e.first_kind == KIND_SNAPSHOT)
     others = sorted(n for n in names if n not in by_snapshot)
@@ -249,8 +250,8 @@ def repair_hint(registry: LakeRegistry, pipeline: str, names: list[str]) -> str:
         start = f"{when} or earlier" if when else "a time before this pipeline's first window"
         hint += (f". Or, while the source's binlog still reaches back before the first window "
                  f"({first.label() if first else '?'}), rebuild with a backfill from before it: `cdc backfill "
-                 f"{pipeline} --from <UTC time: {start}> {' '.join(f'--table {n}' for n in others)}` (or the "
-                 "backfill DAG); stream windows resume once that backfill has finished")
+                 f"{command_target(pipeline)} --from <UTC time: {start}> {' '.join(f'--table {n}' for n in others)}` "
+                 "(or the backfill DAG); stream windows resume once that backfill has finished")
     return hint
 
 

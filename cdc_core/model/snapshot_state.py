@@ -20,6 +20,7 @@ from cdc_core.model.changes import TableSchema
 from cdc_core.model.errors import ConfigError, SourceError, StateConflict
 from cdc_core.model.naming import quote_mysql
 from cdc_core.model.positions import BinlogPosition
+from cdc_core.model.sources import command_target
 from cdc_core.model.window_plan import KIND_SNAPSHOT, WindowPlan
 
 if TYPE_CHECKING:
@@ -612,7 +613,8 @@ def check_chunk(pipeline: str, state: SnapshotState, plan: WindowPlan) -> None:
         where = f"pipeline {pipeline!r}: cannot store snapshot chunk {spec.table}#{spec.chunk} as window {plan.seq}"
         if not pending:
             raise StateConflict(
-                f"{where}: no snapshot is active (request one with `cdc snapshot {pipeline} --table ...`)"
+                f"{where}: no snapshot is active "
+                f"(request one with `cdc snapshot {command_target(pipeline)} --table ...`)"
             )
         if i >= len(pending):
             raise StateConflict(f"{where}: the snapshot has only {len(pending)} tables left to load; re-plan")

@@ -53,6 +53,13 @@ def split_unit(name: str) -> tuple[str, str | None]:
     return pipeline, (source or None)
 
 
+def command_target(unit: str) -> str:
+    """How the `cdc` command names a unit, for hints in messages: `shop --source eu1`, or the pipeline itself
+    (the argument is always the pipeline; a group pipeline's source is `--source`)."""
+    pipeline, source = split_unit(unit)
+    return pipeline if source is None else f"{pipeline} --source {source}"
+
+
 @dataclass(frozen=True)
 class Route:
     """Source tables whose `schema.table` fully matches `pattern` land in the lake table `target`."""
