@@ -8,7 +8,7 @@
   config), lease + plan, stage, merge (spark-submit: JVM and Spark/Delta session start, then the job's
   own per-table work), ack + release.
 - `snapshot`: a new pipeline whose tables (`--snapshot-tables` of them, 100 rows each) are loaded by
-  the initial snapshot: `cdc run <pipeline> --windows N` until the snapshot is done, timed end to end,
+  the initial snapshot: `cdc run <pipeline> --max-windows N` until the snapshot is done, timed end to end,
   against the same for a schema of one such table.
 
 Ratios are measured in one run (the same machine load for both sides).
@@ -204,7 +204,7 @@ def snapshot_load(
     si: SourceInfo, workdir: Path, tables: int, rows: int, overrides: dict[str, Any] | None = None,
     through: str = "cli",
 ) -> dict[str, Any]:
-    """Initial load of `tables` tables of `rows` rows, until done: through `cdc run --windows N`, or
+    """Initial load of `tables` tables of `rows` rows, until done: through `cdc run --max-windows N`, or
     (`through="dags"`) through the pipeline's DAG, one `airflow dags test` run after another (SQLite
     Airflow, spark-submit per window: what a scheduler's successive runs do), timed from the first run."""
     from bench.fixed import _zk_cleanup
@@ -231,7 +231,7 @@ def snapshot_load(
                 out.setdefault("dag_runs", []).append({"seconds": result.seconds, "tasks": result.tasks})
                 windows_total += 1 if result.tasks.get("ack_window") == "success" else 0
             else:
-                _, t0, t1, proc = _cli(case, "run", case.name, "--windows", "1000")
+                _, t0, t1, proc = _cli(case, "run", case.name, "--max-windows", "1000")
                 if proc.returncode != 0:
                     raise RuntimeError(f"cdc run failed (exit {proc.returncode}): {proc.stderr[-800:]}")
                 windows_total += len(json.loads(proc.stdout)["windows"])

@@ -1,21 +1,31 @@
 """`cdc`: the operator's command line. Works without Airflow and runs the same code the DAG tasks run.
 
 Exit codes: 0 done; 75 skipped because another run holds the lease (`maintain`: after waiting for it);
-otherwise the error's `exit_code` (2 configuration, 3 source, 4 coordination, 5 fenced, 6 staging, 7 schema, 8 lake).
+9 a group pipeline's run where some sources failed and the others landed (`PartialFailure`); otherwise the
+error's `exit_code` (2 configuration or usage, 3 source, 4 coordination, 5 fenced, 6 staging, 7 schema, 8 lake).
+
+One spelling per concept: the argument is always the pipeline; a group pipeline's source is `--source <id>`;
+"at most this many windows now" is `--max-windows`. The old spellings (`<pipeline>.<source>` as the argument,
+`--windows`) still work, with a deprecation warning on stderr.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld
+from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld, PartialFailure
+from cdc_core.model.sources import command_target, split_unit, unit_name
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _load(config_path: str | None) -> Any:
@@ -33,23 +43,81 @@ def source_params_for(pipeline_config: Any, source: str | None = None) -> Any:
     return SourceParams.from_connection(resolve_connection(pipeline_config.source_config(source).conn_id))
 
 
-def _unit(ctx: click.Context, name: str, source: str | None, any_source: bool = False) -> tuple[Any, str | None]:
-    """(pipeline config, source id) for a command about one source: `--source`, or the `<pipeline>.<source>`
-    form of the name; a group pipeline without either is refused, naming its sources (`any_source`: the
-    first serves, for what is the pipeline's whichever source asks: its lease)."""
-    from cdc_core.model.sources import split_unit
+# ---------------------------------------------------------------------------- one spelling per concept
 
+
+def source_spelling(name: str, sources: Sequence[str] = ()) -> tuple[str, tuple[str, ...], str | None]:
+    """(pipeline, sources, deprecation warning or None) from a command's argument and its `--source` options.
+
+    The argument names the pipeline; `<pipeline>.<source>` (the old spelling of one source) still names
+    that source, with a warning. Naming a source both ways, differently, is a usage error."""
     pipeline, named = split_unit(name)
-    if named is not None and source is not None and named != source:
-        raise click.UsageError(f"{name!r} names source {named!r} but --source says {source!r}")
+    if named is None:
+        return pipeline, tuple(sources), None
+    if sources and tuple(sources) != (named,):
+        raise click.UsageError(f"{name!r} names source {named!r} but --source says {', '.join(sources)}")
+    warning = (
+        f"warning: {name!r} is deprecated: write `{pipeline} --source {named}` (the argument names the pipeline, "
+        "--source one of its sources)"
+    )
+    return pipeline, (named,), warning
+
+
+def windows_spelling(max_windows: int, max_given: bool, old: int | None) -> tuple[int, str | None]:
+    """The number of windows from `--max-windows` and its deprecated old name `--windows` (None: not given),
+    with the deprecation warning when the old name was used. Both, disagreeing, is a usage error."""
+    if old is None:
+        return max_windows, None
+    if max_given and old != max_windows:
+        raise click.UsageError(f"--windows {old} and --max-windows {max_windows}: --windows is the old name of "
+                               "--max-windows, give only --max-windows")
+    return old, "warning: --windows is deprecated: write --max-windows (at most this many windows now)"
+
+
+def max_windows_option(default: int, minimum: int, help_text: str) -> Callable[[F], F]:
+    """`--max-windows N` (shown) and the deprecated `--windows N` (hidden); read both with `_max_windows`."""
+
+    def decorate(f: F) -> F:
+        f = click.option("--windows", "old_windows", type=click.IntRange(min=minimum), default=None, hidden=True,
+                         help="Deprecated: the old name of --max-windows")(f)
+        return click.option("--max-windows", "max_windows", type=click.IntRange(min=minimum), default=default,
+                            show_default=True, help=help_text)(f)
+
+    return decorate
+
+
+def _max_windows(ctx: click.Context, max_windows: int, old: int | None) -> int:
+    given = ctx.get_parameter_source("max_windows") not in (None, ParameterSource.DEFAULT)
+    value, warning = windows_spelling(max_windows, given, old)
+    if warning:
+        click.echo(warning, err=True)
+    return value
+
+
+def _spelling(name: str, sources: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+    pipeline, chosen, warning = source_spelling(name, sources)
+    if warning:
+        click.echo(warning, err=True)
+    return pipeline, chosen
+
+
+# ------------------------------------------------------------------------------------------ opening
+
+
+def _unit(ctx: click.Context, name: str, source: str | None, any_source: bool = False) -> tuple[Any, str | None]:
+    """(pipeline config, source id) for a command about one source (`--source`); a group pipeline without one
+    is refused, naming its sources (`any_source`: the first serves, for what is the pipeline's whichever source
+    asks: its lease, its maintenance)."""
+    pipeline, chosen = _spelling(name, (source,) if source else ())
     cfg = _load(ctx.obj["config"]).pipeline(pipeline)
-    source = source or named
+    source = chosen[0] if chosen else None
     if source is None and cfg.is_group and any_source:
         source = cfg.source_ids()[0]
     if source is None and cfg.is_group:
         raise click.UsageError(
-            f"pipeline {pipeline!r} is a group pipeline: say which source, with --source or as "
-            + " / ".join(f"{pipeline}.{s}" for s in cfg.source_ids())
+            f"pipeline {pipeline!r} is a group pipeline: say which source with --source "
+            + " / ".join(f"--source {s}" for s in cfg.source_ids())
+            + f" (e.g. `{ctx.info_name} {pipeline} --source {cfg.source_ids()[0]}`)"
         )
     cfg.source_config(source)  # an unknown source: ConfigError naming the pipeline's sources
     return cfg, source
@@ -71,17 +139,34 @@ def _pipeline(ctx: click.Context, name: str, source: str | None = None, any_sour
 @contextmanager
 def _group(ctx: click.Context, name: str, sources: tuple[str, ...] = ()) -> Iterator[Any]:
     """Every source of a pipeline (or those named), under one ZooKeeper client (cdc_core.run.group)."""
-    from cdc_core.model.sources import split_unit
     from cdc_core.run.group import PipelineGroup
 
-    pipeline, named = split_unit(name)
+    pipeline, chosen = _spelling(name, sources)
     cfg = _load(ctx.obj["config"]).pipeline(pipeline)
-    chosen = [*sources, *([named] if named else [])]
-    g = PipelineGroup.open(cfg, lambda s: source_params_for(cfg, s), sources=chosen or None)
+    g = PipelineGroup.open(cfg, lambda s: source_params_for(cfg, s), sources=list(chosen) or None)
     try:
         yield g
     finally:
         g.close()
+
+
+@contextmanager
+def _coordinator(ctx: click.Context, name: str) -> Iterator[Any]:
+    """The pipeline's ZooKeeper state alone (its lease is the pipeline's, whatever its sources): no source
+    connection, so it works while a source is down or its credentials are not at hand."""
+    from cdc_core.coordination import PipelineCoordinator
+    from cdc_core.run.pipeline import zk_client_for
+
+    pipeline, _ = _spelling(name)
+    cfg = _load(ctx.obj["config"]).pipeline(pipeline)
+    client = zk_client_for(cfg)
+    coordinator = PipelineCoordinator(client, cfg.zookeeper.root, cfg.name)
+    try:
+        yield coordinator
+    finally:
+        coordinator.close()
+        client.stop()
+        client.close()
 
 
 def _holder(kind: str) -> str:
@@ -123,48 +208,86 @@ def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
 
 
 @cli.command()
+@click.option("--check-sources", is_flag=True,
+              help="Also connect to every source: its identity and captured tables, and where each table lands")
 @click.pass_context
-def validate(ctx: click.Context) -> None:
-    """Validate the configuration file and print the resolved pipelines.
+def validate(ctx: click.Context, check_sources: bool) -> None:
+    """Validate the configuration file and print the resolved pipelines and their routes.
 
-    Also refuses two pipelines that can land the same table under the same lake root (one writer per
-    Delta table: cdc_core.model.lake_writers), naming both."""
+    Refuses two pipelines that can land the same table under the same lake root (one writer per Delta table:
+    cdc_core.model.lake_writers), a route whose target a table could also reach unrouted, and two sources of
+    one group pipeline on the same server (the same connection, or the same host:port). A route that takes
+    no captured table is a warning offline, an error with --check-sources, which also prints each captured
+    source table and the lake table it lands in. Without --check-sources nothing but the environment's
+    connections is read (no network)."""
+    from cdc_core.model import validation
     from cdc_core.model.lake_writers import overlaps, route_clashes
+    from cdc_core.run.validate import configured_servers, read_sources
 
     cfg = _load(ctx.obj["config"])
+    found: list[str] = [o.message() for o in overlaps(cfg.pipelines)]
     for p in cfg.pipelines:
         sources = f" sources={[s for s in p.source_ids()]}" if p.is_group else ""
         click.echo(f"ok: pipeline {p.name!r} schedule={p.schedule!r} tables={list(p.tables.include)}{sources}")
-    found: list[Any] = [*overlaps(cfg.pipelines), *(c for p in cfg.pipelines for c in route_clashes(p))]
+        routes = p.route_list()
+        for line in validation.route_lines(routes):
+            click.echo(f"  {line}")
+        found += [c.message() for c in route_clashes(p)]
+        if not check_sources:
+            found += validation.shared_servers(p.name, configured_servers(p))
+            for i in validation.routes_missing_literal_includes(routes, p.tables.include, p.tables.exclude) or ():
+                click.echo(f"warning: {validation.idle_route_message(p.name, routes[i], i, 'included table')}",
+                           err=True)
+            continue
+        views = read_sources(p, functools.partial(source_params_for, p))
+        found += validation.shared_servers(p.name, [v.server for v in views])
+        for v in views:
+            for landing in validation.landings(routes, v.server.source, v.tables):
+                click.echo(f"  {landing.line()}")
+        captured = {t for v in views for t in v.tables}
+        found += [validation.idle_route_message(p.name, routes[i], i, "table captured on the source(s)")
+                  for i in validation.idle_routes(routes, captured)]
     if found:
-        for o in found:
-            click.echo(f"error: {o.message()}", err=True)
-        raise ConfigError(
-            f"{cfg.path}: {len(found)} way(s) for two writers or two kinds of rows to land in one Delta table "
-            "(listed above)"
-        )
+        for message in found:
+            click.echo(f"error: {message}", err=True)
+        raise ConfigError(f"{cfg.path}: {len(found)} problem(s), listed above")
 
 
 DEFAULT_MAX_WINDOWS = 100
 
 
+def run_failure(result: Mapping[str, Any], first_error: BaseException | None) -> BaseException | None:
+    """What a run's exit says: None when every source landed; the first error itself when no source landed (a
+    total failure keeps its own exit code); a `PartialFailure` (exit 9) when some sources failed and the
+    others landed."""
+    if first_error is None:
+        return None
+    failed = [str(s) for s in result.get("failed") or ()]
+    sources = result.get("sources") or {}
+    landed = [str(s) for s in sources if s not in failed]
+    if not landed:
+        return first_error
+    pipeline = str(result.get("pipeline"))
+    errors = "; ".join(f"{s}: {(sources.get(s) or {}).get('error', '?')}" for s in failed)
+    return PartialFailure(
+        f"pipeline {pipeline!r}: {len(failed)} of {len(sources)} sources failed ({errors}); "
+        f"{', '.join(landed)} landed their windows. The next run retries the failed sources "
+        f"(`cdc run {pipeline} --source {failed[0]}` for one alone); `cdc status {pipeline}` shows their last errors"
+    )
+
+
 @cli.command()
 @click.argument("pipeline")
-@click.option(
-    "--max-windows",
-    "--windows",
-    "max_windows",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_WINDOWS,
-    show_default=True,
-    help="At most this many windows in this run (--windows is the old name)",
-)
+@max_windows_option(DEFAULT_MAX_WINDOWS, 1, "At most this many windows in this run (per source)")
 @click.option(
     "--once", is_flag=True, help="Land one window and stop (the old default; the same as --max-windows 1)"
 )
 @click.option("--source", "sources", multiple=True, help="A group pipeline: only this source (repeatable)")
 @click.pass_context
-def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool, sources: tuple[str, ...]) -> None:
+def run(  # noqa: PLR0917 (click passes options as arguments)
+    ctx: click.Context, pipeline: str, max_windows: int, old_windows: int | None, once: bool,
+    sources: tuple[str, ...],
+) -> None:
     """Land what is waiting: lease, then plan, stage, merge (spark-submit), ack window after window until
     caught up, then release.
 
@@ -176,43 +299,50 @@ def run(ctx: click.Context, pipeline: str, max_windows: int, once: bool, sources
     run skip (exit 75).
 
     A group pipeline lands each source's windows in turn under its one lease; a failing source (its
-    server down, say) is reported and the others go on; the exit code is then the first failure's.
+    server down, say) is reported and the others go on. The exit code is then 9 when other sources
+    landed (a partial failure), else the first failure's.
     """
     from cdc_core.model.holders import this_process
 
+    max_windows = _max_windows(ctx, max_windows, old_windows)
     with _group(ctx, pipeline, sources) as g:
         result = g.run_cycle(
             _holder("run"), max_windows=1 if once else max_windows, until_caught_up=True,
             process=this_process(), break_dead=True,
         )
-    first_error = result.pop("first_error", None)
+    failure = run_failure(result, result.pop("first_error", None))
     _emit(result)
-    if first_error is not None:
-        raise first_error
+    if failure is not None:
+        raise failure
 
 
 @cli.command()
 @click.argument("pipeline", required=False)
+@click.option("--source", "sources", multiple=True, help="A group pipeline: only this source (repeatable)")
 @click.pass_context
-def status(ctx: click.Context, pipeline: str | None) -> None:
-    """Cursor, lag, lease and recent windows (the monitoring page's data), as JSON."""
+def status(ctx: click.Context, pipeline: str | None, sources: tuple[str, ...]) -> None:
+    """Cursor, lag, lease and recent windows (the monitoring page's data), as JSON; every pipeline without
+    PIPELINE."""
     from cdc_core.run.status import group_status
 
+    if sources and not pipeline:
+        raise click.UsageError("--source needs the PIPELINE it belongs to")
     cfg = _load(ctx.obj["config"])
     names = [pipeline] if pipeline else [p.name for p in cfg.pipelines]
     out = []
     for name in names:
-        with _group(ctx, name) as g:
+        with _group(ctx, name, sources) as g:
             out.append(group_status(g))
     _emit(out if not pipeline else out[0])
 
 
 @cli.command()
 @click.argument("pipeline")
+@click.option("--source", default=None, help="A group pipeline: which source")
 @click.pass_context
-def resolve(ctx: click.Context, pipeline: str) -> None:
+def resolve(ctx: click.Context, pipeline: str, source: str | None) -> None:
     """Print the position the next window would start from, and the rule that chose it."""
-    with _pipeline(ctx, pipeline) as p:
+    with _pipeline(ctx, pipeline, source) as p:
         cursor = p.coordinator.read_cursor()
         r = p.resolve(cursor.position)
         _emit({"position": r.position.to_dict(), "label": r.position.label(), "rule": r.rule, "detail": r.detail})
@@ -224,7 +354,8 @@ def resolve(ctx: click.Context, pipeline: str) -> None:
 @click.option("--until", "end_ts", default=None, help="Optional UTC end timestamp (default: the current cursor)")
 @click.option("--table", "tables", multiple=True, help="Limit to these schema.table names (repeatable)")
 @click.option("--dry-run", is_flag=True, help="Only report the resolved positions and the number of changes")
-@click.option("--windows", default=100, show_default=True, help="At most this many backfill windows in this run")
+@max_windows_option(100, 0, "At most this many backfill windows in this run; 0: only start the backfill (the "
+                            "next runs land it)")
 @click.option("--cancel", is_flag=True, help="Stop the active backfill (what it replayed stays; the stream goes on)")
 @click.option("--source", default=None, help="A group pipeline: only this source (default: each source in turn)")
 @click.pass_context
@@ -235,35 +366,36 @@ def backfill(  # noqa: PLR0917 (click passes options as arguments)
     end_ts: str | None,
     tables: tuple[str, ...],
     dry_run: bool,
-    windows: int,
+    max_windows: int,
+    old_windows: int | None,
     cancel: bool,
     source: str | None,
 ) -> None:
     """Replay the binlog from a timestamp (repairs damaged tables; the cursor never moves backward).
 
     A group pipeline replays each source from the same instant, on its own binlog (or only --source)."""
-    from cdc_core.model.sources import split_unit, unit_name
-
-    name, named = split_unit(pipeline)
+    max_windows = _max_windows(ctx, max_windows, old_windows)
+    name, chosen = _spelling(pipeline, (source,) if source else ())
     cfg = _load(ctx.obj["config"]).pipeline(name)
-    if cfg.is_group and not (source or named):
+    if cfg.is_group and not chosen:
         reports = {}
         for sid in cfg.source_ids():
-            reports[sid] = _backfill_one(ctx, unit_name(name, sid), start_ts, end_ts, tables, dry_run, windows, cancel)
+            reports[sid] = _backfill_one(ctx, name, sid, start_ts, end_ts, tables, dry_run, max_windows, cancel)
         _emit({"pipeline": name, "sources": reports})
         return
-    _emit(_backfill_one(ctx, pipeline if source is None else unit_name(name, source), start_ts, end_ts, tables,
-                        dry_run, windows, cancel))
+    _emit(_backfill_one(ctx, name, chosen[0] if chosen else None, start_ts, end_ts, tables, dry_run, max_windows,
+                        cancel))
 
 
 def _backfill_one(  # noqa: PLR0917 (the command's options)
     ctx: click.Context,
     pipeline: str,
+    source: str | None,
     start_ts: str | None,
     end_ts: str | None,
     tables: tuple[str, ...],
     dry_run: bool,
-    windows: int,
+    max_windows: int,
     cancel: bool,
 ) -> dict[str, Any]:
     from cdc_core.run import backfill as backfill_steps
@@ -271,17 +403,17 @@ def _backfill_one(  # noqa: PLR0917 (the command's options)
     if cancel:
         if start_ts or end_ts or tables or dry_run:
             raise click.UsageError("--cancel takes no --from, --until, --table or --dry-run")
-        with _pipeline(ctx, pipeline) as p:
+        with _pipeline(ctx, pipeline, source) as p:
             grant = _acquire(p, "backfill")
             try:
-                land = f"`cdc run {pipeline} --once` lands it"
+                land = f"`cdc run {command_target(unit_name(pipeline, source))} --once` lands it"
                 cancelled = backfill_steps.cancel_backfill(p, grant, how_to_land=land)
             finally:
                 p.release(grant)
         return dict(cancelled)
     if not start_ts:
         raise click.UsageError("--from is required (or --cancel)")
-    with _pipeline(ctx, pipeline) as p:
+    with _pipeline(ctx, pipeline, source) as p:
         # Bad input fails here, before the lease: nothing in ZooKeeper, staging or the lake changes.
         backfill_steps.check_backfill(p, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
         grant = _acquire(p, "backfill")
@@ -289,7 +421,7 @@ def _backfill_one(  # noqa: PLR0917 (the command's options)
             report = backfill_steps.begin_backfill(p, grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
             if not dry_run:
                 done = []
-                for _ in range(windows):
+                for _ in range(max_windows):
                     if p.coordinator.read_cursor().backfill is None:
                         break
                     step = p.plan(grant)
@@ -306,21 +438,34 @@ def _backfill_one(  # noqa: PLR0917 (the command's options)
 
 @cli.group()
 def lease() -> None:
-    """Inspect or break a pipeline's lease."""
+    """Show or break a pipeline's lease (one per pipeline, whatever its sources)."""
+
+
+@lease.command("show")
+@click.argument("pipeline")
+@click.pass_context
+def show_lease(ctx: click.Context, pipeline: str) -> None:
+    """The lease record as JSON: holder, fencing token, expiry (`lease: null` when nobody holds it).
+
+    Reads ZooKeeper only: no source connection is needed."""
+    with _coordinator(ctx, pipeline) as c:
+        info = c.read_lease()
+        _emit({"pipeline": c.pipeline, "lease": info.to_dict() if info else None})
 
 
 @lease.command("break")
 @click.argument("pipeline")
-@click.option("--holder", required=True, help="The holder shown by `cdc status` (the run known to be dead)")
+@click.option("--holder", required=True,
+              help="The holder shown by `cdc lease show` or `cdc status` (the run known to be dead)")
 @click.pass_context
 def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
     """Remove a live lease of a run known to be dead, so the next run need not wait for its expiry.
 
     Safe even if the run is alive after all: it is fenced and can change nothing any more.
     """
-    with _pipeline(ctx, pipeline, any_source=True) as p:  # one lease per pipeline, whatever its sources
-        info = p.coordinator.break_lease(holder)
-    _emit({"pipeline": pipeline, "broken": info.to_dict()})
+    with _coordinator(ctx, pipeline) as c:
+        info = c.break_lease(holder)
+        _emit({"pipeline": c.pipeline, "broken": info.to_dict()})
 
 
 @cli.command()
@@ -331,22 +476,21 @@ def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
 @click.option(
     "--chunk-rows", type=click.IntRange(min=1), default=None, help="Rows per chunk (default: snapshot.chunk_rows)"
 )
-@click.option(
-    "--windows",
-    default=1000,
-    show_default=True,
-    help="Run at most this many windows now (chunks, with stream windows in between); 0: only request",
-)
+@max_windows_option(1000, 0, "At most this many windows now (chunks, with stream windows in between); 0: only "
+                             "request (the next runs load it)")
 @click.option("--cancel", is_flag=True, help="Stop loading --table (default: every table not done); loaded rows stay")
+@click.option("--source", default=None, help="A group pipeline: which source's tables to load")
 @click.pass_context
 def snapshot(  # noqa: PLR0917 - one parameter per CLI option
-    ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, windows: int, cancel: bool
+    ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, max_windows: int,
+    old_windows: int | None, cancel: bool, source: str | None,
 ) -> None:
     """Load existing rows of tables (initial load, a table added later, a rebuild), chunk by chunk, without locks."""
     from cdc_core.model import snapshot_state
     from cdc_core.run import snapshot_steps
 
-    with _pipeline(ctx, pipeline) as p:
+    max_windows = _max_windows(ctx, max_windows, old_windows)
+    with _pipeline(ctx, pipeline, source) as p:
         grant = _acquire(p, "snapshot")
         done = []
         doing, seq = "begin_snapshot", None
@@ -355,7 +499,7 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
                 snapshot_steps.cancel(p, grant, list(tables) or None)
             else:
                 snapshot_steps.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
-            for _ in range(windows):
+            for _ in range(max_windows):
                 if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
                     break
                 doing, seq = "plan_window", None
@@ -374,7 +518,8 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
         finally:
             p.release(grant)
         progress = snapshot_state.progress_view(p.coordinator.read_snapshot())
-        _emit({"pipeline": pipeline, "windows": done, "snapshot": progress})
+        who = {"pipeline": p.config.name, **({"source": p.source_id} if p.source_id else {})}
+        _emit({**who, "windows": done, "snapshot": progress})
 
 
 @cli.command()
@@ -448,15 +593,16 @@ def merge_server(ctx: click.Context, pipeline: str, listen: str | None, ping_onl
 
 @cli.command()
 @click.argument("pipeline")
+@click.option("--source", default=None, help="A group pipeline: which source")
 @click.pass_context
-def verify(ctx: click.Context, pipeline: str) -> None:
+def verify(ctx: click.Context, pipeline: str, source: str | None) -> None:
     """Compare every captured table with its Delta table, value for value (run when the source is quiet).
 
-    A group pipeline: one source at a time (`<pipeline>.<source>`), on that source's rows of each table."""
+    A group pipeline: one source at a time (--source), on that source's rows of each table."""
     from cdc_core.capture.source import connect
     from cdc_core.run.verify import compare_table
 
-    with _pipeline(ctx, pipeline) as p:
+    with _pipeline(ctx, pipeline, source) as p:
         tables = p.describe()
         policy = p.config.schema_changes.policy()
         conn = connect(p.source)
@@ -483,10 +629,11 @@ def verify(ctx: click.Context, pipeline: str) -> None:
 @click.option("--table", "tables", multiple=True, help="Only these schema.table names (repeatable)")
 @click.option("--sql", "as_sql", is_flag=True, help="Print the SELECT ... VERSION AS OF statements instead of JSON")
 @click.option("--check", is_flag=True, help="Also open every table at its version (fails if the log was cleaned up)")
+@click.option("--source", default=None, help="A group pipeline: which source's cuts (each source has its own)")
 @click.pass_context
 def versions(  # noqa: PLR0917 - one parameter per click option
     ctx: click.Context, pipeline: str, window: int | None, as_of: str | None, tables: tuple[str, ...],
-    as_sql: bool, check: bool,
+    as_sql: bool, check: bool, source: str | None,
 ) -> None:
     """A consistent cut: the Delta version of every table of the pipeline as of one acked window.
 
@@ -495,16 +642,17 @@ def versions(  # noqa: PLR0917 - one parameter per click option
     from cdc_core.lake import lake_versions, object_store
     from cdc_core.model.config import parse_utc_timestamp
 
-    cfg, _ = _unit(ctx, pipeline, None)  # a group pipeline's cuts are per source: `<pipeline>.<source>`
+    cfg, source = _unit(ctx, pipeline, source)  # a group pipeline's cuts are per source
+    unit = unit_name(cfg.name, source)
     object_store.activate(object_store.for_pipeline(cfg))  # the lake may be on s3://
     at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
-    cut = lake_versions.load_cut(str(cfg.lake_root), pipeline, window=window, as_of=at)
+    cut = lake_versions.load_cut(str(cfg.lake_root), unit, window=window, as_of=at)
     picked = cut.pick(tables)
     if check:
         for t in picked:
             lake_versions.check_version(cut, t.name)
     if as_sql:
-        click.echo(f"-- pipeline {pipeline}, window {cut.seq}, cursor {cut.cursor}, commits up to "
+        click.echo(f"-- pipeline {unit}, window {cut.seq}, cursor {cut.cursor}, commits up to "
                    f"{cut.to_dict()['commit_at']}")
         for line in cut.sql(tables):
             click.echo(line)

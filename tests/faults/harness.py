@@ -5,7 +5,7 @@ a seeded `Workload`, its `Shadow` replay, a pipeline configuration (own ZooKeepe
 staging directories, a short lease so a crashed run's lease expires quickly, small window caps so a
 run spans many windows), and the `Oracle` that checks every invariant after every step.
 
-Runs are `python -m tests.faults.cli_shim --config <cfg> run <pipeline> --windows N` subprocesses: the
+Runs are `python -m tests.faults.cli_shim --config <cfg> run <pipeline> --max-windows N` subprocesses: the
 real CLI (`cdc_core.cli`), with merges sent to the suite's one-JVM merge server (or real
 `spark-submit` with `real_spark=True`). Crashes come from the product's fault points (`CDC_FAULT`,
 cdc_core/model/faults.py), pauses from `CDC_FAULT_ACTION=stop`, random kills from a timer that SIGKILLs
@@ -284,10 +284,10 @@ class Rig:
         return r
 
     def run(self, windows: int | None = None, **kw: Any) -> CliResult:
-        return self.cli("run", self.name, "--windows", str(windows or self.windows_per_run), **kw)
+        return self.cli("run", self.name, "--max-windows", str(windows or self.windows_per_run), **kw)
 
     def start_run(self, windows: int | None = None, **kw: Any) -> Running:
-        return self.start_cli("run", self.name, "--windows", str(windows or self.windows_per_run), **kw)
+        return self.start_cli("run", self.name, "--max-windows", str(windows or self.windows_per_run), **kw)
 
     def lease(self) -> Any:
         return self.oracle.coordinator.read_lease()

@@ -88,7 +88,7 @@ class Step(NamedTuple):
     who: str | None  # whose run is killed: a source id, or None for the whole group
     writes: tuple[str, ...]  # sources that get new transactions before the run
     expected: dict[str, str]  # what each source holds unfinished afterwards (GroupOracle.pending)
-    windows: int = 1  # the run's --windows
+    windows: int = 1  # the run's --max-windows
 
 
 # The scenario. A group run lands source a, then b, so its crash hits a while a has anything to do; a pending
@@ -832,8 +832,9 @@ class GroupRig(Rig):
             self.zk_client.delete(self.zk_root, recursive=True)
 
     def run_units(self, source: str | None = None, windows: int = 1, **kw: Any) -> CliResult:
-        """`cdc run <pipeline> --windows N [--source <id>]`: one source, or the whole group (None)."""
-        return self.cli("run", self.name, "--windows", str(windows), *(("--source", source) if source else ()), **kw)
+        """`cdc run <pipeline> --max-windows N [--source <id>]`: one source, or the whole group (None)."""
+        return self.cli("run", self.name, "--max-windows", str(windows), *(("--source", source) if source else ()),
+                        **kw)
 
     def caught_up(self) -> bool:
         for sid, src in self.sources.items():

@@ -191,7 +191,7 @@ def cli_env(ran: Ran) -> Iterator[None]:
         (["--from", "2026-01-01T00:00:00Z", "--until", "2025-01-01T00:00:00Z"], 2, "is not after start_ts"),
         (["--from", "2026-01-01T00:00:00Z", "--table", "nodb.nope"], 2, "table 'nodb.nope' is not captured"),
         (["--from", "2026-01-01T00:00:00Z", "--table", "nope"], 2, "is not of the form schema.table"),
-        (["--from", "2026-01-01T00:00:00Z", "--windows", "many"], 2, "Invalid value for '--windows'"),
+        (["--from", "2026-01-01T00:00:00Z", "--max-windows", "many"], 2, "Invalid value for '--max-windows'"),
         ([], 2, "--from is required"),
     ],
 )

@@ -58,10 +58,30 @@ def cdc(env: dict[str, Any], capsys: pytest.CaptureFixture[str], *args: str) -> 
     return code, out, err
 
 
-def test_validate_run_status_and_resolve(cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    name = cli_env["name"]
+def test_validate_run_status_and_resolve(
+    cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    name, db = cli_env["name"], cli_env["db"]
     code, out, _ = cdc(cli_env, capsys, "validate")
     assert code == 0 and f"ok: pipeline {name!r}" in out
+    assert " -> " not in out  # offline: no source was asked for its tables
+    code, out, err = cdc(cli_env, capsys, "validate", "--check-sources")
+    assert code == 0, err
+    assert f"  {db}.t -> {db}.t (unrouted)" in out
+
+    # A route that takes no captured table is refused once the source shows it (offline: a glob include
+    # cannot tell).
+    routed = json.loads(Path(cli_env["config"]).read_text())
+    pattern = rf"{db}\.nope_[0-9]+"
+    routed["pipelines"][0]["routes"] = [{"from": pattern, "to": "merged.t"}]
+    config = tmp_path / "routed.yaml"
+    config.write_text(json.dumps(routed))
+    code, out, err = main(["--config", str(config), "validate"]), *capsys.readouterr()
+    assert code == 0 and "route 1: " in out, err
+    code, out, err = main(["--config", str(config), "validate", "--check-sources"]), *capsys.readouterr()
+    assert code == ConfigError.exit_code
+    assert f"route 1 ({pattern!r} -> merged.t) takes no table captured on the source(s)" in err
+    assert f"  {db}.t -> {db}.t (unrouted)" in out
 
     code, out, err = cdc(cli_env, capsys, "run", name)
     assert code == 0, err
@@ -98,9 +118,18 @@ def test_exit_codes_for_a_held_lease_and_bad_input(
     assert code == LeaseHeld.exit_code == 75
     assert "skipped" in err and "someone-else/run-1" in err
 
+    code, out, err = cdc(cli_env, capsys, "lease", "show", name)
+    assert code == 0, err
+    shown = json.loads(out)["lease"]
+    assert shown["holder"] == "someone-else/run-1" and shown["token"] > 0 and shown["expires_at_iso"]
+    assert shown["expired"] is False
+
     code, out, err = cdc(cli_env, capsys, "lease", "break", name, "--holder", "someone-else/run-1")
     assert code == 0, err
     assert json.loads(out)["broken"]["holder"] == "someone-else/run-1"
+    assert json.loads(out)["broken"]["token"] == shown["token"]
+    code, out, err = cdc(cli_env, capsys, "lease", "show", name)
+    assert code == 0 and json.loads(out) == {"pipeline": name, "lease": None}, err
     code, _, err = cdc(cli_env, capsys, "run", name)
     assert code == 0, err
 
@@ -147,7 +176,8 @@ def test_an_active_backfill_is_cancelled_from_the_cli(
     code, _, err = cdc(cli_env, capsys, "backfill", name)
     assert code == 2 and "--from is required" in err
 
-    code, out, err = cdc(cli_env, capsys, "backfill", name, "--from", cli_env["before_table"], "--windows", "0")
+    code, out, err = cdc(cli_env, capsys, "backfill", name, "--from", cli_env["before_table"],
+                         "--max-windows", "0")
     assert code == 0, err  # started, no window landed yet
     code, out, err = cdc(cli_env, capsys, "status", name)
     before = json.loads(out)["cursor"]

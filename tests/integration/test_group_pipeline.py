@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from cdc_core.cli import main
 from cdc_core.lake import delta_state
-from cdc_core.model.errors import SourceError
+from cdc_core.model.errors import PartialFailure
 from cdc_core.model.lake_writers import WRITER_PROPERTY, writer_pipeline
 from tests.support.source_facts import drop_databases, run_sql
 
@@ -105,9 +105,11 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     shards = dict(zip(SOURCES, list(shard_servers)[:3], strict=True))
     name, config = group_pipeline("shop", shards, SCHEMAS, {"from": r"shop_[0-9]+\.orders", "to": "shop.orders"},
                                   services=services, zk_root=zk_root, tmp_path=tmp_path, monkeypatch=monkeypatch)
-    code, out, err = cdc(config, capsys, "validate")
+    code, out, err = cdc(config, capsys, "validate", "--check-sources")
     assert code == 0, (out, err)
-    assert "sources=['a', 'b', 'c']" in out
+    assert "sources=['a', 'b', 'c']" in out and r"route 1: 'shop_[0-9]+\\.orders' -> shop.orders" in out
+    for sid, schemas in SCHEMAS.items():  # where each source's tables land
+        assert all(f"source {sid}: {s}.orders -> shop.orders (route 1)" in out for s in schemas), out
 
     # Equal keys everywhere; row 4 moves from shard a to shard b, keeping its key; DDL on shard b only.
     for sid, shard in shards.items():
@@ -144,13 +146,14 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     assert writer_pipeline(record) == name
     assert json.loads(record)["sources"] == list(SOURCES) and json.loads(record)["routes"][0]["to"] == "shop.orders"
 
-    # Shard c stops: a and b still land, c is shown failing with the reason; the run exits non-zero.
+    # Shard c stops: a and b still land, c is shown failing with the reason; the run exits 9 (partial).
     run_sql(shards["a"], "UPDATE shop_01.orders SET note = 'after c stopped' WHERE id = 1")
     run_sql(shards["c"], "INSERT INTO shop_03.orders VALUES (9, 90, 'before the stop')")
     shards["c"].stop_mariadb()
     try:
         code, out, err = cdc(config, capsys, "run", name)
-        assert code == SourceError.exit_code, (out, err)
+        assert code == PartialFailure.exit_code, (out, err)
+        assert "1 of 3 sources failed (c: SourceError" in err
         assert out["failed"] == ["c"] and out["sources"]["c"]["error"].startswith("SourceError"), out
         assert out["sources"]["a"]["windows"], out
         rows_a = {r for r in lake_rows(uri) if r[0] == "a"}
@@ -169,15 +172,17 @@ def test_three_shards_land_in_one_table_exactly_once_and_a_stopped_shard_does_no
     code, status, err = cdc(config, capsys, "status", name)
     assert status["failing"] == [], status
 
-    # One source on its own: `--source`, and `<pipeline>.<source>` for per-source commands.
+    # One source on its own: `--source` for every per-source command (the old `<pipeline>.<source>` warns).
     code, out, err = cdc(config, capsys, "run", name, "--source", "b")
     assert code == 0 and list(out["sources"]) == ["b"], (out, err)
-    code, out, err = cdc(config, capsys, "resolve", f"{name}.b")
-    assert code == 0 and out["rule"], (out, err)
+    code, out, err = cdc(config, capsys, "resolve", name, "--source", "b")
+    assert code == 0 and out["rule"] and "deprecated" not in err, (out, err)
+    code, old, err = cdc(config, capsys, "resolve", f"{name}.b")
+    assert code == 0 and old["label"] == out["label"] and f"write `{name} --source b`" in err, (old, err)
     code, out, err = cdc(config, capsys, "resolve", name)
-    assert code == 2 and "group pipeline" in err and f"{name}.a" in err
+    assert code == 2 and "group pipeline" in err and "--source a" in err
     for sid in SOURCES:  # each source's tables against its own rows of the shared lake table
-        code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
+        code, out, err = cdc(config, capsys, "verify", name, "--source", sid)
         assert code == 0 and out.count("equal") >= len(SCHEMAS[sid]), (out, err)
 
     # Housekeeping cleans each source's own staged windows (under <staging>/<pipeline>/sources/<id>/).
@@ -255,7 +260,7 @@ def test_global_keys_rows_moved_between_shards_end_as_one_row_per_key(
     found = discover_tables(str(tmp_path / "lake"), TableFilter(include=("gshop.orders",)))  # what maintenance keeps
     assert sorted(t.kind for t in found) == ["base", "table", "tombstones"]  # the base's tombstones (hard deletes)
     for sid in shards:  # each source's table against its rows of the lake table
-        code, out, err = cdc(config, capsys, "verify", f"{name}.{sid}")
+        code, out, err = cdc(config, capsys, "verify", name, "--source", sid)
         assert code == 0 and "equal" in out, (out, err)
 
 
@@ -266,8 +271,9 @@ def test_a_shard_stopped_while_its_window_is_staged_fails_only_that_source_until
     """A source's server stops in the middle of a run, while that source's own window is being read: the `cdc run`
     process (a subprocess, paused at the fault point `mid_stage_before` with its binlog reader set up) is resumed
     after the server stopped. That source fails with a SourceError and is shown failing; the next source of the
-    same run still lands its window. Once the server is back, the next run re-stages the planned window (plans are
-    immutable) and the lake equals the union of the shards, nothing lost or doubled."""
+    same run still lands its window (the run exits 9: a partial failure). Once the server is back, the next run
+    re-stages the planned window (plans are immutable) and the lake equals the union of the shards, nothing lost or
+    doubled."""
     first, second = list(shard_servers)[:2]
     shards = {"b": second, "a": first}  # b runs first: it is the one stopped
     schemas = {"b": ("mshop_01",), "a": ("mshop_00",)}
@@ -296,7 +302,7 @@ def test_a_shard_stopped_while_its_window_is_staged_fails_only_that_source_until
         if proc.poll() is None:
             proc.kill()
     try:
-        assert proc.returncode == SourceError.exit_code, (out, err[-3000:])
+        assert proc.returncode == PartialFailure.exit_code, (out, err[-3000:])
         result = json.loads(out)
         assert result["failed"] == ["b"] and result["sources"]["b"]["error"].startswith("SourceError"), result
         assert result["sources"]["a"]["windows"], result  # the other source's window landed in the same run

@@ -439,7 +439,7 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     assert [w["kind"] for w in first["windows"]] == ["snapshot"]
 
     # A `cdc run` process dies (SIGKILL) after reading chunk 2's rows, before its manifest exists.
-    proc = case.cli(config, "run", case.name, "--windows", "3", env={"CDC_FAULT": "mid_stage"})
+    proc = case.cli(config, "run", case.name, "--max-windows", "3", env={"CDC_FAULT": "mid_stage"})
     assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-3000:]
     pending = p.coordinator.pending_window()
     assert pending is not None and pending.plan.kind == "snapshot"
@@ -491,7 +491,7 @@ def test_a_multi_table_snapshot_window_killed_mid_merge_then_completed(  # type:
 
     # `cdc run` with the real job: a_big chunk 1 (100 rows) lands alone; the next snapshot window holds
     # a_big's last 50 rows and b1..b5 (10 each): its job is killed once its first table committed.
-    proc = case.cli(config, "run", case.name, "--windows", "6", env={"CDC_FAULT": "mid_merge"})
+    proc = case.cli(config, "run", case.name, "--max-windows", "6", env={"CDC_FAULT": "mid_merge"})
     assert proc.returncode == 8, proc.stdout[-2000:] + proc.stderr[-3000:]
     pending = p.coordinator.pending_window()
     assert pending is not None and pending.plan.kind == "snapshot"
@@ -545,7 +545,7 @@ def test_types_an_empty_table_and_a_table_added_later(spark, case: Case, root_db
     execute(root_db, "UPDATE later SET label = 'changed' WHERE id = 3")  # before it is captured: snapshot has it
     both = [*first, f"{source_db}.later"]
     config = case.write_config(both, zero_dates="null")
-    proc = case.cli(config, "snapshot", case.name, "--table", f"{source_db}.later", "--windows", "0")
+    proc = case.cli(config, "snapshot", case.name, "--table", f"{source_db}.later", "--max-windows", "0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["snapshot"]["current"] == f"{source_db}.later" and out["windows"] == []
