@@ -114,10 +114,10 @@ def _unit(ctx: click.Context, name: str, source: str | None, any_source: bool = 
     if source is None and cfg.is_group and any_source:
         source = cfg.source_ids()[0]
     if source is None and cfg.is_group:
+        ids = [str(s) for s in cfg.source_ids()]
         raise click.UsageError(
-            f"pipeline {pipeline!r} is a group pipeline: say which source with --source "
-            + " / ".join(f"--source {s}" for s in cfg.source_ids())
-            + f" (e.g. `{ctx.info_name} {pipeline} --source {cfg.source_ids()[0]}`)"
+            f"pipeline {pipeline!r} is a group pipeline: say which source with --source (its sources: "
+            f"{', '.join(ids)}), e.g. `cdc {ctx.info_name} {pipeline} --source {ids[0]}`"
         )
     cfg.source_config(source)  # an unknown source: ConfigError naming the pipeline's sources
     return cfg, source

@@ -224,3 +224,15 @@ def test_config_path_error_is_a_config_error_exit(tmp_path: Path, capsys: pytest
     code, _, err = run_cli(capsys, "validate")
     assert code == ConfigError.exit_code and "config/pipelines.yaml: configuration file not found" in err
 
+
+
+def test_a_group_pipeline_command_without_a_source_says_how_to_name_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(group_config(tmp_path, [], ["shop_*.orders"]))
+    code, _, err = run_cli(capsys, "--config", config, "resolve", "shop")
+    assert code == 2
+    assert "say which source with --source (its sources: eu1, eu2), e.g. `cdc resolve shop --source eu1`" in err
+    code, _, err = run_cli(capsys, "--config", config, "verify", "shop.nope")  # the old spelling, a wrong source
+    assert code == ConfigError.exit_code
+    assert "'shop.nope' is deprecated: write `shop --source nope`" in err and "has no source 'nope'" in err
