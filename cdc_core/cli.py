@@ -195,6 +195,7 @@ def _emit(obj: Any) -> None:
     "config",
     envvar="CDC_CONFIG",
     default=None,
+    metavar="FILE",
     help="Pipelines file (default: $CDC_CONFIG, else config/pipelines.yaml in the current directory)",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logs")
@@ -282,7 +283,8 @@ def run_failure(result: Mapping[str, Any], first_error: BaseException | None) ->
 @click.option(
     "--once", is_flag=True, help="Land one window and stop (the old default; the same as --max-windows 1)"
 )
-@click.option("--source", "sources", multiple=True, help="A group pipeline: only this source (repeatable)")
+@click.option("--source", "sources", multiple=True, metavar="ID",
+              help="A group pipeline: only this source (repeatable)")
 @click.pass_context
 def run(  # noqa: PLR0917 (click passes options as arguments)
     ctx: click.Context, pipeline: str, max_windows: int, old_windows: int | None, once: bool,
@@ -318,7 +320,8 @@ def run(  # noqa: PLR0917 (click passes options as arguments)
 
 @cli.command()
 @click.argument("pipeline", required=False)
-@click.option("--source", "sources", multiple=True, help="A group pipeline: only this source (repeatable)")
+@click.option("--source", "sources", multiple=True, metavar="ID",
+              help="A group pipeline: only this source (repeatable)")
 @click.pass_context
 def status(ctx: click.Context, pipeline: str | None, sources: tuple[str, ...]) -> None:
     """Cursor, lag, lease and recent windows (the monitoring page's data), as JSON; every pipeline without
@@ -338,7 +341,7 @@ def status(ctx: click.Context, pipeline: str | None, sources: tuple[str, ...]) -
 
 @cli.command()
 @click.argument("pipeline")
-@click.option("--source", default=None, help="A group pipeline: which source")
+@click.option("--source", default=None, metavar="ID", help="A group pipeline: which source")
 @click.pass_context
 def resolve(ctx: click.Context, pipeline: str, source: str | None) -> None:
     """Print the position the next window would start from, and the rule that chose it."""
@@ -357,7 +360,8 @@ def resolve(ctx: click.Context, pipeline: str, source: str | None) -> None:
 @max_windows_option(100, 0, "At most this many backfill windows in this run; 0: only start the backfill (the "
                             "next runs land it)")
 @click.option("--cancel", is_flag=True, help="Stop the active backfill (what it replayed stays; the stream goes on)")
-@click.option("--source", default=None, help="A group pipeline: only this source (default: each source in turn)")
+@click.option("--source", default=None, metavar="ID",
+              help="A group pipeline: only this source (default: each source in turn)")
 @click.pass_context
 def backfill(  # noqa: PLR0917 (click passes options as arguments)
     ctx: click.Context,
@@ -479,7 +483,7 @@ def break_lease(ctx: click.Context, pipeline: str, holder: str) -> None:
 @max_windows_option(1000, 0, "At most this many windows now (chunks, with stream windows in between); 0: only "
                              "request (the next runs load it)")
 @click.option("--cancel", is_flag=True, help="Stop loading --table (default: every table not done); loaded rows stay")
-@click.option("--source", default=None, help="A group pipeline: which source's tables to load")
+@click.option("--source", default=None, metavar="ID", help="A group pipeline: which source's tables to load")
 @click.pass_context
 def snapshot(  # noqa: PLR0917 - one parameter per CLI option
     ctx: click.Context, pipeline: str, tables: tuple[str, ...], chunk_rows: int | None, max_windows: int,
@@ -593,7 +597,7 @@ def merge_server(ctx: click.Context, pipeline: str, listen: str | None, ping_onl
 
 @cli.command()
 @click.argument("pipeline")
-@click.option("--source", default=None, help="A group pipeline: which source")
+@click.option("--source", default=None, metavar="ID", help="A group pipeline: which source")
 @click.pass_context
 def verify(ctx: click.Context, pipeline: str, source: str | None) -> None:
     """Compare every captured table with its Delta table, value for value (run when the source is quiet).
@@ -629,7 +633,8 @@ def verify(ctx: click.Context, pipeline: str, source: str | None) -> None:
 @click.option("--table", "tables", multiple=True, help="Only these schema.table names (repeatable)")
 @click.option("--sql", "as_sql", is_flag=True, help="Print the SELECT ... VERSION AS OF statements instead of JSON")
 @click.option("--check", is_flag=True, help="Also open every table at its version (fails if the log was cleaned up)")
-@click.option("--source", default=None, help="A group pipeline: which source's cuts (each source has its own)")
+@click.option("--source", default=None, metavar="ID",
+              help="A group pipeline: which source's cuts (each source has its own)")
 @click.pass_context
 def versions(  # noqa: PLR0917 - one parameter per click option
     ctx: click.Context, pipeline: str, window: int | None, as_of: str | None, tables: tuple[str, ...],
