@@ -218,9 +218,9 @@ def validate(ctx: click.Context, check_sources: bool) -> None:
     Refuses two pipelines that can land the same table under the same lake root (one writer per Delta table:
     cdc_core.model.lake_writers), a route whose target a table could also reach unrouted, and two sources of
     one group pipeline on the same server (the same connection, or the same host:port). A route that takes
-    no captured table is a warning offline, an error with --check-sources, which also prints each captured
-    source table and the lake table it lands in. Without --check-sources nothing but the environment's
-    connections is read (no network)."""
+    no captured table is a warning offline (when literal includes tell), an error with --check-sources, which
+    describes the captured tables as a run would and prints where each lands. Without --check-sources nothing
+    but the environment's connections is read (no network)."""
     from cdc_core.model import validation
     from cdc_core.model.lake_writers import overlaps, route_clashes
     from cdc_core.run.validate import configured_servers, read_sources
