@@ -46,6 +46,9 @@ DELETE_MODES = (DELETE_HARD, DELETE_SOFT)
 STATUS_COMMITTED = "committed"
 STATUS_ALREADY = "already committed"
 STATUS_EMPTY = "empty"
+# A table the window only names in DDL and the lake never had (a truncate or drop of a table never landed, a
+# CREATE TABLE before its first rows): no lake table, no asset event, no checkpoint row.
+STATUS_NO_TABLE = "no table"
 
 # The Delta types of the metadata columns every lake table carries (Spark SQL DDL names), in order.
 _METADATA_COMMON: tuple[tuple[str, str], ...] = (

@@ -66,6 +66,7 @@ from cdc_core.model.logfmt import iso_seconds, kv
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.naming import table_id
 from cdc_core.model.positions import BinlogPosition, StartSpec
+from cdc_core.model.schema_changes import DROP_DATABASE, RENAME_TABLE
 from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.sources import unit_name
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
@@ -632,6 +633,16 @@ class Pipeline:
                                      f"pipeline {self.name!r}: merge of window {seq}")
         return submit or SparkSubmitRunner(self.spark_master())
 
+    def merge_needed(self, manifest: Manifest) -> bool:
+        """Whether the window gives the merge job anything to do: staged rows, or schema changes of a table the
+        lake has (a CREATE TABLE of a new table, or any DDL of a table the lake never had, waits for its first
+        rows: the ack counts such a table as landed). Saves a Spark job per window of DDL on new tables."""
+        if any(t.files for t in manifest.tables):
+            return True
+        if any(c.kind == DROP_DATABASE for c in manifest.schema_changes):
+            return True  # its lake tables are found by the merge job
+        return any(delta_state.table_exists(self.table_uri(t.schema, t.table)) for t in manifest.tables)
+
     def merge_locally(self, grant: LeaseGrant, seq: int, submit: JobRunner | None = None) -> dict[str, Any]:
         """The merge step (CLI and DAG alike): run window `seq`'s merge job (`merge_runner`: the merge server
         when one is configured, else `submit`, default spark-submit in a subprocess) under the run's lease, and
@@ -641,6 +652,10 @@ class Pipeline:
         if not manifest.tables:
             self.log_event("window.merge_skipped", grant, seq=seq, reason="empty")
             return {"seq": seq, "skipped": "empty"}
+        if not self.merge_needed(manifest):
+            self.log_event("window.merge_skipped", grant, seq=seq, reason="ddl_only",
+                           tables=len(manifest.tables))
+            return {"seq": seq, "skipped": "ddl_only"}
         server = self.merge_server_address()
         runner = self.merge_runner(seq, submit)
         self.log_event("window.merging", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
@@ -691,7 +706,7 @@ class Pipeline:
         self._record_checkpoint(grant, record.plan, manifest, result)
         rereads = self.schema_rereads(manifest)
         renames = [(c.table_name, c.target_name, c.version) for c in manifest.schema_changes
-                   if c.kind == "rename_table" and c.target_name is not None]
+                   if c.kind == RENAME_TABLE and c.target_name is not None]
         cursor = self.coordinator.ack_window(grant, seq, result, rereads, renames)
         for r in rereads:
             self.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below)
@@ -768,7 +783,12 @@ class Pipeline:
             return
         reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
         uris = {n: self.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
-        uris.update({t.name: self.table_uri(t.schema, t.table) for t in manifest.tables})
+        for t in manifest.tables:  # a table named only by DDL that the lake does not have: not in the cut
+            uri = self.table_uri(t.schema, t.table)
+            if t.files or t.name in uris or delta_state.table_exists(uri):
+                uris[t.name] = uri
+        if not uris:  # only DDL of tables the lake does not have yet: no version to record
+            return
         now = time.time()
         after = coordination.cursor_after_ack(self.name, self.coordinator.read_cursor(), plan, now)
         position = after.position  # the stream cursor after this window (a backfill or a chunk keeps it)

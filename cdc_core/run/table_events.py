@@ -4,7 +4,8 @@ The Airflow side (plugins/cdc_airflow/assets.py) turns these into asset events t
 `AssetAlias`; this module decides *which* windows and tables to announce, and with what extra, as pure
 functions over ZooKeeper's window records (no Airflow import here):
 
-- only acked windows, and of those only the tables the window changed (its staged tables);
+- only acked windows, and of those only the tables the window changed (its staged tables; not a table named
+  only by DDL that the lake does not have, status `no table`);
 - a window is announced once: windows already announced (their seqs, as found in the alias's earlier
   events) are left out, so a retried or cleared ack, or a replayed window, emits nothing twice;
 - windows acked by recovery (a crashed run's window that the next run's plan step acked) are
@@ -24,6 +25,7 @@ from typing import Any
 
 from cdc_core.coordination import STATE_ACKED, WindowRecord
 from cdc_core.model.logfmt import iso_ms
+from cdc_core.model.merge_semantics import STATUS_NO_TABLE
 from cdc_core.model.naming import parse_table_pattern
 
 
@@ -62,6 +64,8 @@ def window_events(pipeline: str, record: WindowRecord, tables: dict[str, tuple[s
     out = []
     for name in sorted(changed):
         info = changed[name] if isinstance(changed[name], dict) else {}
+        if info.get("status") == STATUS_NO_TABLE:  # named only by DDL, not in the lake: nothing to read
+            continue
         schema, table = tables.get(name) or (name.rpartition(".")[0], name.rpartition(".")[2])
         extra: dict[str, Any] = {
             "pipeline": pipeline,

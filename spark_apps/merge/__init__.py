@@ -18,11 +18,10 @@ The job's plumbing shared with the maintenance job is spark_apps/spark_job.py.
 from __future__ import annotations
 
 from cdc_core.model.layout import base_uri, table_uri, tombstone_uri
-from cdc_core.model.merge_semantics import STATUS_ALREADY, STATUS_COMMITTED, STATUS_EMPTY
+from cdc_core.model.merge_semantics import STATUS_ALREADY, STATUS_COMMITTED, STATUS_EMPTY, STATUS_NO_TABLE
 from spark_apps.merge.job import main, parse_args, run_job
 from spark_apps.merge.staged import metadata_columns
 from spark_apps.merge.tables import TableOptions, create_table_sql, merge_sql
-from spark_apps.merge.targets import STATUS_NO_TABLE
 from spark_apps.merge.window import merge_window
 
 __all__ = [

@@ -21,6 +21,7 @@ from cdc_core.model.merge_semantics import (
     STATUS_ALREADY,
     STATUS_COMMITTED,
     STATUS_EMPTY,
+    STATUS_NO_TABLE,
     holds_window,
 )
 from cdc_core.model.sources import COL_SOURCE_TABLE
@@ -36,7 +37,7 @@ from spark_apps.merge.staged import (
     with_derived_columns,
 )
 from spark_apps.merge.tables import TableOptions, has_no_rows, last_txn_version, merge_sql
-from spark_apps.merge.targets import STATUS_NO_TABLE, LakeTarget, schema_state_key
+from spark_apps.merge.targets import LakeTarget, schema_state_key
 
 log = logging.getLogger("cdc.merge")
 

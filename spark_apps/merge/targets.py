@@ -43,10 +43,6 @@ from spark_apps.merge.staged import (
 log = logging.getLogger("cdc.merge")
 
 
-# A table the window only names in DDL and the lake never had (a truncate or drop of a table never landed).
-STATUS_NO_TABLE = "no table"
-
-
 @dataclass(frozen=True)
 class SchemaMember:
     """One staged table of a lake table read through the table's schema record."""

@@ -11,7 +11,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -813,8 +812,10 @@ def test_a_merge_longer_than_the_lease_keeps_it(
     """A window of many tables may merge for longer than `lease_seconds`: the run renews its lease while the
     Spark job runs, so nobody takes it over meanwhile (which would fence the merge and waste it)."""
     from cdc_core.capture.source import SourceParams
+    from cdc_core.lake.job_runner import SparkSubmitRunner
     from cdc_core.model.config import PipelineConfig
     from cdc_core.run.pipeline import Pipeline
+    from tests.support.fake_manifest import fake_manifest
 
     coord = PipelineCoordinator(zk_client, zk_root, "orders")
     other = PipelineCoordinator(zk_client, zk_root, "orders")
@@ -824,7 +825,7 @@ def test_a_merge_longer_than_the_lease_keeps_it(
     grant = coord.acquire("run-1", cfg.lease_seconds)
     seen: list[str] = []
 
-    def slow_job(cmd: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
+    def slow_job(cmd: Any, env: Any) -> subprocess.CompletedProcess[str]:
         time.sleep(3.5)  # the job outlives the lease it started under
         try:
             other.acquire("run-2", 2)
@@ -833,11 +834,10 @@ def test_a_merge_longer_than_the_lease_keeps_it(
             seen.append("held")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("t",), changes=1))
-    monkeypatch.setattr(p, "spark_submit_command", lambda grant, seq: ["spark-submit"])
-    monkeypatch.setattr("cdc_core.run.pipeline.subprocess.run", slow_job)
+    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
+    monkeypatch.setattr(p, "merge_server_address", lambda: None)
     try:
-        assert p.merge_locally(grant, 1)["merged"] is True
+        assert p.merge_locally(grant, 1, submit=SparkSubmitRunner("local[1]", run=slow_job))["merged"] is True
         assert seen == ["held"]
         coord.verify(grant)  # still this run's lease: the ack can follow
     finally:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.fake_manifest import fake_manifest
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -497,7 +499,7 @@ def _open_pipeline(monkeypatch: pytest.MonkeyPatch, events: list[str], *, tables
         record_maintenance=lambda grant, record: events.append(f"record {record['status']}"),
     )
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="dbpw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("shop.orders",) * tables, changes=12))
+    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest(*["shop.orders"] * tables, changes=12))
     monkeypatch.setattr(p, "spark_jars", lambda: "/jars/delta.jar")
     monkeypatch.setattr(p, "zk_auth", lambda: "zkuser:zkpw")
     monkeypatch.setattr(p, "merge_application_args", lambda g, seq: ["--seq", str(seq), "--token", str(g.token)])

@@ -159,7 +159,8 @@ def test_windows_to_announce() -> None:
 
 def test_window_events_only_changed_tables_with_extra() -> None:
     rec = _record(5, tables={"s.a": {"changes": 3, "delta_version": 7, "inserted": 2, "updated": 0, "deleted": 1},
-                             "`my.db`.`t`": {"changes": 1}})
+                             "`my.db`.`t`": {"changes": 1},
+                             "s.created": {"status": "no table"}})  # only a CREATE TABLE: not in the lake
     events = te.window_events("p", rec, {"s.a": ("s", "a"), "`my.db`.`t`": ("my.db", "t")})
     assert [(e.name, e.schema, e.table) for e in events] == [("`my.db`.`t`", "my.db", "t"), ("s.a", "s", "a")]
     extra = events[1].extra

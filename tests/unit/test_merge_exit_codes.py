@@ -23,6 +23,7 @@ from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, SchemaConflict
 from cdc_core.run.pipeline import Pipeline
+from tests.support.fake_manifest import fake_manifest
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +35,7 @@ def _pipeline(monkeypatch: pytest.MonkeyPatch, rc: int, stderr: str) -> Pipeline
                          staging_root="/nonexistent/staging", lake_root="/nonexistent/lake")
     coordinator: Any = SimpleNamespace(renew=lambda grant, ttl: grant)
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("t",), changes=1))
+    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
     monkeypatch.setattr(p, "spark_jars", lambda: "a.jar")
     monkeypatch.setattr(
         "cdc_core.lake.job_runner.subprocess.run",

@@ -24,6 +24,7 @@ from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, StagingError
 from cdc_core.run.pipeline import Pipeline
+from tests.support.fake_manifest import fake_manifest
 
 pytestmark = pytest.mark.unit
 
@@ -183,7 +184,7 @@ def _pipeline(monkeypatch: pytest.MonkeyPatch, **spark: Any) -> Pipeline:
                          staging_root="/nonexistent/staging", lake_root="/nonexistent/lake", spark=spark)
     coordinator: Any = SimpleNamespace(renew=lambda grant, ttl: grant)
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=("t",), changes=1))
+    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
     monkeypatch.setattr(p, "spark_jars", lambda: "a.jar")
     monkeypatch.delenv(mc.ADDRESS_ENV, raising=False)
     return p

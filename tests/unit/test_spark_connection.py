@@ -28,6 +28,7 @@ from cdc_core.model.connections import parse_connection
 from cdc_core.model.errors import ConfigError
 from cdc_core.run import housekeeping
 from cdc_core.run.pipeline import Pipeline
+from tests.support.fake_manifest import fake_manifest
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +141,7 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(p, "manifest", lambda seq: SimpleNamespace(tables=["shop.orders"], changes=3))
+    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("shop.orders", changes=3))
     monkeypatch.setattr(p, "renew", lambda grant: None)
     monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", run)
     monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
