@@ -118,6 +118,7 @@ class Oracle:
     _snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> Delta version this check reads
     _cursor: Cursor | None = None
     _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
+    _commit_metadata: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (uri, commit file) -> userMetadata
     _restage_seen: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -239,6 +240,7 @@ class Oracle:
             return {}
         for stale in set(cache) - set(names):  # the table was deleted and re-created
             del cache[stale]
+            self._commit_metadata.pop((uri, stale), None)
         for n in names:
             if n in cache:
                 continue
@@ -247,8 +249,32 @@ class Oracle:
                 action = json.loads(line)
                 if "txn" in action:
                     txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
+                meta = (action.get("commitInfo") or {}).get("userMetadata")
+                if meta:
+                    try:
+                        self._commit_metadata[(uri, n)] = json.loads(meta)
+                    except ValueError:
+                        pass
             cache[n] = tuple(txns)
         return cache
+
+    def _window_commit(self, uri: str, v: int | None, latest: int | None) -> int | None:
+        """`latest`, or the commit that landed window v when every commit after it is the product's own for a
+        later window of this pipeline (its userMetadata says so): an unfinished window's schema phase."""
+        if v is None or latest is None:
+            return latest
+        landed_at = None
+        for commit, txns in sorted(self._delta_log_txns(uri).items()):
+            version = int(commit[:20])
+            if version > latest:
+                break
+            if (self.pipeline, v) in txns:
+                landed_at = version
+            elif landed_at is not None:
+                meta = self._commit_metadata.get((uri, commit)) or {}
+                if meta.get("pipeline") != self.pipeline or not int(meta.get("seq") or 0) > v:
+                    return latest  # anything else (a damaged table, say) is read as it is
+        return landed_at if landed_at is not None else latest
 
     def _check_delta(
         self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
@@ -271,7 +297,11 @@ class Oracle:
             if name in self.workload.table_names:
                 # One snapshot for the txn version and, later, the rows: an orphaned merge (its client was
                 # killed) may still be committing while the oracle looks.
-                v, self._snapshots[name] = _txn_and_version(uri, self.pipeline)
+                v, latest = _txn_and_version(uri, self.pipeline)
+                # Read the table as of the commit that landed its window v (what `cdc versions` cuts read): a
+                # window's schema changes commit before its rows (docs/schema-changes.md), so a crash between
+                # them leaves later commits of an unfinished window that its replay completes.
+                self._snapshots[name] = self._window_commit(uri, v, latest)
                 versions[name] = v
                 if v is not None and v > top:
                     problems.append(f"{name} holds window {v}, which was never planned (last planned {top})")
