@@ -133,9 +133,11 @@ def _warm_up() -> None:
     """Import and build once what every `airflow dags test` of this project needs (nothing that opens the
     metadata database or starts a thread)."""
     import airflow.__main__  # noqa: F401  (configuration, settings, logging)
+    import sqlalchemy.orm
     from airflow import plugins_manager
     from airflow.cli import cli_parser
     from airflow.cli.commands import dag_command  # noqa: F401
+    from airflow.models import import_all_models
     from airflow.sdk.execution_time.supervisor import in_process_api_server
 
     cli_parser.get_parser()
@@ -143,6 +145,8 @@ def _warm_up() -> None:
     if not app._cadwyn_initialized:  # the versioned routes, otherwise built on the first task's first request
         app._cadwyn_initialize()
     plugins_manager.ensure_plugins_loaded()  # the repo's plugins/ (the monitor page, cdc_airflow)
+    import_all_models()
+    sqlalchemy.orm.configure_mappers()  # otherwise done on the first query of every child (~1 s)
     for module in (
         "alembic.runtime.environment", "alembic.script",  # the CLI's check of the database's revision
         "cdc_airflow.assets", "cdc_airflow.hooks", "cdc_airflow.maintenance", "cdc_airflow.operators",
