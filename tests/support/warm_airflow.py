@@ -188,18 +188,29 @@ def _child(request: dict[str, Any]) -> int:
 
 
 def serve(path: str) -> None:
+    """Fork a child per request on the Unix socket `path`; exit when the test process that started this
+    one is gone (even killed: nothing else would stop a server in a session of its own)."""
     import threading
 
+    parent = os.getppid()
     _warm_up()
     assert threading.active_count() == 1, f"threads before forking: {threading.enumerate()}"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.tmp"
     server.bind(tmp)
     server.listen(4)
+    server.settimeout(2)
     os.rename(tmp, path)  # ready: the client waits for the socket to exist
     print(f"warm Airflow ready on {path} (pid {os.getpid()})", flush=True)
     while True:
-        conn, _ = server.accept()
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if os.getppid() != parent:
+                print("warm Airflow: the test process is gone, exiting", flush=True)
+                return
+            continue
+        conn.settimeout(None)
         with conn:
             request = json.loads(conn.makefile("rb").readline())
             sys.stdout.flush()
