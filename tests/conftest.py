@@ -231,9 +231,11 @@ def make_spark_session(app: str = "cdc-tests"):  # type: ignore[no-untyped-def]
     return spark
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    """One Spark session per test module (Spark start-up costs ~10 s)."""
+    """One Spark session per test session, i.e. per xdist worker (Spark start-up costs ~10 s; a module per
+    session cost that ~10 times over). Tests keep apart by their own lake paths; a test that sets a Spark conf
+    unsets it again."""
     session = make_spark_session()
     yield session
     session.stop()

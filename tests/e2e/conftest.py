@@ -9,11 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e import AirflowHome, CdcCase
+from tests.support.e2e import ROOT, AirflowHome, CdcCase
+from tests.support.warm_airflow import WarmAirflow
+
+
+@pytest.fixture(scope="session")
+def warm_airflow(airflow_home: AirflowHome) -> Iterator[WarmAirflow]:
+    """The session's Airflow, imported once: each `airflow dags test` forks from it (tests/support/warm_airflow.py)."""
+    warm = WarmAirflow(airflow_home.env, airflow_home.home / "warm", ROOT)
+    yield warm
+    warm.close()
 
 
 @pytest.fixture
-def cdc_case(airflow_home: AirflowHome, services, source_db: str, zk_root: str, tmp_path: Path) -> Iterator[CdcCase]:  # type: ignore[no-untyped-def]
+def cdc_case(  # type: ignore[no-untyped-def]
+    airflow_home: AirflowHome, warm_airflow: WarmAirflow, services, source_db: str, zk_root: str, tmp_path: Path
+) -> Iterator[CdcCase]:
     name = "e2e_" + uuid.uuid4().hex[:6]
     case = CdcCase(
         name=name,
@@ -24,6 +35,7 @@ def cdc_case(airflow_home: AirflowHome, services, source_db: str, zk_root: str, 
         config_path=tmp_path / "pipelines.yaml",
         airflow=airflow_home,
         services=services,
+        warm=warm_airflow,
     )
     case.lake.mkdir()
     case.staging.mkdir()

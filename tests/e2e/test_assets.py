@@ -59,10 +59,10 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     env = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "CDC_EXAMPLE_PIPELINE": case.name,
            "CDC_EXAMPLE_ORDERS": f"{db}.orders", "CDC_EXAMPLE_ITEMS": f"{db}.order_items"}
     full_env = {**case.env, **env}
-    proc = case.airflow.airflow("dags", "reserialize", env=full_env)
+    proc = case.airflow_cli("dags", "reserialize", env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for dag_id in ("cdc_downstream_orders", "cdc_downstream_orders_and_items"):
-        proc = case.airflow.airflow("dags", "unpause", dag_id, env=full_env)
+        proc = case.airflow_cli("dags", "unpause", dag_id, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     # Window 1: one transaction writes an order with its items (two tables changed, one not).

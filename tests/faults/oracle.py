@@ -25,6 +25,7 @@ AssertionError with the step's label; the counts feed the figures (tests/faults/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -118,7 +119,8 @@ class Oracle:
     _snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> Delta version this check reads
     _cursor: Cursor | None = None
     _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
-    _commit_metadata: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (uri, commit file) -> userMetadata
+    # (uri, commit file) -> the commit's userMetadata (the product's commits name their pipeline and window)
+    _commit_metadata: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     _restage_seen: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -251,10 +253,8 @@ class Oracle:
                     txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
                 meta = (action.get("commitInfo") or {}).get("userMetadata")
                 if meta:
-                    try:
+                    with contextlib.suppress(ValueError):  # not ours: not JSON
                         self._commit_metadata[(uri, n)] = json.loads(meta)
-                    except ValueError:
-                        pass
             cache[n] = tuple(txns)
         return cache
 

@@ -7,10 +7,10 @@ their own, never the shared `zk_client`. Waits are conditions with deadlines, ne
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -810,34 +810,45 @@ def test_a_merge_longer_than_the_lease_keeps_it(
     zk_client: KazooClient, zk_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A window of many tables may merge for longer than `lease_seconds`: the run renews its lease while the
-    Spark job runs, so nobody takes it over meanwhile (which would fence the merge and waste it)."""
+    Spark job runs, so nobody takes it over meanwhile (which would fence the merge and waste it). The lease is
+    judged by an injected clock that the job moves 3 s ahead (past the 2 s lease it started under) in two
+    steps, each followed by a renewal (every third of the lease, in real time): no real-time wait for the
+    lease to run out."""
     from cdc_core.capture.source import SourceParams
-    from cdc_core.lake.job_runner import SparkSubmitRunner
+    from cdc_core.lake.job_outcome import JobExit
+    from cdc_core.lake.spark_conf import SparkJob
     from cdc_core.model.config import PipelineConfig
     from cdc_core.run.pipeline import Pipeline
     from tests.support.fake_manifest import fake_manifest
 
-    coord = PipelineCoordinator(zk_client, zk_root, "orders")
-    other = PipelineCoordinator(zk_client, zk_root, "orders")
+    now = [time.time()]
+    coord = PipelineCoordinator(zk_client, zk_root, "orders", clock=lambda: now[0])
+    other = PipelineCoordinator(zk_client, zk_root, "orders", clock=lambda: now[0])
     cfg = PipelineConfig(name="orders", source={"conn_id": "x"}, tables={"include": ["db.*"]}, lease_seconds=2,
                          staging_root="/nonexistent/staging", lake_root="/nonexistent/lake")
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coord)
     grant = coord.acquire("run-1", cfg.lease_seconds)
+    started = now[0]
     seen: list[str] = []
 
-    def slow_job(cmd: Any, env: Any) -> subprocess.CompletedProcess[str]:
-        time.sleep(3.5)  # the job outlives the lease it started under
+    def slow_job(job: SparkJob) -> JobExit:
+        for _ in range(2):  # the job outlives the lease it started under: 1.5 s, then 3 s after its start
+            now[0] += 1.5
+            wait_for(lambda: (coord.read_lease() or SimpleNamespace(renewed_at=None)).renewed_at == now[0],
+                     "a renewal of the lease while the job runs")
+        assert now[0] - started > cfg.lease_seconds
         try:
             other.acquire("run-2", 2)
             seen.append("taken over")
         except LeaseHeld:
             seen.append("held")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
+        return JobExit(0, "", "")
 
     monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
-    monkeypatch.setattr(p, "merge_server_address", lambda: None)
+    monkeypatch.setattr(p, "merge_job", lambda grant, seq: SparkJob(application="merge_window.py", args=[],
+                                                                    name="cdc-merge", jars="", conf={}, env={}))
     try:
-        assert p.merge_locally(grant, 1, submit=SparkSubmitRunner("local[1]", run=slow_job))["merged"] is True
+        assert p.merge_locally(grant, 1, submit=slow_job)["merged"] is True
         assert seen == ["held"]
         coord.verify(grant)  # still this run's lease: the ack can follow
     finally:

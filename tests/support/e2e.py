@@ -1,10 +1,12 @@
 """End-to-end helpers: a throwaway Airflow (SQLite, the repo's dags/ and plugins/) per test session,
 and per test a pipeline of its own over a fresh source database, ZooKeeper root, lake and staging area.
 
-Airflow runs as a subprocess (`airflow dags test`), exactly as an operator would run it, with the
-environment of scripts/airflow_env.sh; each run parses the DAG file with the test's own CDC_CONFIG.
-Results are read from Airflow's metadata database (task states, tries), from ZooKeeper (cursor,
-lease) and from the Delta tables themselves.
+Airflow runs `airflow dags test` as an operator would run it, with the environment of
+scripts/airflow_env.sh; each run parses the DAG file with the test's own CDC_CONFIG. A case with the
+session's warm Airflow (tests/support/warm_airflow.py, the e2e `cdc_case` fixture) runs the command in a
+process forked from one that has Airflow imported already, otherwise as a subprocess of its own (the fault
+suite's DAG test). Results are read from Airflow's metadata database (task states, tries), from ZooKeeper
+(cursor, lease) and from the Delta tables themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_core.lake.merge_client import ADDRESS_ENV
+from tests.support.warm_airflow import WarmAirflow
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -112,6 +115,16 @@ class CdcCase:
     airflow: AirflowHome
     services: Any
     conn_id: str = "cdc_source_e2e"
+    warm: WarmAirflow | None = None  # the session's warm Airflow: the same commands without Airflow's start-up
+
+    def airflow_cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        """`airflow <args>` with this case's environment (plus `env`), on the warm Airflow when there is one."""
+        full = {**self.env, **(env or {})}
+        if self.warm is not None and self.warm.accepts(full):
+            return self.warm.airflow(*args, env=full, timeout=timeout)
+        return self.airflow.airflow(*args, env=full, timeout=timeout)
 
     @property
     def env(self) -> dict[str, str]:
@@ -161,7 +174,7 @@ class CdcCase:
         if conf is not None:
             args += ["-c", json.dumps(conf)]
         started = time.monotonic()
-        proc = self.airflow.airflow(*args, env={**self.env, **(env or {})})
+        proc = self.airflow_cli(*args, env=env)
         output = proc.stdout + proc.stderr
         runs = [
             r

@@ -3,8 +3,8 @@ the scheduler and the DAG processor as separate processes, as scripts/ui.sh runs
 scripts/airflow_env.sh's environment on a fresh AIRFLOW_HOME under .local/ and a free port. Every
 process leads its own process group and is stopped by its PID (which takes its children along).
 
-Used by test_ui_trigger.py (a backfill triggered like the form starts) and test_assets_scheduler.py (a real
-ack triggers downstream DAGs).
+Used by test_scheduler.py (one Airflow for the module: a backfill triggered like the form starts, a real ack
+triggers downstream DAGs) and test_production_airflow.py (PostgreSQL, LocalExecutor, a triggerer).
 """
 
 from __future__ import annotations
