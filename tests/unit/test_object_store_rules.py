@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import ModuleType
@@ -114,7 +115,9 @@ def test_nothing_is_process_wide(tmp_path: Path) -> None:
              if not name.startswith("__") and not callable(value) and not isinstance(value, type | ModuleType)}
     assert set(state) == {"S3_SCHEMES", "CONN_TYPE", "DEFAULT_REGION", "ENV_KEY", "ENV_SECRET", "ENV_TOKEN",
                           "ENV_ENDPOINT", "ENV_REGION", "AMBIENT", "annotations"}, state  # constants only
-    assert object_store.AMBIENT == object_store.Storage()  # frozen: nobody can give it credentials
+    assert object_store.AMBIENT.creds is None
+    with pytest.raises(dataclasses.FrozenInstanceError):  # nobody can give the shared default credentials
+        object_store.AMBIENT.creds = creds()  # type: ignore[misc]
     other = json.loads(CONN) | {"login": "AKIDOTHER", "password": "other-secret"}
     cfg = tmp_path / "pipelines.yaml"
     cfg.write_text(json.dumps({"pipelines": [
@@ -138,3 +141,21 @@ def test_nothing_is_process_wide(tmp_path: Path) -> None:
     assert json.dumps(fsspec.config.conf, sort_keys=True, default=str) == conf_before
     assert not any(k in fsspec.config.conf for k in object_store.S3_SCHEMES)
     assert SECRET not in conf_before and "other-secret" not in conf_before
+
+
+def test_a_spark_job_builds_its_storage_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge and maintenance jobs get the credentials in their environment (`job_env`) and pass a Storage
+    built from it down to their driver-side reads and their report; nothing is configured process-wide."""
+    import fsspec.config
+
+    from spark_apps.spark_job import job_storage
+
+    for k, v in creds().job_env().items():
+        monkeypatch.setenv(k, v)
+    storage = job_storage()
+    assert storage.creds is not None and storage.creds.secret_key == SECRET
+    assert storage.delta_rs_options("s3://cdc/lake/t") == creds().delta_rs_options()
+    assert not any(k in fsspec.config.conf for k in object_store.S3_SCHEMES)
+    for k in creds().job_env():
+        monkeypatch.delenv(k)
+    assert job_storage() == object_store.AMBIENT
