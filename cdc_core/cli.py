@@ -614,7 +614,7 @@ def verify(ctx: click.Context, pipeline: str, source: str | None) -> None:
             diffs = [
                 compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key,
                               lineage=p.lineage(t.schema, t.table).columns,
-                              kept_columns=policy.mode_for(t.name) == "lenient")
+                              kept_columns=policy.mode_for(t.name) == "lenient", storage=p.storage)
                 for t in tables.values()
             ]
         finally:
@@ -649,13 +649,13 @@ def versions(  # noqa: PLR0917 - one parameter per click option
 
     cfg, source = _unit(ctx, pipeline, source)  # a group pipeline's cuts are per source
     unit = unit_name(cfg.name, source)
-    object_store.activate(object_store.for_pipeline(cfg))  # the lake may be on s3://
+    storage = object_store.Storage(object_store.for_pipeline(cfg))  # the lake may be on s3://
     at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
-    cut = lake_versions.load_cut(str(cfg.lake_root), unit, window=window, as_of=at)
+    cut = lake_versions.load_cut(str(cfg.lake_root), unit, window=window, as_of=at, storage=storage)
     picked = cut.pick(tables)
     if check:
         for t in picked:
-            lake_versions.check_version(cut, t.name)
+            lake_versions.check_version(cut, t.name, storage=storage)
     if as_sql:
         click.echo(f"-- pipeline {unit}, window {cut.seq}, cursor {cut.cursor}, commits up to "
                    f"{cut.to_dict()['commit_at']}")

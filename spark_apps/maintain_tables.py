@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from cdc_core.coordination.fence import zk_fence_check
 from cdc_core.lake.job_outcome import MAINTENANCE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MaintenanceJobSpec
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model import retention
 from cdc_core.model.errors import ConfigError, Fenced, LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -37,6 +38,7 @@ from spark_apps.spark_job import (
     USER_METADATA_CONF,
     build_session,
     is_commit_conflict,
+    job_storage,
     sql_str,
     write_report,
 )
@@ -116,6 +118,7 @@ class Maintenance:
         optimize: bool = True,
         vacuum: bool = True,
         sleep: Callable[[float], None] = time.sleep,
+        storage: Storage = AMBIENT,
     ) -> None:
         check_retentions(vacuum_hours, log_hours, txn_hours, min_hours)
         for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF):
@@ -133,6 +136,7 @@ class Maintenance:
         self.do_optimize = optimize
         self.do_vacuum = vacuum
         self.sleep = sleep
+        self.storage = storage  # the driver's listings of a table's log (the job's object-store credentials)
         self.run_id = uuid.uuid4().hex
         # VACUUM START/END land in the table history with the files and bytes they deleted.
         spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
@@ -180,10 +184,8 @@ class Maintenance:
 
     def log_entries(self, uri: str) -> int | None:
         """How many commit/checkpoint/checksum files the table's _delta_log holds (None: cannot list)."""
-        import fsspec
-
         try:
-            fs, path = fsspec.core.url_to_fs(f"{uri.rstrip('/')}/_delta_log")
+            fs, path = self.storage.fs(f"{uri.rstrip('/')}/_delta_log")
             names = [str(p).rstrip("/").rpartition("/")[2] for p in fs.ls(path, detail=False)]
         except (OSError, ValueError):
             return None
@@ -399,6 +401,7 @@ def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dic
         check_retentions(
             args.vacuum_retention_hours, args.log_retention_hours, args.txn_retention_hours, args.min_retention_hours
         )
+        storage = job_storage()  # the object store's credentials from the environment, passed down from here
         fence = None
         if args.zk_hosts and args.zk_root:  # parse_args refused hosts without a root
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
@@ -410,10 +413,10 @@ def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dic
             session or spark, args.pipeline, args.token,  # type: ignore[arg-type]
             vacuum_hours=args.vacuum_retention_hours, log_hours=args.log_retention_hours,
             txn_hours=args.txn_retention_hours, min_hours=args.min_retention_hours,
-            fence=fence, optimize=args.optimize, vacuum=args.vacuum,
+            fence=fence, optimize=args.optimize, vacuum=args.vacuum, storage=storage,
         )
         report = job.run(tables)
-        write_report(args.report, report)
+        write_report(args.report, report, storage=storage)
         return report
     finally:
         if close_zk is not None:

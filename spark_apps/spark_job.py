@@ -1,6 +1,6 @@
 """What the product's Spark jobs share (the merge job, spark_apps/merge/, and the maintenance job,
-spark_apps/maintain_tables.py): their session, their report, the idempotent-write confs, commit-conflict detection,
-SQL string literals.
+spark_apps/maintain_tables.py): their session, their storage (the object store's credentials from the job's
+environment, passed down), their report, the idempotent-write confs, commit-conflict detection, SQL string literals.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import delta.exceptions as delta_exceptions
 from pyspark.sql import SparkSession
 
+from cdc_core.lake.object_store import AMBIENT, Storage, from_env
 from cdc_core.model.errors import (
     ConfigError,
 )
@@ -91,9 +92,8 @@ def build_session(app_name: str) -> SparkSession:
         defaults = spark_confs()
     except ConfigError:  # jars supplied another way (e.g. --packages on a cluster)
         defaults = {}
-    # The object store's credentials arrive in the environment (never the command line): this process's
-    # fsspec and delta-rs use them, and the session's s3a confs carry them to executors on other hosts.
-    object_store.activate(object_store.from_env(os.environ))
+    # The object store's credentials arrive in the environment (never the command line): the session's s3a
+    # confs carry them to executors on other hosts (the driver's own reads take `job_storage()`).
     defaults.update(object_store.session_confs_from_env(os.environ))
     builder = SparkSession.builder.appName(app_name)
     for k, v in defaults.items():
@@ -107,10 +107,15 @@ def build_session(app_name: str) -> SparkSession:
     return spark
 
 
-def write_report(target: str, report: dict[str, Any]) -> None:
-    import fsspec
+def job_storage() -> Storage:
+    """The job's way to its pipeline's staging and lake from the driver (fsspec and delta-rs reads, the report):
+    the object store's credentials its submitter put in its environment (`object_store.job_env`, never the
+    command line). Built once per job and passed down; nothing is set process-wide."""
+    return Storage(from_env(os.environ))
 
-    fs, path = fsspec.core.url_to_fs(target)
+
+def write_report(target: str, report: dict[str, Any], *, storage: Storage = AMBIENT) -> None:
+    fs, path = storage.fs(target)
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
     if parent:
         fs.makedirs(parent, exist_ok=True)

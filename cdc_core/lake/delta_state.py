@@ -10,6 +10,9 @@ An answer is either the truth or a `LakeError`: a table that does not exist read
 but an I/O error, a corrupt commit or an unsupported protocol is never taken as "not there".
 For local paths, "not there" is decided by the file system (no `_delta_log` with a commit or
 checkpoint in it); for object stores it is deltalake's `TableNotFoundError`.
+
+Every function takes the pipeline's `storage` (cdc_core.lake.object_store.Storage: its credentials for
+an object store); the default, `AMBIENT`, suits local paths and delta-rs's own default chain.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from cdc_core.lake import object_store
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.errors import LakeError
 
 # Commit files, checkpoints (classic, multi-part, v2) and compacted commit ranges: any one of them
@@ -62,14 +65,9 @@ def _local_log_present(table_uri: str, path: Path) -> bool:
     return any(_LOG_ENTRY_RE.match(name) for name in entries)
 
 
-def storage_options_for(table_uri: str, given: dict[str, str] | None) -> dict[str, str] | None:
-    """The caller's options, else the process's object-store credentials for s3 URLs (cdc_core.lake.object_store)."""
-    return given if given is not None else object_store.delta_rs_options(table_uri)
-
-
-def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
+def _open(table_uri: str, storage: Storage) -> DeltaTable | None:
     """The latest snapshot of the table, None when there is no table at `table_uri`."""
-    storage_options = storage_options_for(table_uri, storage_options)
+    storage_options = storage.delta_rs_options(table_uri)
     local = _local_path(table_uri)
     if local is not None and not _local_log_present(table_uri, local):
         return None
@@ -89,9 +87,9 @@ def _open(table_uri: str, storage_options: dict[str, str] | None) -> DeltaTable 
         ) from None
 
 
-def open_table(table_uri: str, *, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
+def open_table(table_uri: str, *, storage: Storage = AMBIENT) -> DeltaTable | None:
     """The latest snapshot of the table (one pinned version), None when there is no table."""
-    return _open(table_uri, storage_options)
+    return _open(table_uri, storage)
 
 
 def local_dir(table_uri: str) -> Path | None:
@@ -99,21 +97,21 @@ def local_dir(table_uri: str) -> Path | None:
     return _local_path(table_uri)
 
 
-def table_exists(table_uri: str, *, storage_options: dict[str, str] | None = None) -> bool:
+def table_exists(table_uri: str, *, storage: Storage = AMBIENT) -> bool:
     """True when a Delta table has been created at `table_uri` (its log holds a commit or checkpoint)."""
     local = _local_path(table_uri)
     if local is not None:
         return _local_log_present(table_uri, local)
-    return _open(table_uri, storage_options) is not None
+    return _open(table_uri, storage) is not None
 
 
-def table_id(table_uri: str, *, storage_options: dict[str, str] | None = None) -> str | None:
+def table_id(table_uri: str, *, storage: Storage = AMBIENT) -> str | None:
     """The Delta table's id (`metaData.id`, fixed when the table is created), None when there is no table.
 
     A table deleted and re-created at the same location gets a new id: that is how the pipeline tells
     "the table it landed windows into" from "a table that happens to be there" (cdc_core.model.lake_registry).
     """
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -122,10 +120,10 @@ def table_id(table_uri: str, *, storage_options: dict[str, str] | None = None) -
         raise LakeError(f"cannot read the metadata of Delta table {table_uri} ({type(e).__name__}: {e})") from None
 
 
-def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None) -> int | None:
+def last_txn_version(table_uri: str, app_id: str, *, storage: Storage = AMBIENT) -> int | None:
     """The latest `txn` version committed by `app_id` (Delta's idempotent-write id), or None when the
     table does not exist or `app_id` never committed to it."""
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -138,11 +136,11 @@ def last_txn_version(table_uri: str, app_id: str, *, storage_options: dict[str, 
 
 
 def version_and_txn(
-    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+    table_uri: str, app_id: str, *, storage: Storage = AMBIENT
 ) -> tuple[int, int | None] | None:
     """(current version, `app_id`'s last txn version) from one snapshot; None when there is no table.
     Cheap: the log only, no file listing (cdc_core.lake.lake_versions records it at every ack)."""
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -153,13 +151,13 @@ def version_and_txn(
 
 
 def writer_and_txn(
-    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+    table_uri: str, app_id: str, *, storage: Storage = AMBIENT
 ) -> tuple[str | None, int | None] | None:
     """(the table's recorded writer property `cdc.writer`, `app_id`'s last txn version) from one snapshot;
     None when there is no table (cdc_core.model.lake_writers: one writer per table)."""
     from cdc_core.model.lake_writers import WRITER_PROPERTY
 
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -171,12 +169,12 @@ def writer_and_txn(
 
 
 def writer_txn_properties(
-    table_uri: str, app_id: str, *, storage_options: dict[str, str] | None = None
+    table_uri: str, app_id: str, *, storage: Storage = AMBIENT
 ) -> tuple[str | None, int | None, dict[str, str]] | None:
     """`writer_and_txn` and the table's properties, from one snapshot; None when there is no table."""
     from cdc_core.model.lake_writers import WRITER_PROPERTY
 
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -189,14 +187,14 @@ def writer_txn_properties(
 
 
 def window_commit_version(
-    table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage_options: dict[str, str] | None = None
+    table_uri: str, app_id: str, seq: int, *, lookback: int = 100, storage: Storage = AMBIENT
 ) -> int | None:
     """The table version whose commit landed window `seq` of pipeline `app_id`, found by the commit's
     `userMetadata` (the merge job writes {"pipeline", "seq", ...}) among the last `lookback` commits.
     Informational (the monitor page): None when the table is gone or the commit is older than that."""
     import json
 
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -214,7 +212,7 @@ def window_commit_version(
 
 
 def table_summary(
-    table_uri: str, *, app_id: str | None = None, storage_options: dict[str, str] | None = None
+    table_uri: str, *, app_id: str | None = None, storage: Storage = AMBIENT
 ) -> dict[str, Any]:
     """Version, live files, bytes and the last commit of a table, for monitoring.
 
@@ -232,7 +230,7 @@ def table_summary(
     }
     if app_id is not None:
         out["txn_version"] = None
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return out
     try:
@@ -262,11 +260,11 @@ def table_summary(
 
 
 def commit_version(
-    table_uri: str, user_metadata: str, *, limit: int = 20, storage_options: dict[str, str] | None = None
+    table_uri: str, user_metadata: str, *, limit: int = 20, storage: Storage = AMBIENT
 ) -> int | None:
     """The version of the commit carrying `commitInfo.userMetadata == user_metadata` among the table's
     last `limit` commits (None when not found). The merge job reports its own commits this way."""
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -279,13 +277,13 @@ def commit_version(
     return None
 
 
-def column_max(table_uri: str, column: str, *, storage_options: dict[str, str] | None = None) -> Any:
+def column_max(table_uri: str, column: str, *, storage: Storage = AMBIENT) -> Any:
     """The largest value of `column` by the files' statistics (None: no table or no rows).
 
     Raises LookupError when a file has no statistics for the column (the answer is unknown). Rows a
     deletion vector removed still count: the result is an upper bound.
     """
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         return None
     try:
@@ -305,7 +303,7 @@ def read_rows(
     *,
     columns: list[str] | None = None,
     version: int | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage: Storage = AMBIENT,
 ) -> pa.Table:
     """The table's rows (current, or at `version`) as plain Arrow types with logical column names; for
     verify, tools and tests.
@@ -314,7 +312,7 @@ def read_rows(
     source names with spaces or commas need column mapping, which it reads wrong (all NULL); delta-rs'
     own engine (`scan`) handles both, with view types for strings and binaries (cast back here).
     """
-    table = _open(table_uri, storage_options)
+    table = _open(table_uri, storage)
     if table is None:
         raise LakeError(f"no Delta table at {table_uri}")
     if version is not None:

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import fsspec
-
 from cdc_core.lake import merge_client
 from cdc_core.lake.job_outcome import JobExit
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model.errors import LakeError
 
@@ -71,11 +70,11 @@ class MergeServerRunner:
         return JobExit(answer.rc, answer.stdout, answer.stderr)
 
 
-def read_report(uri: str) -> dict[str, Any] | None:
-    """A job's JSON report (the spec's `report`), or None when it did not write one (it failed before the
-    end); an unreadable one is a LakeError."""
+def read_report(uri: str, *, storage: Storage = AMBIENT) -> dict[str, Any] | None:
+    """A job's JSON report (the spec's `report`, under the pipeline's `storage`), or None when it did not
+    write one (it failed before the end); an unreadable one is a LakeError."""
     try:
-        with fsspec.open(uri, "r") as f:
+        with storage.open(uri, "r") as f:
             data: dict[str, Any] = json.load(f)
             return data
     except FileNotFoundError:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.errors import ConfigError, LakeError, StateConflict
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
@@ -85,7 +86,7 @@ def checkpoint_rows(
 
 
 def current_versions(
-    pipeline: str, seq: int, uris: dict[str, str], *, storage_options: dict[str, str] | None = None
+    pipeline: str, seq: int, uris: dict[str, str], *, storage: Storage = AMBIENT
 ) -> dict[str, int | None]:
     """Each table's current Delta version, checked to hold no window after `seq` (else this run is stale).
 
@@ -95,7 +96,7 @@ def current_versions(
 
     out: dict[str, int | None] = {}
     for name, uri in uris.items():
-        found = delta_state.version_and_txn(uri, pipeline, storage_options=storage_options)
+        found = delta_state.version_and_txn(uri, pipeline, storage=storage)
         if found is None:
             out[name] = None
             continue
@@ -110,17 +111,17 @@ def current_versions(
     return out
 
 
-def recorded(lake_root: str, pipeline: str, seq: int, *, storage_options: dict[str, str] | None = None) -> bool:
+def recorded(lake_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> bool:
     """True when the checkpoints table already holds window `seq` (or a later one)."""
     from cdc_core.lake import delta_state
 
     v = delta_state.last_txn_version(checkpoints_uri(lake_root, pipeline), app_id(pipeline),
-                                     storage_options=storage_options)
+                                     storage=storage)
     return v is not None and v >= seq
 
 
 def write_window(
-    lake_root: str, pipeline: str, seq: int, build: Any, *, storage_options: dict[str, str] | None = None
+    lake_root: str, pipeline: str, seq: int, build: Any, *, storage: Storage = AMBIENT
 ) -> bool:
     """Append window `seq`'s rows in one idempotent Delta commit; False when it was already there.
 
@@ -133,10 +134,10 @@ def write_window(
     from cdc_core.lake import delta_state
 
     uri = checkpoints_uri(lake_root, pipeline)
-    storage_options = delta_state.storage_options_for(uri, storage_options)
+    storage_options = storage.delta_rs_options(uri)
     app = app_id(pipeline)
     target: Any = uri
-    if delta_state.table_exists(uri, storage_options=storage_options):
+    if delta_state.table_exists(uri, storage=storage):
         try:
             dt = DeltaTable(uri, storage_options=storage_options)
             done = dt.transaction_version(app)
@@ -157,7 +158,7 @@ def write_window(
             ),
         )
     except Exception as e:
-        if recorded(lake_root, pipeline, seq, storage_options=storage_options):
+        if recorded(lake_root, pipeline, seq, storage=storage):
             return False  # another writer landed the very same window first
         raise LakeError(
             f"pipeline {pipeline!r}: cannot append window {seq} to the checkpoints table {uri} "
@@ -168,7 +169,7 @@ def write_window(
 
 def maintain(
     lake_root: str, pipeline: str, *, vacuum_retention_hours: float, min_files: int = 32,
-    storage_options: dict[str, str] | None = None,
+    storage: Storage = AMBIENT,
 ) -> dict[str, Any]:
     """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease):
     compact its one-file-per-window appends once there are `min_files` files, VACUUM files older than
@@ -179,8 +180,8 @@ def maintain(
     from cdc_core.lake import delta_state
 
     uri = checkpoints_uri(lake_root, pipeline)
-    storage_options = delta_state.storage_options_for(uri, storage_options)
-    if not delta_state.table_exists(uri, storage_options=storage_options):
+    storage_options = storage.delta_rs_options(uri)
+    if not delta_state.table_exists(uri, storage=storage):
         return {"uri": uri, "exists": False}
     try:
         dt = DeltaTable(uri, storage_options=storage_options)
@@ -322,25 +323,25 @@ def resolve_cut(
 
 
 def read_checkpoints(
-    lake_root: str, pipeline: str, *, storage_options: dict[str, str] | None = None
+    lake_root: str, pipeline: str, *, storage: Storage = AMBIENT
 ) -> list[dict[str, Any]]:
     """The checkpoints table's rows (empty when it does not exist yet)."""
     from cdc_core.lake import delta_state
 
     uri = checkpoints_uri(lake_root, pipeline)
-    if not delta_state.table_exists(uri, storage_options=storage_options):
+    if not delta_state.table_exists(uri, storage=storage):
         return []
-    rows: list[dict[str, Any]] = delta_state.read_rows(uri, storage_options=storage_options).to_pylist()
+    rows: list[dict[str, Any]] = delta_state.read_rows(uri, storage=storage).to_pylist()
     return rows
 
 
 def load_cut(
     lake_root: str, pipeline: str, *, window: int | None = None, as_of: float | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage: Storage = AMBIENT,
 ) -> Cut:
     """The cut for the newest recorded window (or `window`, or at/before `as_of`), read from the lake."""
     return resolve_cut(
-        read_checkpoints(lake_root, pipeline, storage_options=storage_options), pipeline, window=window, as_of=as_of
+        read_checkpoints(lake_root, pipeline, storage=storage), pipeline, window=window, as_of=as_of
     )
 
 
@@ -373,12 +374,11 @@ def _classify(error: BaseException) -> str | None:
     return None
 
 
-def check_version(cut: Cut, name: str, *, storage_options: dict[str, str] | None = None) -> None:
+def check_version(cut: Cut, name: str, *, storage: Storage = AMBIENT) -> None:
     """Open table `name` at the cut's version (its log must still reach back to it), else a LakeError
     naming the retention to raise. Data files removed by VACUUM show only when the rows are read."""
     from deltalake import DeltaTable
 
-    from cdc_core.lake import delta_state
 
     (t,) = cut.pick([name])
     if t.version is None:
@@ -386,21 +386,21 @@ def check_version(cut: Cut, name: str, *, storage_options: dict[str, str] | None
             f"pipeline {cut.pipeline!r}: {name} had no Delta table at {t.uri} when window {cut.seq} was acked"
         )
     try:
-        DeltaTable(t.uri, version=t.version, storage_options=delta_state.storage_options_for(t.uri, storage_options))
+        DeltaTable(t.uri, version=t.version, storage_options=storage.delta_rs_options(t.uri))
     except Exception as e:
         raise LakeError(retention_hint(cut, t, _classify(e) or "log") + f" [{type(e).__name__}: {e}]") from None
 
 
 def read_table(
-    cut: Cut, name: str, *, columns: list[str] | None = None, storage_options: dict[str, str] | None = None
+    cut: Cut, name: str, *, columns: list[str] | None = None, storage: Storage = AMBIENT
 ) -> pa.Table:
     """One table of the cut, at exactly its version, with delta-rs (no Spark)."""
     from cdc_core.lake import delta_state
 
     (t,) = cut.pick([name])
-    check_version(cut, name, storage_options=storage_options)
+    check_version(cut, name, storage=storage)
     try:
-        return delta_state.read_rows(t.uri, columns=columns, version=t.version, storage_options=storage_options)
+        return delta_state.read_rows(t.uri, columns=columns, version=t.version, storage=storage)
     except LakeError as e:
         if _classify(e) is not None:
             raise LakeError(retention_hint(cut, t, "files") + f" [{e}]") from None

@@ -8,9 +8,10 @@ chain (environment, instance role), as on EC2 or EKS.
 
 Three clients read the store, and each gets the same credentials its own way:
 
-- Python (staging via fsspec/s3fs, the lake's state via delta-rs): `activate()` sets fsspec's defaults for
-  the `s3`/`s3a` protocols and the delta-rs options this module hands to `delta_state`; process-wide, so
-  no call site carries credentials.
+- Python (staging via fsspec/s3fs, the lake's state via delta-rs): a `Storage` built from the pipeline's
+  credentials is passed down to every call that touches its staging or lake (`staging`, `delta_state`,
+  `lake_versions`, the housekeeping, the Spark jobs' driver-side reads). Nothing is process-wide: two
+  pipelines on two stores in one process each use their own keys.
 - The Spark jobs (spark-submit): the secret travels in the job's environment, in the AWS SDK's own
   variables (`job_env()`), never on the command line; the endpoint and path style are plain confs
   (`spark_confs()`). The job itself turns the variables into its session's s3a confs
@@ -23,7 +24,6 @@ Atomic staging on a store without rename is `cdc_core.lake.staging`'s business (
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,48 +196,52 @@ def session_confs_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     return confs
 
 
-# ------------------------------------------------------------------------- process-wide activation
-
-_lock = threading.Lock()
-_active: S3Credentials | None = None
+# ------------------------------------------------------------------------------ one pipeline's storage
 
 
-def activate(creds: S3Credentials | None) -> None:
-    """Make `creds` the process's credentials for s3 URLs: fsspec's defaults for the s3/s3a protocols
-    (every `fsspec.core.url_to_fs`) and `delta_rs_options` (every delta_state read and delta-rs write).
-    None leaves the libraries' default chains in place."""
-    global _active  # noqa: PLW0603 - one process-wide setting, like fsspec's own config
-    if creds is None:
-        return
-    import fsspec.config
+@dataclass(frozen=True)
+class Storage:
+    """How this process's Python clients reach one pipeline's staging and lake: the options fsspec (staging,
+    reports, listings) and delta-rs (the lake's state, the checkpoints table) take for a URL of it.
 
-    with _lock:
-        if _active == creds:
-            return
-        for protocol in S3_SCHEMES:
-            fsspec.config.conf[protocol] = creds.fsspec_options()
-        _active = creds
-    try:  # instances cached with older credentials must not be reused
-        from s3fs import S3FileSystem
+    Built once where the pipeline is opened (`Pipeline.storage`; a Spark job builds its own from its
+    environment, `Storage(from_env(os.environ))`) and passed down as an argument. Nothing is process-wide,
+    so pipelines on different stores with different keys run side by side in one process (the monitor
+    opens them in a thread pool). `creds` None: local roots, or an object store reached through each
+    library's default chain (environment, instance role)."""
 
-        S3FileSystem.clear_instance_cache()
-    except ImportError:
-        raise ConfigError(
-            "staging or lake on s3:// needs the s3fs package (pip install 's3fs'; it is in the project's "
-            "dependencies)"
-        ) from None
+    creds: S3Credentials | None = None
+
+    def fsspec_options(self, url: str) -> dict[str, Any]:
+        """s3fs keyword arguments for `url` (none for a local path or without credentials)."""
+        return self.creds.fsspec_options() if self.creds is not None and is_s3(url) else {}
+
+    def delta_rs_options(self, uri: str) -> dict[str, str] | None:
+        """delta-rs `storage_options` for the table at `uri` (None: a local path, or the default chain)."""
+        return self.creds.delta_rs_options() if self.creds is not None and is_s3(uri) else None
+
+    def fs(self, url: str) -> tuple[Any, str]:
+        """`url`'s fsspec filesystem and the path inside it. s3fs caches one filesystem per set of options,
+        so two pipelines with different keys never share one."""
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **self.fsspec_options(url))
+        except ImportError:
+            raise ConfigError(
+                f"{url}: staging or lake on s3:// needs the s3fs package (pip install 's3fs'; it is in the "
+                "project's dependencies)"
+            ) from None
+        return fs, str(path)
+
+    def open(self, url: str, mode: str = "rb") -> Any:
+        """An fsspec file of `url`, to use as a context manager."""
+        fs, path = self.fs(url)
+        return fs.open(path, mode)
 
 
-def active() -> S3Credentials | None:
-    return _active
-
-
-def delta_rs_options(uri: str) -> dict[str, str] | None:
-    """delta-rs storage options for `uri`: the active credentials for s3 URLs (delta-rs knows `s3://`
-    only: `s3a://` tables are opened as `s3://`, see `delta_rs_uri`), None otherwise."""
-    if not is_s3(uri) or _active is None:
-        return None
-    return _active.delta_rs_options()
+# No credentials of a pipeline's own: local paths, or each library's default chain for an object store.
+AMBIENT = Storage()
 
 
 def delta_rs_uri(uri: str) -> str:

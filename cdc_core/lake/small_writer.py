@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model import merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -216,16 +217,19 @@ def local_path(uri: str) -> str | None:
     return None if p is None else str(p)
 
 
-def _open(uri: str) -> Any:
+def _open(uri: str, storage: Storage = AMBIENT) -> Any:
+    """The table (None when there is none). The writes are to local lakes only (`_refused_job`), so they
+    need no object-store credentials; a read of any table takes the pipeline's `storage`."""
     from cdc_core.lake import delta_state
 
-    return delta_state.open_table(uri)
+    return delta_state.open_table(uri, storage=storage)
 
 
-def table_rows_and_properties(uri: str) -> tuple[int, dict[str, str]] | None:
+def table_rows_and_properties(uri: str, *, storage: Storage = AMBIENT) -> tuple[int, dict[str, str]] | None:
     """(rows by the log's statistics, table properties), None when there is no table. For the Spark
-    path's choice to turn deletion vectors on once a table created small outgrows the limit."""
-    table = _open(uri)
+    path's choice to turn deletion vectors on once a table created small outgrows the limit (any lake,
+    so with the pipeline's `storage`)."""
+    table = _open(uri, storage)
     if table is None:
         return None
     return _rows(table) or 0, dict(table.metadata().configuration or {})

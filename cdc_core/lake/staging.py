@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.changes import RowBatch, RowChange, TableSchema
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.layout import table_dir_rel, unit_dir
@@ -93,9 +94,9 @@ def _part_name(index: int) -> str:
 class _Store:
     """The staging root through fsspec; local filesystems additionally get fsync and atomic rename."""
 
-    def __init__(self, staging_root: str) -> None:
+    def __init__(self, staging_root: str, storage: Storage) -> None:
         self.root_url = staging_root
-        fs, root = fsspec.core.url_to_fs(staging_root)
+        fs, root = storage.fs(staging_root)
         self.fs: fsspec.AbstractFileSystem = fs
         self.root = root.rstrip("/")
         self.local = isinstance(fs, LocalFileSystem)
@@ -500,6 +501,7 @@ def stage_window(
     progress_every_rows: int = PROGRESS_EVERY_ROWS,
     progress_every_secs: float = PROGRESS_EVERY_SECS,
     declare: Iterable[TableSchema] = (),
+    storage: Storage = AMBIENT,
 ) -> Manifest:
     """Stage a window's changes and return its manifest (or the existing one if already staged).
 
@@ -510,7 +512,7 @@ def stage_window(
     arrives for them (a file with their columns and no rows), so the merge creates their Delta table.
     """
     t0 = time.monotonic()
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     final = store.window_path(plan.pipeline, plan.seq)
     existing = _existing_window(store, final, plan)
     if existing is not None:
@@ -745,9 +747,9 @@ def _load_manifest(store: _Store, wdir: str) -> Manifest | None:
         return None
 
 
-def read_manifest(staging_root: str, pipeline: str, seq: int) -> Manifest | None:
+def read_manifest(staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> Manifest | None:
     """The staged window's manifest, or None when the window is not (completely) staged."""
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     wdir = store.window_path(pipeline, seq)
     manifest = _load_manifest(store, wdir)
     if manifest is not None and (manifest.plan.pipeline != pipeline or manifest.plan.seq != seq):
@@ -787,20 +789,22 @@ def _check_file(store: _Store, path: str, f: StagedFile) -> str | None:
     return None
 
 
-# Windows this process verified (window directory, manifest digest): a step reads its window's manifest several
-# times (stage, merge, ack), and hashing every staged file each time means downloading them again from an object
-# store. Verified once per process: a file that changes afterwards is a fault of another kind (the merge reads
-# the files the manifest names; a later process verifies again).
-_VERIFIED: set[tuple[str, str]] = set()
+# Windows this process verified (store, window directory, manifest digest): a step reads its window's manifest
+# several times (stage, merge, ack), and hashing every staged file each time means downloading them again from an
+# object store. Verified once per process: a file that changes afterwards is a fault of another kind (the merge
+# reads the files the manifest names; a later process verifies again). The store's endpoint is part of the key:
+# two pipelines of one process may keep the same paths on two stores.
+_VERIFIED: set[tuple[str, str, str]] = set()
 _VERIFIED_MAX = 256
 
 
-def verify_window(staging_root: str, manifest: Manifest) -> None:
+def verify_window(staging_root: str, manifest: Manifest, *, storage: Storage = AMBIENT) -> None:
     """Check every staged file's size and sha256 against the manifest (once per process and window);
     StagingError names the first bad one."""
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     wdir = store.window_path(manifest.plan.pipeline, manifest.plan.seq)
-    seen = (wdir, hashlib.sha256(manifest.to_json().encode()).hexdigest())
+    endpoint = (storage.creds.endpoint_url if storage.creds is not None else None) or ""
+    seen = (endpoint, wdir, hashlib.sha256(manifest.to_json().encode()).hexdigest())
     if seen in _VERIFIED:
         return
     _verify(store, wdir, manifest)
@@ -809,11 +813,13 @@ def verify_window(staging_root: str, manifest: Manifest) -> None:
     _VERIFIED.add(seen)
 
 
-def read_table_changes(staging_root: str, manifest: Manifest, table_name: str) -> pa.Table:
+def read_table_changes(
+    staging_root: str, manifest: Manifest, table_name: str, *, storage: Storage = AMBIENT
+) -> pa.Table:
     """All staged changes of one table (`schema.table`), metadata columns first, then the union of
     source columns in manifest order (NULL where a file lacks a column). For tests and tools."""
     table = manifest.table(table_name)
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     wdir = store.window_path(manifest.plan.pipeline, manifest.plan.seq)
     parts = []
     for f in table.files:
@@ -826,12 +832,12 @@ def read_table_changes(staging_root: str, manifest: Manifest, table_name: str) -
     return out.select(names)
 
 
-def delete_window(staging_root: str, pipeline: str, seq: int) -> bool:
+def delete_window(staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> bool:
     """Remove a staged window (manifest first, so it stops counting as staged at once).
 
     Returns whether anything was there.
     """
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     wdir = store.window_path(pipeline, seq)
     found = store.exists(wdir)
     store.remove(f"{wdir}/{MANIFEST_NAME}")
@@ -841,9 +847,9 @@ def delete_window(staging_root: str, pipeline: str, seq: int) -> bool:
     return found
 
 
-def list_windows(staging_root: str, pipeline: str) -> list[int]:
+def list_windows(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> list[int]:
     """Sequence numbers of the pipeline's completely staged windows (those with a manifest), ascending."""
-    store = _Store(staging_root)
+    store = _Store(staging_root, storage)
     pdir = f"{store.root}/{unit_dir(pipeline)}"
     try:
         entries = store.fs.ls(pdir, detail=False)

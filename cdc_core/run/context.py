@@ -14,6 +14,7 @@ from cdc_core.capture.binlog import BinlogScanner
 from cdc_core.capture.resolver import Resolution
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter
 from cdc_core.coordination import LeaseGrant, PipelineCoordinator
+from cdc_core.lake.object_store import Storage
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.positions import BinlogPosition, StartSpec
 from cdc_core.model.window_plan import WindowPlan
@@ -32,6 +33,9 @@ class PipelineContext(Protocol):
 
     @property
     def lake_root(self) -> str: ...
+
+    @property
+    def storage(self) -> Storage: ...
 
     def log_event(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None: ...
 

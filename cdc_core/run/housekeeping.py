@@ -37,14 +37,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import fsspec
-
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.coordination.lease_keeper import LeaseKeeper
 from cdc_core.lake import delta_state, staging
 from cdc_core.lake.job_outcome import JobRef
 from cdc_core.lake.job_runner import JobRunner, SparkSubmitRunner, SubprocessRun
 from cdc_core.lake.job_specs import MaintenanceJobSpec
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model import layout, retention
 from cdc_core.model.errors import CdcError, Fenced, LakeError, LeaseHeld
@@ -98,9 +97,9 @@ def _mtime(info: dict[str, Any]) -> float | None:
     return None
 
 
-def list_staging(staging_root: str, pipeline: str) -> tuple[Any, list[StagingEntry]]:
+def list_staging(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> tuple[Any, list[StagingEntry]]:
     """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries)."""
-    fs, root = fsspec.core.url_to_fs(staging_root)
+    fs, root = storage.fs(staging_root)
     base = f"{root.rstrip('/')}/{layout.unit_dir(pipeline)}"
     entries: list[StagingEntry] = []
     for directory in (base, f"{base}/{REPORTS_DIR}"):
@@ -172,6 +171,7 @@ def clean_staging(
     now: float | None = None,
     stop_at_first_kept: bool = True,
     max_windows: int | None = None,
+    storage: Storage = AMBIENT,
 ) -> dict[str, Any]:
     """Delete staged windows (with their merge reports and leftovers) acked longer ago than the retention,
     and maintenance reports older than it. Returns what was freed; logs every deleted window.
@@ -183,7 +183,7 @@ def clean_staging(
     now = time.time() if now is None else now
     cursor = coordinator.read_cursor()
     reader = _AckFactsReader(coordinator)
-    fs, entries = list_staging(staging_root, pipeline)
+    fs, entries = list_staging(staging_root, pipeline, storage=storage)
     by_seq: dict[int, list[StagingEntry]] = {}
     for e in entries:
         if e.seq is not None:
@@ -211,7 +211,8 @@ def clean_staging(
         for e in sorted(by_seq[seq], key=lambda e: e.kind != "window"):  # the window (manifest) first
             n, b = _size(fs, e.path)
             if e.kind == "window":
-                staging.delete_window(staging_root, pipeline, seq)  # manifest first: it stops counting at once
+                # manifest first: it stops counting at once
+                staging.delete_window(staging_root, pipeline, seq, storage=storage)
                 out["windows_deleted"] += 1
             else:
                 with contextlib.suppress(FileNotFoundError):  # delete_window may have removed it already
@@ -283,7 +284,7 @@ def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     m = p.config.maintenance
     staged = clean_staging(
         p.coordinator, grant, p.staging_root, p.config.staging_retention_hours * retention.HOUR,
-        stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None,
+        stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None, storage=p.storage,
     )
     slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
     records = prune_records(p.coordinator, grant, m, slack_seconds=slack)
@@ -299,7 +300,7 @@ def _maintain_checkpoints(p: Pipeline, grant: LeaseGrant) -> dict[str, Any]:
 
     try:
         p.coordinator.verify(grant)
-        out = lake_versions.maintain(p.lake_root, p.name,
+        out = lake_versions.maintain(p.lake_root, p.name, storage=p.storage,
                                      vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours)
     except LakeError as e:
         _log("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
@@ -347,7 +348,8 @@ def _child_dirs(fs: Any, path: str) -> list[str]:
 
 
 def discover_tables(
-    lake_root: str, table_filter: TableFilter, table_options: dict[str, Any] | None = None
+    lake_root: str, table_filter: TableFilter, table_options: dict[str, Any] | None = None, *,
+    storage: Storage = AMBIENT,
 ) -> list[LakeTable]:
     """The pipeline's Delta tables under `lake_root`: every `<schema>/<table>` holding a Delta log whose
     name matches the pipeline's table filter, plus its tombstone table and its base (a derived table of a
@@ -356,7 +358,7 @@ def discover_tables(
     The filter, not the lake, decides ownership: several pipelines may share a lake root, each with its
     own tables (two pipelines writing one table is not supported anyway).
     """
-    fs, root = fsspec.core.url_to_fs(lake_root)
+    fs, root = storage.fs(lake_root)
     root = root.rstrip("/")
     prefix = lake_root.rstrip("/")
     options = table_options or {}
@@ -372,14 +374,14 @@ def discover_tables(
             if not table_filter.matches(schema, table):
                 continue
             uri = f"{prefix}/{schema_dir}/{table_dir}"
-            if not delta_state.table_exists(uri):
+            if not delta_state.table_exists(uri, storage=storage):
                 continue
             name = f"{schema}.{table}"
             zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
             out.append(LakeTable(name, schema, table, uri, "table", zorder))
             for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR)):
                 uri = f"{prefix}/{top}/{schema_dir}/{table_dir}"
-                if delta_state.table_exists(uri):
+                if delta_state.table_exists(uri, storage=storage):
                     out.append(LakeTable(name, schema, table, uri, kind))
     return out
 
@@ -391,10 +393,10 @@ def table_status(p: PipelineContext, maintenance: dict[str, Any] | None = None) 
         maintained[(t.get("name"), t.get("kind"))] = t
     last_at = (maintenance or {}).get("finished_at")
     rows = []
-    for t in discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options):
+    for t in discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options, storage=p.storage):
         row: dict[str, Any] = {"name": t.name, "kind": t.kind}
         try:
-            s = delta_state.table_summary(t.uri, app_id=p.name)
+            s = delta_state.table_summary(t.uri, app_id=p.name, storage=p.storage)
             row.update(files=s["files"], size_bytes=s["size_bytes"], version=s["version"],
                        txn_version=s.get("txn_version"), last_commit_at=s["last_commit_at"],
                        last_operation=s["last_operation"])
@@ -549,7 +551,7 @@ def _maintain_tables(
     p: Pipeline, grant: LeaseGrant, started_at: float, runner: JobRunner | None, *, optimize: bool, vacuum: bool
 ) -> tuple[dict[str, Any] | None, CdcError | None]:
     """The maintenance job over the pipeline's tables: its report (None when it wrote none) and its error."""
-    found = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options)
+    found = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options, storage=p.storage)
     if not found:
         _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
         return {"tables": [], "totals": {}, "errors": []}, None
@@ -558,7 +560,7 @@ def _maintain_tables(
     _log("maintenance.submitting", p.name, grant, tables=len(found))
     t0 = time.time()
     outcome = spark_jobs.run_job(p, grant, job, JobRef.maintenance(p.name, grant.holder, grant.token),
-                                 runner or SparkSubmitRunner(p.spark_master()), report=uri)
+                                 runner or SparkSubmitRunner(p.spark_master()), report=uri, storage=p.storage)
     if isinstance(outcome.error, Fenced):
         raise outcome.error
     _log("maintenance.job_done", p.name, grant, status="ok" if outcome.ok else "failed", rc=outcome.rc,

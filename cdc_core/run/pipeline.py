@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import fsspec
-
 from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.capture.resolver import Resolution, resolve_start
 from cdc_core.capture.source import (
@@ -125,7 +123,6 @@ class Pipeline:
         config = config.for_source(source_id)
         if store is None:
             store = object_store.for_pipeline(config)
-        object_store.activate(store)  # fsspec and delta-rs in this process use it from now on
         if zk_digest is _FROM_CONFIG:
             zk_digest = config.zookeeper.digest(pipeline=config.name)
         owns = zk_client is None
@@ -171,6 +168,12 @@ class Pipeline:
     @property
     def lake_root(self) -> str:
         return str(self.config.lake_root)
+
+    @property
+    def storage(self) -> object_store.Storage:
+        """How this process reaches the pipeline's staging and lake (its own credentials), for every fsspec
+        and delta-rs call on them: passed down, never set process-wide."""
+        return object_store.Storage(self.store)
 
     def log_event(self, event: str, grant: LeaseGrant | None = None, **fields: Any) -> None:
         """One structured log line, with the pipeline and the fencing token (`-` without a lease)."""
@@ -435,7 +438,7 @@ class Pipeline:
             if faults.armed("mid_stage"):
                 changes = faults.midway(changes, plan.events, "mid_stage")
             manifest = staging.stage_window(
-                plan, changes, self.staging_root, progress=self._stage_progress(grant, plan)
+                plan, changes, self.staging_root, progress=self._stage_progress(grant, plan), storage=self.storage
             )
             self.log_event(
                 "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
@@ -484,7 +487,7 @@ class Pipeline:
         return lookup
 
     def _staged_manifest(self, plan: WindowPlan) -> Manifest | None:
-        manifest = staging.read_manifest(self.staging_root, self.name, plan.seq)
+        manifest = staging.read_manifest(self.staging_root, self.name, plan.seq, storage=self.storage)
         if manifest is None:
             return None
         if manifest.plan.to_dict() != plan.to_dict():
@@ -493,7 +496,7 @@ class Pipeline:
                 f"delete {layout.window_dir(self.staging_root, self.name, plan.seq)} and re-run the stage step"
             )
         try:
-            staging.verify_window(self.staging_root, manifest)
+            staging.verify_window(self.staging_root, manifest, storage=self.storage)
         except StagingError as e:
             log.warning("%s", kv(event="window.restage", pipeline=self.name, seq=plan.seq, reason=str(e)))
             return None
@@ -680,8 +683,10 @@ class Pipeline:
         out: dict[str, int | None] = {}
         for t in manifest.tables:
             uri = self.table_uri(t.schema, t.table)
-            version = delta_state.last_txn_version(uri, self.name)
-            if version is None and not t.files and not t.columns and not delta_state.table_exists(uri):
+            version = delta_state.last_txn_version(uri, self.name, storage=self.storage)
+            if version is None and not t.files and not t.columns and not delta_state.table_exists(
+                uri, storage=self.storage
+            ):
                 version = manifest.plan.seq
             out[t.name] = version
         return out
@@ -728,7 +733,9 @@ class Pipeline:
         out: dict[str, int] = {}
         prefix = f"cdc.schema.{self.name}"
         for t in manifest.tables:
-            found = delta_state.writer_txn_properties(self.table_uri(t.schema, t.table), self.name)
+            found = delta_state.writer_txn_properties(
+                self.table_uri(t.schema, t.table), self.name, storage=self.storage
+            )
             if found is None:
                 continue
             for key, value in found[2].items():
@@ -763,7 +770,7 @@ class Pipeline:
             if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
                 t = manifest.table(name)
                 entry["delta_version"] = delta_state.window_commit_version(
-                    self.table_uri(t.schema, t.table), self.name, seq
+                    self.table_uri(t.schema, t.table), self.name, seq, storage=self.storage
                 )
         return result
 
@@ -779,7 +786,7 @@ class Pipeline:
         from cdc_core import coordination
         from cdc_core.lake import lake_versions
 
-        if lake_versions.recorded(self.lake_root, self.name, plan.seq):
+        if lake_versions.recorded(self.lake_root, self.name, plan.seq, storage=self.storage):
             return
         reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
         uris = {n: self.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
@@ -795,7 +802,7 @@ class Pipeline:
         covered = position.commit_ts if position else None
 
         def build() -> Any:
-            versions = lake_versions.current_versions(self.name, plan.seq, uris)
+            versions = lake_versions.current_versions(self.name, plan.seq, uris, storage=self.storage)
             changed = result.get("tables") or {}
             rows = []
             for name, uri in sorted(uris.items()):
@@ -811,7 +818,7 @@ class Pipeline:
             )
 
         self.coordinator.verify(grant)  # fenced like every other write: a run that lost its lease stops here
-        wrote = lake_versions.write_window(self.lake_root, self.name, plan.seq, build)
+        wrote = lake_versions.write_window(self.lake_root, self.name, plan.seq, build, storage=self.storage)
         self.log_event("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
         faults.point("after_checkpoint")
 
@@ -839,7 +846,7 @@ class Pipeline:
     def merge_report(self, seq: int) -> dict[str, Any] | None:
         """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
         try:
-            fs, root = fsspec.core.url_to_fs(self.reports_dir())
+            fs, root = self.storage.fs(self.reports_dir())
             # One report per fencing token (layout.merge_report_uri): the newest token is the run that last
             # merged the window.
             found = {f: layout.merge_report_key(f) for f in fs.glob(f"{root}/w{seq:010d}-*.json")}
@@ -888,7 +895,8 @@ class Pipeline:
         reg = lake_registry.LakeRegistry.from_dict(self.coordinator.read_lake())
         if not reg.tables:
             return
-        ids = {n: delta_state.table_id(self.table_uri(e.schema, e.table)) for n, e in reg.tables.items()}
+        ids = {n: delta_state.table_id(self.table_uri(e.schema, e.table), storage=self.storage)
+               for n, e in reg.tables.items()}
         rounds = {t.table: t.round for t in self.coordinator.read_snapshot().tables if not t.done}
         bad = lake_registry.problems(reg, ids, next_seq, rounds)
         if not bad:
@@ -913,7 +921,7 @@ class Pipeline:
         bf = cursor.backfill
         completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
         landed = {
-            t.name: (t.schema, t.table, delta_state.table_id(self.table_uri(t.schema, t.table)))
+            t.name: (t.schema, t.table, delta_state.table_id(self.table_uri(t.schema, t.table), storage=self.storage))
             for t in manifest.tables
         }
         if plan.kind == KIND_SNAPSHOT:
@@ -923,7 +931,7 @@ class Pipeline:
             for name in names:
                 entry = known.get(name)
                 if entry is not None:
-                    now = delta_state.table_id(self.table_uri(entry.schema, entry.table))
+                    now = delta_state.table_id(self.table_uri(entry.schema, entry.table), storage=self.storage)
                     landed[name] = (entry.schema, entry.table, now)
         if not landed and not completes:
             return

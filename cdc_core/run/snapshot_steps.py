@@ -247,7 +247,7 @@ def stage_chunk(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Mani
                 yield change
             done_rows[0] += n
 
-    manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare))
+    manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare), storage=p.storage)
     p.log_event(
         "snapshot.chunk_staged", grant, seq=plan.seq, table=specs[0].table, chunk=specs[0].chunk,
         rows=manifest.changes, secs=f"{time.time() - t0:.2f}",

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from cdc_core.coordination import LeaseGrant, LeaseKeeper
 from cdc_core.lake.job_outcome import JobOutcome, JobRef, decode
 from cdc_core.lake.job_runner import JobRunner, read_report
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model.errors import Fenced
 
@@ -27,16 +28,18 @@ class LeaseHolder(Protocol):
 
 
 def run_job(
-    p: LeaseHolder, grant: LeaseGrant, job: SparkJob, ref: JobRef, runner: JobRunner, *, report: str | None = None
+    p: LeaseHolder, grant: LeaseGrant, job: SparkJob, ref: JobRef, runner: JobRunner, *, report: str | None = None,
+    storage: Storage = AMBIENT,
 ) -> JobOutcome:
     """Run `job` with `runner` under `grant`: renew the lease first (fail now, not after a Spark start), keep
     it alive while the job runs (a window of many tables may outlast it), read the job's report (`report`:
-    where its spec says it writes it), and return what it came to. A lease lost while the job ran is the
-    outcome (`Fenced`) even when the job finished, unless the job's own fence check already said so."""
+    where its spec says it writes it, read with the pipeline's `storage`), and return what it came to. A
+    lease lost while the job ran is the outcome (`Fenced`) even when the job finished, unless the job's own
+    fence check already said so."""
     p.renew(grant)
     with p.keep_lease(grant) as keeper:
         ended = runner(job)
-    found = read_report(report) if report else None
+    found = read_report(report, storage=storage) if report else None
     outcome = decode(ref, ended, found)
     if keeper.lost is not None and not isinstance(outcome.error, Fenced):
         return dataclasses.replace(outcome, error=keeper.lost)

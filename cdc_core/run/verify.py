@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdc_core.lake.delta_state import read_rows
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.manifest import COL_DELETED
 from cdc_core.model.naming import quote_mysql, table_id
 
@@ -88,8 +89,8 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def _lake_rows(table_uri: str, version: int | None = None) -> list[dict[str, Any]]:
-    return list(read_rows(table_uri, version=version).to_pylist())
+def _lake_rows(table_uri: str, version: int | None, storage: Storage) -> list[dict[str, Any]]:
+    return list(read_rows(table_uri, version=version, storage=storage).to_pylist())
 
 
 def compare_table(
@@ -102,12 +103,13 @@ def compare_table(
     version: int | None = None,
     lineage: tuple[tuple[str, str], ...] = (),
     kept_columns: bool = False,
+    storage: Storage = AMBIENT,
 ) -> TableDiff:
     """Source rows (SELECT, session in UTC) against the Delta table's rows (soft-deleted rows excluded): its
     current version, or `version` (a snapshot read together with other facts about the table). `lineage`:
     the lineage columns and values of this source table's rows (`Pipeline.lineage`): a lake table shared by
     several sources or routed tables is compared on this table's rows only. `kept_columns`: the lake may hold
-    columns the source dropped (schema_changes: lenient)."""
+    columns the source dropped (schema_changes: lenient). `storage`: the pipeline's (`Pipeline.storage`)."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
@@ -132,7 +134,7 @@ def compare_table(
             source[tuple(rec[k] for k in key)] = rec
     lake: dict[tuple[Any, ...], dict[str, Any]] = {}
     duplicates = []
-    for row in _lake_rows(table_uri, version):
+    for row in _lake_rows(table_uri, version, storage):
         if row.get(COL_DELETED) or any(row.get(col) != value for col, value in lineage):
             continue
         rec = {n: norm[n](row.get(n)) for n in names}
@@ -141,7 +143,8 @@ def compare_table(
             duplicates.append(k)
         lake[k] = rec
     diff = TableDiff(table_id(schema, table), len(source), len(lake) + len(duplicates))
-    diff.schema = compare_columns(cols, table_uri, version=version, union=bool(lineage) or kept_columns)
+    diff.schema = compare_columns(cols, table_uri, version=version, union=bool(lineage) or kept_columns,
+                                  storage=storage)
     diff.duplicates = sorted(duplicates, key=repr)
     diff.missing = sorted((k for k in source if k not in lake), key=repr)
     diff.extra = sorted((k for k in lake if k not in source), key=repr)
@@ -156,7 +159,8 @@ def compare_table(
 
 
 def compare_columns(
-    source_cols: Any, table_uri: str, *, version: int | None = None, union: bool = False
+    source_cols: Any, table_uri: str, *, version: int | None = None, union: bool = False,
+    storage: Storage = AMBIENT,
 ) -> list[str]:
     """The lake table's columns against the source's (information_schema rows: name, COLUMN_TYPE, key,
     nullable, charset): names case-insensitive and order-insensitive, each with the Delta type the type map
@@ -171,7 +175,7 @@ def compare_columns(
     from cdc_core.model.sources import LINEAGE_COLUMNS
     from cdc_core.model.types import column_types
 
-    table = open_table(table_uri)
+    table = open_table(table_uri, storage=storage)
     if table is None:
         return ["no lake table"]
     if version is not None:

@@ -45,7 +45,7 @@ class Derived(SmallTables):
         other sources' windows landed meanwhile, writes the same rows as an uninterrupted run would."""
         t0 = time.monotonic()
         spark = self.spark
-        landed = last_txn_version(spark, uri, self.app_id)
+        landed = last_txn_version(spark, uri, self.app_id, storage=self.storage)
         if holds_window(landed, self.seq):
             self.log("merge.table", table=st.name, status=STATUS_ALREADY, landed=landed)
             return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0, "deleted": 0, "delta_version": None,
@@ -68,7 +68,7 @@ class Derived(SmallTables):
                     "seconds": round(time.monotonic() - t0, 3)}
         with_rows = [(m, w) for m, w in st.members if m.files]
         touched = (
-            replace(st, members=tuple(with_rows), bounds=()).read(spark, self.window_dir)
+            replace(st, members=tuple(with_rows), bounds=()).read(spark, self.window_dir, storage=self.storage)
             if with_rows else spark.read.format("delta").load(uri).limit(0)
         ).select(*[F.col(quote_spark(k)).alias(f"__cdc_k{i}") for i, k in enumerate(key)])
         if (st.schema, st.table) in self.changed_lake_tables():

@@ -30,7 +30,7 @@ from cdc_core.model.sources import Route, unit_name
 from spark_apps.merge.staged import read_manifest
 from spark_apps.merge.tables import parse_table_options
 from spark_apps.merge.window import merge_window
-from spark_apps.spark_job import build_session, write_report
+from spark_apps.spark_job import build_session, job_storage, write_report
 
 log = logging.getLogger("cdc.merge")
 
@@ -104,7 +104,8 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
         faults.point("merge_start")  # fault point: the job has its spec, nothing is written yet
         options = parse_table_options(args.table_options)
         properties = parse_table_properties(args.table_properties)
-        manifest = read_manifest(args.window_dir)
+        storage = job_storage()  # the object store's credentials from the environment, passed down from here
+        manifest = read_manifest(args.window_dir, storage=storage)
         fence = None
         if args.zk_hosts and args.zk_root:  # parse_args refused hosts without a root
             fence, close_zk = zk_fence_check(args.zk_hosts, args.zk_root, args.pipeline, args.token)
@@ -131,9 +132,10 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
             small_table_rows=args.small_table_rows,
             schema_policy=SchemaPolicy.from_dict(args.schema_changes),
             zero_dates=args.zero_dates,
+            storage=storage,
         )
         report["session_seconds"] = session_seconds  # informational (Spark + Delta session start; ~0 when warm)
-        write_report(args.report, report)
+        write_report(args.report, report, storage=storage)
         return report
     finally:
         if close_zk is not None:

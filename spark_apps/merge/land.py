@@ -77,7 +77,7 @@ class MergeRun(Derived):
             steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
             mark[0] = now
 
-        landed = last_txn_version(spark, uri, self.app_id)
+        landed = last_txn_version(spark, uri, self.app_id, storage=self.storage)
         if holds_window(landed, self.seq):
             result["seconds"] = round(time.monotonic() - t0, 3)
             self.log("merge.table", table=label, status=STATUS_ALREADY, landed=landed)
@@ -85,7 +85,7 @@ class MergeRun(Derived):
         self.fence()
         step("txn_read_fence")
         options = self.table_options.get(st.name, TableOptions())
-        facts = st.facts(self.window_dir)
+        facts = st.facts(self.window_dir, storage=self.storage)
         step("staged_facts")
         work = self.schema_work(st, uri, facts)
         sweeps = self.sweeps_due(st)
@@ -126,7 +126,7 @@ class MergeRun(Derived):
             elif self.small_table_rows > 0:
                 self.deletion_vectors_once_grown(uri, label, st.rows)
                 step("ensure_table")
-            changes = st.read(spark, self.window_dir)
+            changes = st.read(spark, self.window_dir, storage=self.storage)
         for member, where, below in sweeps:  # a re-read's last chunk: what it did not read again is gone
             schema_steps.sweep_after_reread(
                 self, uri, label, app_id=schema_state_key(self.app_id, member, where), version=below,
@@ -144,7 +144,7 @@ class MergeRun(Derived):
         immutable = True
         if self.delete_mode == DELETE_HARD:
             tomb = tombstone_uri(self.lake_root, st.schema, st.table)
-            older = tombstones_may_supersede(tomb, facts.min_version)  # before this window's own
+            older = tombstones_may_supersede(tomb, facts.min_version, storage=self.storage)  # before this window's own
             if st.may_have_deletes():
                 self.write_tombstones(st, tomb, source, key)
                 faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not

@@ -23,6 +23,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
 )
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.small_writer import needs_column_mapping
 from cdc_core.model.errors import (
     LakeError,
@@ -111,6 +112,9 @@ class RunBase:
     rereads: list[dict[str, Any]] = field(default_factory=list)
     # A snapshot window's chunks by source table: a re-read's last chunk sweeps what it did not read again.
     chunks: dict[str, ChunkSpec] = field(default_factory=dict)
+    # The driver's way to the staging and the lake (fsspec, delta-rs): the job's object-store credentials,
+    # passed down to every read (spark_apps.spark_job.job_storage); Spark itself uses its session's s3a confs.
+    storage: Storage = AMBIENT
 
     def writer_record(self) -> str:
         return writer_value(self.pipeline, self.group_sources, [r.to_dict() for r in self.routes])
@@ -229,7 +233,7 @@ class RunBase:
                     raise
                 time.sleep(0.5)
         # CREATE TABLE IF NOT EXISTS keeps a table another pipeline created meanwhile: its writer decides.
-        state = table_writer_and_txn(self.spark, uri, self.app_id)
+        state = table_writer_and_txn(self.spark, uri, self.app_id, storage=self.storage)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != self.pipeline:
             raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
@@ -264,7 +268,7 @@ class RunBase:
                         continue
                     if not is_commit_conflict(e):
                         raise
-                    landed = last_txn_version(spark, uri, self.app_id)
+                    landed = last_txn_version(spark, uri, self.app_id, storage=self.storage)
                     if holds_window(landed, self.seq):
                         self.log("merge.lost_race", table=label, landed=landed)
                         return STATUS_ALREADY, {}, None
@@ -307,7 +311,7 @@ class RunBase:
         try:
             from cdc_core.lake import delta_state
 
-            return delta_state.commit_version(uri, meta)
+            return delta_state.commit_version(uri, meta, storage=self.storage)
         except Exception as e:  # e.g. a table feature delta-rs does not read: ask Spark
             log.warning("%s", kv(event="merge.version_read_fallback", table=uri, reason=one_line(e)))
         rows = (
@@ -336,7 +340,7 @@ class RunBase:
 
     def write_tombstones(self, st: LakeTarget, uri: str, source: DataFrame, key: tuple[str, ...]) -> None:
         label = f"tombstones of {st.name}"
-        landed = last_txn_version(self.spark, uri, self.app_id)
+        landed = last_txn_version(self.spark, uri, self.app_id, storage=self.storage)
         if holds_window(landed, self.seq):
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
@@ -368,7 +372,7 @@ class RunBase:
             except Exception as e:
                 if not is_commit_conflict(e):
                     raise
-                landed = last_txn_version(self.spark, uri, self.app_id)
+                landed = last_txn_version(self.spark, uri, self.app_id, storage=self.storage)
                 if holds_window(landed, self.seq):
                     self.log("merge.lost_race", table=label, landed=landed)
                     return STATUS_ALREADY, None

@@ -98,11 +98,11 @@ class SchemaChanges(RunBase):
             label = target.name
             member = next((m for m, w in target.members if (m.schema, m.table) == lc.lake), target.members[0][0])
             key = schema_state_key(self.app_id, member, where)
-            table = schema_steps.read_lake_table(self.spark, uri)
+            table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
             if not table.exists:
                 if not self.create_for_schema(target, uri, lc):
                     continue  # DDL on a table the lake never had: nothing to change, nothing to record
-                table = schema_steps.read_lake_table(self.spark, uri)
+                table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
             meta = metadata_columns(self.delete_mode)
             reserved = [*(n for n, _ in meta), *target.lineage_columns]
             ctx = PlanContext(
@@ -139,7 +139,7 @@ class SchemaChanges(RunBase):
             cols = [(x.name, parse_type(delta_type_of(x, target.name), f"table {target.name} column {x.name!r}"))
                     for x in c.columns]
         elif lc.role == ROLE_MOVED_IN and lc.source is not None:
-            src = schema_steps.read_lake_table(self.spark, self.lake_uri(lc.source))
+            src = schema_steps.read_lake_table(self.spark, self.lake_uri(lc.source), storage=self.storage)
             if not src.exists:
                 return False
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
@@ -156,7 +156,8 @@ class SchemaChanges(RunBase):
         with the shape the source table had then, and the window's schema changes take it from there."""
         oldest: tuple[int, StagedTable, tuple[str, ...]] | None = None
         for member, _ in target.members:
-            for f, span in zip(member.files, schema_steps.file_versions(self.window_dir, member), strict=True):
+            spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
+            for f, span in zip(member.files, spans, strict=True):
                 if span is not None and (oldest is None or span[0] < oldest[0]):
                     oldest = (span[0], member, f.columns)
         if oldest is None:
@@ -190,7 +191,7 @@ class SchemaChanges(RunBase):
 
     def moved_from(self, source: tuple[str, str], key: str, reserved: Sequence[str]) -> Any:
         """A rename's source lake table: (its source columns, its schema record), None when the lake never had it."""
-        table = schema_steps.read_lake_table(self.spark, self.lake_uri(source))
+        table = schema_steps.read_lake_table(self.spark, self.lake_uri(source), storage=self.storage)
         if not table.exists:
             return None
         return table.source_columns(reserved), SchemaState.from_properties(table.properties, key)
@@ -215,7 +216,7 @@ class SchemaChanges(RunBase):
         such a column (its type follows the source)."""
         if self.schema_policy.mode_for(st.name) != MODE_LENIENT:
             return changes
-        table = schema_steps.read_lake_table(self.spark, uri)
+        table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
         lake = {c.name.lower(): c.delta_type for c in table.columns}
         for f in changes.schema.fields:
             have = lake.get(f.name.lower())
@@ -228,14 +229,15 @@ class SchemaChanges(RunBase):
         """The window's changes of the target, each member's read through its schema record (after the schema
         phase) and cut to its version range."""
         spark = self.spark
-        table = schema_steps.read_lake_table(spark, uri)
+        table = schema_steps.read_lake_table(spark, uri, storage=self.storage)
         parts = []
         for m in work:
             since, until = m.bounds
             df = schema_steps.read_translated(
                 spark, self.window_dir, m.staged, SchemaState.from_properties(table.properties, m.state_key),
                 staged_meta=STAGED_META, parse_type=parse_type, can_widen=can_widen,
-                versions=schema_steps.file_versions(self.window_dir, m.staged), since=since, until=until,
+                versions=schema_steps.file_versions(self.window_dir, m.staged, storage=self.storage), since=since,
+                until=until,
             )
             if df is None:
                 continue

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from cdc_core.lake.object_store import Storage
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
 from cdc_core.model.merge_semantics import metadata_columns
@@ -66,6 +67,9 @@ class Runner(Protocol):
 
     def commit_metadata(self, label: str) -> str: ...
 
+    @property
+    def storage(self) -> Storage: ...
+
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -87,13 +91,13 @@ class LakeTable:
         return tuple(c for c in self.columns if c.name.lower() not in low)
 
 
-def read_lake_table(spark: SparkSession, uri: str) -> LakeTable:
-    """The table's columns, properties and partitioning from its Delta log: with delta-rs (milliseconds), with
-    Spark when delta-rs cannot read the table."""
+def read_lake_table(spark: SparkSession, uri: str, *, storage: Storage) -> LakeTable:
+    """The table's columns, properties and partitioning from its Delta log: with delta-rs (milliseconds; `storage`:
+    the job's), with Spark when delta-rs cannot read the table."""
     from cdc_core.lake import delta_state
 
     try:
-        table = delta_state.open_table(uri)
+        table = delta_state.open_table(uri, storage=storage)
         if table is None:
             return LakeTable(False, (), {}, ())
         meta = table.metadata()
@@ -125,7 +129,7 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
     """One schema change's steps on the lake table at `uri`: structure (unless already there), rows, mark."""
     spark = run.spark
     if op.structure is not None:
-        table = read_lake_table(spark, uri)
+        table = read_lake_table(spark, uri, storage=run.storage)
         if not structure_done(op.structure, table.columns):
             run.fence()
             _structure(run, uri, label, op.structure, table=table, delete_mode=delete_mode,
@@ -145,7 +149,7 @@ def sweep_after_reread(run: Runner, uri: str, label: str, *, app_id: str, versio
     has was read again (and carries a newer version), so lake rows older than `version` are gone at the source.
     They go (hard mode) or become tombstones (soft), and the floor moves to `version` (an older change never lands
     again). Idempotent; False when it was done before."""
-    table = read_lake_table(run.spark, uri)
+    table = read_lake_table(run.spark, uri, storage=run.storage)
     if not table.exists:
         return False
     state = SchemaState.from_properties(table.properties, app_id)
@@ -216,7 +220,8 @@ def _structure(
 def rewrite_columns(run: Runner, uri: str, label: str, structure: Structure, delete_mode: str = "hard") -> None:
     """A rewrite outside a schema change's plan (a widening the staged types show): fenced, one commit."""
     run.fence()
-    _structure(run, uri, label, structure, table=read_lake_table(run.spark, uri), delete_mode=delete_mode)
+    _structure(run, uri, label, structure, table=read_lake_table(run.spark, uri, storage=run.storage),
+               delete_mode=delete_mode)
 
 
 COLUMN_MAPPING_PROPS = {
@@ -450,12 +455,11 @@ def _history_type(state: SchemaState, name: str) -> str:
     return "STRING"
 
 
-def file_versions(window_dir: str, st: StagedTable) -> list[tuple[int, int] | None]:
+def file_versions(window_dir: str, st: StagedTable, *, storage: Storage) -> list[tuple[int, int] | None]:
     """Each staged file's (min, max) `_cdc_version`, from its Parquet footer (read with pyarrow, no Spark)."""
-    import fsspec
     import pyarrow.parquet as pq
 
-    fs, root = fsspec.core.url_to_fs(window_dir)
+    fs, root = storage.fs(window_dir)
     out: list[tuple[int, int] | None] = []
     for f in st.files:
         if f.rows == 0:

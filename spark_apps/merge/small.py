@@ -50,7 +50,9 @@ class SmallTables(SchemaChanges):
             return True
         if st.may_have_deletes():
             return False
-        return not tombstones_may_supersede(tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version)
+        return not tombstones_may_supersede(
+            tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version, storage=self.storage
+        )
 
     def create_small(self, st: LakeTarget, uri: str, label: str, options: TableOptions) -> bool:
         """Create a new table with delta-rs (no Spark job), as create_table would with `small`: True when the
@@ -65,7 +67,9 @@ class SmallTables(SchemaChanges):
         if why is not None:
             self.log("merge.spark_table", table=label, reason=why)
             return False
-        state = table_writer_and_txn(self.spark, uri, self.app_id)  # a concurrent creator's table is kept
+        state = table_writer_and_txn(  # a concurrent creator's table is kept
+            self.spark, uri, self.app_id, storage=self.storage
+        )
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != self.pipeline:
             raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
@@ -108,7 +112,7 @@ class SmallTables(SchemaChanges):
         if wanted.get(DV_PROPERTY) != "true":
             return
         try:
-            state = small_writer.table_rows_and_properties(uri)
+            state = small_writer.table_rows_and_properties(uri, storage=self.storage)
         except Exception as e:  # a table delta-rs cannot read: leave it as it is
             self.log("merge.table_state_unknown", table=label, reason=one_line(e))
             return

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model import merge_semantics
 from cdc_core.model.errors import (
     SchemaConflict,
@@ -109,12 +110,10 @@ def parse_type(ddl: str, where: str) -> DataType:
         ) from e
 
 
-def read_manifest(window_dir: str) -> Manifest:
-    import fsspec
-
+def read_manifest(window_dir: str, *, storage: Storage = AMBIENT) -> Manifest:
     uri = f"{window_dir.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        with fsspec.open(uri, "rb") as f:
+        with storage.open(uri, "rb") as f:
             return Manifest.from_json(f.read())
     except FileNotFoundError as e:
         raise StagingError(
@@ -122,9 +121,9 @@ def read_manifest(window_dir: str) -> Manifest:
         ) from e
 
 
-def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable) -> DataFrame:
-    """All staged changes of one table, every manifest column present (NULL where a file lacks it)."""
-    import fsspec
+def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable, *, storage: Storage) -> DataFrame:
+    """All staged changes of one table, every manifest column present (NULL where a file lacks it). `storage`:
+    the driver's reads of the files' footers (Spark reads the rows through its own s3a confs)."""
     import pyarrow.parquet as pq
 
     types = {c.name: parse_type(c.delta_type, f"table {st.name} column {c.name!r}") for c in st.columns}
@@ -135,7 +134,7 @@ def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable) -> 
         return spark.createDataFrame([], out_schema)
 
     # Group files by their physical schema so one Spark read serves each group (usually one per table).
-    fs, root = fsspec.core.url_to_fs(window_dir)
+    fs, root = storage.fs(window_dir)
     groups: dict[tuple[Any, ...], list[str]] = {}
     for f in st.files:
         unknown = [c for c in f.columns if c not in types]
@@ -187,13 +186,12 @@ class StagedFacts:
     min_version: int | None  # the oldest change's `_cdc_version` (None: no rows)
 
 
-def staged_facts(window_dir: str, st: StagedTable) -> StagedFacts:
-    import fsspec
+def staged_facts(window_dir: str, st: StagedTable, *, storage: Storage) -> StagedFacts:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    fs, root = fsspec.core.url_to_fs(window_dir)
+    fs, root = storage.fs(window_dir)
     parts = []
     for f in st.files:
         with fs.open(f"{root.rstrip('/')}/{f.path}", "rb") as fh:
@@ -255,7 +253,7 @@ def drop_superseded(source: DataFrame, tombstones: DataFrame, key: Sequence[str]
     return kept.select(*[source[quote_spark(f.name)] for f in source.schema.fields])
 
 
-def tombstones_may_supersede(tomb_uri: str, min_version: int | None) -> bool:
+def tombstones_may_supersede(tomb_uri: str, min_version: int | None, *, storage: Storage) -> bool:
     """Whether some tombstone may be newer than a change of the window (so `drop_superseded` must run).
 
     Delete tombstones matter only for changes older than them: a replayed window or a backfill. In
@@ -268,7 +266,7 @@ def tombstones_may_supersede(tomb_uri: str, min_version: int | None) -> bool:
     if min_version is None:
         return False
     try:
-        newest = delta_state.column_max(tomb_uri, COL_VERSION)
+        newest = delta_state.column_max(tomb_uri, COL_VERSION, storage=storage)
     except LookupError:
         return True  # no statistics: cannot tell
     return newest is not None and int(newest) >= min_version

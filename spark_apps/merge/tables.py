@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     DataType,
 )
 
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.small_writer import needs_column_mapping
 from cdc_core.model.errors import (
     CdcError,
@@ -160,13 +161,13 @@ def _jvm_last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | N
     return int(found.get()) if found.isDefined() else None
 
 
-def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
-    """`app_id`'s last txn version in the table: read with delta-rs (no Spark job), through the JVM's DeltaLog
-    when delta-rs cannot read the table (e.g. a table feature it does not know yet)."""
+def last_txn_version(spark: SparkSession, uri: str, app_id: str, *, storage: Storage = AMBIENT) -> int | None:
+    """`app_id`'s last txn version in the table: read with delta-rs (no Spark job; `storage`: the job's), through
+    the JVM's DeltaLog when delta-rs cannot read the table (e.g. a table feature it does not know yet)."""
     from cdc_core.lake import delta_state
 
     try:
-        v = delta_state.last_txn_version(uri, app_id)
+        v = delta_state.last_txn_version(uri, app_id, storage=storage)
         return None if v is None else int(v)
     except CdcError:
         raise
@@ -176,14 +177,15 @@ def last_txn_version(spark: SparkSession, uri: str, app_id: str) -> int | None:
 
 
 def table_writer_and_txn(
-    spark: SparkSession, uri: str, app_id: str, properties: dict[str, dict[str, str]] | None = None
+    spark: SparkSession, uri: str, app_id: str, properties: dict[str, dict[str, str]] | None = None, *,
+    storage: Storage,
 ) -> tuple[str | None, int | None] | None:
     """(recorded writer `cdc.writer`, `app_id`'s last txn version) of the table; None when there is no table.
     `properties`: gets the table's properties (uri -> properties) from the same snapshot."""
     from cdc_core.lake import delta_state
 
     try:
-        found = delta_state.writer_txn_properties(uri, app_id)
+        found = delta_state.writer_txn_properties(uri, app_id, storage=storage)
         if found is None:
             return None
         if properties is not None:

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
+from cdc_core.lake.object_store import Storage
 from cdc_core.model.errors import (
     SchemaConflict,
 )
@@ -147,20 +148,20 @@ class LakeTarget:
                 )
         return [*((c, StringType()) for c in self.lineage_columns), *((n, t) for n, t, _ in merged.values())]
 
-    def read(self, spark: SparkSession, window_dir: str) -> DataFrame:
+    def read(self, spark: SparkSession, window_dir: str, *, storage: Storage) -> DataFrame:
         """Every staged change of the target: each member's, with its lineage constants."""
         parts = []
         for st, where in self.members:
-            df = read_staged_table(spark, window_dir, st)
+            df = read_staged_table(spark, window_dir, st, storage=storage)
             for col, value in where.columns:
                 df = df.withColumn(col, F.lit(value).cast(StringType()))
             parts.append(df)
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
-    def facts(self, window_dir: str) -> StagedFacts:
+    def facts(self, window_dir: str, *, storage: Storage) -> StagedFacts:
         if len(self.members) == 1:
-            return staged_facts(window_dir, self.members[0][0])
-        each = [staged_facts(window_dir, st) for st, _ in self.members]
+            return staged_facts(window_dir, self.members[0][0], storage=storage)
+        each = [staged_facts(window_dir, st, storage=storage) for st, _ in self.members]
         versions = [f.min_version for f in each if f.min_version is not None]
         # Members' keys differ by their lineage unless the route keys by the primary key alone (a derived
         # table's base is keyed by lineage too).
@@ -170,20 +171,18 @@ class LakeTarget:
 
 
 def lake_tables_of_schemas(
-    lake_root: str, changes: Sequence[SchemaChange], app_id: str
+    lake_root: str, changes: Sequence[SchemaChange], app_id: str, *, storage: Storage
 ) -> dict[str, list[tuple[str, str]]]:
     """The lake tables of each database the window drops whose writer record names this pipeline (`DROP
     DATABASE` drops each of them)."""
     dropped = sorted({c.schema for c in changes if c.kind == DROP_DATABASE})
     if not dropped:
         return {}
-    import fsspec
-
     from cdc_core.lake import delta_state
     from cdc_core.model.naming import decode_path_component
 
     out: dict[str, list[tuple[str, str]]] = {}
-    fs, root = fsspec.core.url_to_fs(lake_root)
+    fs, root = storage.fs(lake_root)
     pipeline = app_id.split(".", 1)[0]
     for schema in dropped:
         base = f"{root.rstrip('/')}/{path_component(schema)}"
@@ -195,7 +194,7 @@ def lake_tables_of_schemas(
             name = decode_path_component(str(entry).rstrip("/").rsplit("/", 1)[-1])
             if name is None:
                 continue
-            found = delta_state.writer_and_txn(table_uri(lake_root, schema, name), app_id)
+            found = delta_state.writer_and_txn(table_uri(lake_root, schema, name), app_id, storage=storage)
             if found is not None and writer_pipeline(found[0]) == pipeline:
                 out.setdefault(schema, []).append((schema, name))
     return out

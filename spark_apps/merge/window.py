@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cdc_core.lake import small_writer
+from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model import faults
 from cdc_core.model.errors import (
     CdcError,
@@ -99,7 +100,7 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
     landed_by_table: dict[str, int | None] = {}
     for st in targets:  # one log read per table: its writer record and this pipeline's txn version
         uri = table_uri(run.lake_root, st.schema, st.table)
-        state = table_writer_and_txn(run.spark, uri, run.app_id, run.table_props)
+        state = table_writer_and_txn(run.spark, uri, run.app_id, run.table_props, storage=run.storage)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != run.pipeline:
             foreign.append((st.name, uri, owner))
@@ -208,6 +209,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     small_table_rows: int = small_writer.DEFAULT_MAX_ROWS,
     schema_policy: SchemaPolicy | None = None,
     zero_dates: str = "refuse",
+    storage: Storage = AMBIENT,
 ) -> dict[str, Any]:
     """MERGE every table of the staged window into the lake, exactly once; returns the report.
 
@@ -215,7 +217,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     its own (`spark.newSession()`: the txn identity is a session conf). `source`, `routes`: a group
     pipeline's source and the pipeline's routes (cdc_core.model.sources): which Delta table each staged
     table lands in and the lineage columns its rows carry. `small_table_rows`: tables holding at most this
-    many rows once the window lands are merged by delta-rs, without a Spark job (0: none)."""
+    many rows once the window lands are merged by delta-rs, without a Spark job (0: none). `storage`: the driver's
+    way to the staging and lake (the job's object-store credentials, spark_apps.spark_job.job_storage)."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
         raise ConfigError(f"delete_mode must be one of {', '.join(DELETE_MODES)}, got {delete_mode!r}")
@@ -228,7 +231,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     policy = schema_policy or SchemaPolicy()
     window = resolve_window(
         manifest.schema_changes, [(t.schema, t.table) for t in manifest.tables], policy,
-        lake_tables_of_schemas(lake_root, manifest.schema_changes, unit_name(pipeline, source)),
+        lake_tables_of_schemas(lake_root, manifest.schema_changes, unit_name(pipeline, source), storage=storage),
     )
     staged = {(t.schema, t.table) for t in manifest.tables}
     extra = sorted({c.lake for c in window.changes} - staged)
@@ -265,6 +268,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         schema_policy=policy,
         chunks={c.table: c for c in chunks_of(manifest.plan)} if manifest.plan.kind == KIND_SNAPSHOT else {},
         zero_dates=zero_dates,
+        storage=storage,
     )
     tables = _merge_tables(run, targets, max(1, int(parallelism)))
     report = {

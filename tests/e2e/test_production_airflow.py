@@ -81,14 +81,15 @@ def _task_states(airflow: RealAirflow, dag_id: str, run_id: str) -> dict[str, st
     return {t["task_id"]: t["state"] for t in body["task_instances"]}
 
 
-def _lake_equals_source(services: Any, db: str, lake: str) -> None:
+def _lake_equals_source(services: Any, db: str, lake: str, storage: object_store.Storage) -> None:
     conn = services.root_connect(db)
     for table in TABLES:
         with conn.cursor() as cur:
             cur.execute(f"SELECT id, v FROM {table} ORDER BY id")
             want = [tuple(r) for r in cur.fetchall()]
         uri = f"{lake}/{path_component(db)}/{path_component(table)}"
-        got = sorted((r["id"], r["v"]) for r in delta_state.read_rows(uri, columns=["id", "v"]).to_pylist())
+        rows = delta_state.read_rows(uri, columns=["id", "v"], storage=storage).to_pylist()
+        got = sorted((r["id"], r["v"]) for r in rows)
         assert got == want, table
     conn.close()
 
@@ -209,7 +210,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
            "AIRFLOW_CONN_CDC_S3": store.connection, "AIRFLOW_CONN_SPARK_CLUSTER": cluster.connection,
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
            "CDC_FAULT": "after_stage,mid_merge", "CDC_FAULT_ACTION": "stop", "CDC_FAULT_ONCE": str(marker)}
-    object_store.activate(object_store.from_connection(parse_connection("cdc_s3", store.connection)))
+    storage = object_store.Storage(object_store.from_connection(parse_connection("cdc_s3", store.connection)))
     dag_id = f"cdc_{name}"
 
     with real_airflow(env, triggerer=True) as airflow:
@@ -246,7 +247,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
             assert status == 200, body
         assert _finished(airflow, dag_id, run_id) == "success", _task_states(airflow, dag_id, run_id)
         assert _cursor_seq(config, name, env) == 1
-        _lake_equals_source(services, db, lake)
+        _lake_equals_source(services, db, lake, storage)
         restarted = cluster.script("start")  # the killed worker back
         assert restarted.returncode == 0, restarted.stderr[-3000:]
 
@@ -267,7 +268,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
         _clear_in_the_ui(airflow, dag_id, second, tmp_path)
         assert _finished(airflow, dag_id, second) == "success", _task_states(airflow, dag_id, second)
         assert _cursor_seq(config, name, env) == 2
-        _lake_equals_source(services, db, lake)
+        _lake_equals_source(services, db, lake, storage)
 
         secret = store.secret.encode()
         task_logs = [f for f in (airflow.logs.parent / "logs").rglob("*") if f.is_file()]

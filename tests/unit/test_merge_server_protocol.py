@@ -277,9 +277,10 @@ def test_the_server_runs_the_spark_submit_jobs_steps_with_the_same_arguments(mon
         return {"seq": 9}
 
     monkeypatch.setattr(mw, "zk_fence_check", fence)
-    monkeypatch.setattr(mw, "read_manifest", lambda d: calls.append(("manifest", d)) or "M")
+    monkeypatch.setattr(mw, "read_manifest", lambda d, storage: calls.append(("manifest", d)) or "M")
     monkeypatch.setattr(mw, "merge_window", merge)
-    monkeypatch.setattr(mw, "write_report", lambda target, report: calls.append(("report", (target, report))))
+    monkeypatch.setattr(mw, "write_report",
+                        lambda target, report, storage: calls.append(("report", (target, report))))
     monkeypatch.setattr(mw, "build_session", lambda name: session)
     stopped: list[int] = []
     session.stop = lambda: stopped.append(1)  # type: ignore[attr-defined]

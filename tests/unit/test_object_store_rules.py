@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -86,8 +89,73 @@ def test_temporary_credentials_carry_their_token_everywhere() -> None:
     assert session["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith("TemporaryAWSCredentialsProvider")
 
 
-def test_only_s3_urls_get_delta_rs_options() -> None:
+def test_only_s3_urls_get_the_pipelines_options() -> None:
     assert object_store.is_s3("s3://b/k") and object_store.is_s3("S3A://b/k")
     assert not object_store.is_s3("/data/lake") and not object_store.is_s3("gs://b/k")
-    assert object_store.delta_rs_options("/data/lake/t") is None
+    storage = object_store.Storage(creds())
+    assert storage.delta_rs_options("/data/lake/t") is None and storage.fsspec_options("/data/staging") == {}
+    assert storage.delta_rs_options("s3a://b/lake/t") == creds().delta_rs_options()
+    assert storage.fsspec_options("s3://b/staging") == creds().fsspec_options()
+    assert object_store.AMBIENT.delta_rs_options("s3://b/lake/t") is None  # delta-rs's own default chain
+    assert object_store.AMBIENT.fsspec_options("s3://b/staging") == {}
     assert object_store.delta_rs_uri("s3a://b/lake/t") == "s3://b/lake/t"
+    assert SECRET not in repr(storage)
+
+
+def test_nothing_is_process_wide(tmp_path: Path) -> None:
+    """Issue 35 §3: no module state in object_store, and building pipelines' storage (or a pipeline) leaves
+    fsspec's global config without credentials: each call gets its pipeline's options as an argument."""
+    import fsspec.config
+
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
+
+    assert not hasattr(object_store, "activate") and not hasattr(object_store, "active")
+    state = {name: value for name, value in vars(object_store).items()
+             if not name.startswith("__") and not callable(value) and not isinstance(value, type | ModuleType)}
+    assert set(state) == {"S3_SCHEMES", "CONN_TYPE", "DEFAULT_REGION", "ENV_KEY", "ENV_SECRET", "ENV_TOKEN",
+                          "ENV_ENDPOINT", "ENV_REGION", "AMBIENT", "annotations"}, state  # constants only
+    assert object_store.AMBIENT.creds is None
+    with pytest.raises(dataclasses.FrozenInstanceError):  # nobody can give the shared default credentials
+        object_store.AMBIENT.creds = creds()  # type: ignore[misc]
+    other = json.loads(CONN) | {"login": "AKIDOTHER", "password": "other-secret"}
+    cfg = tmp_path / "pipelines.yaml"
+    cfg.write_text(json.dumps({"pipelines": [
+        {"name": n, "source": {"conn_id": "src"},
+         "tables": {"include": ["db.*"]}, "zookeeper": {"hosts": "127.0.0.1:1"},
+         "staging_root": f"s3://{n}/staging", "lake_root": f"s3://{n}/lake", "object_store": {"conn_id": c}}
+        for n, c in (("one", "cdc_s3"), ("two", "cdc_s3_other"))]}))
+    env = {"AIRFLOW_CONN_CDC_S3": CONN, "AIRFLOW_CONN_CDC_S3_OTHER": json.dumps(other)}
+    conf_before = json.dumps(fsspec.config.conf, sort_keys=True, default=str)
+    storages = []
+    for name in ("one", "two"):
+        config = load_config(cfg).pipeline(name)
+        p = Pipeline(config=config, source=None, coordinator=None,  # type: ignore[arg-type]
+                     store=object_store.for_pipeline(config, env))
+        storages.append(p.storage)
+        storages[-1].fs(p.staging_root)  # an s3fs filesystem of its own, with the pipeline's options
+    one, two = storages
+    assert one.fsspec_options("s3://one/staging")["key"] == "AKIDEXAMPLE"
+    assert two.fsspec_options("s3://two/staging")["key"] == "AKIDOTHER"
+    assert one.fs("s3://one/staging")[0] is not two.fs("s3://two/staging")[0]
+    assert json.dumps(fsspec.config.conf, sort_keys=True, default=str) == conf_before
+    assert not any(k in fsspec.config.conf for k in object_store.S3_SCHEMES)
+    assert SECRET not in conf_before and "other-secret" not in conf_before
+
+
+def test_a_spark_job_builds_its_storage_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge and maintenance jobs get the credentials in their environment (`job_env`) and pass a Storage
+    built from it down to their driver-side reads and their report; nothing is configured process-wide."""
+    import fsspec.config
+
+    from spark_apps.spark_job import job_storage
+
+    for k, v in creds().job_env().items():
+        monkeypatch.setenv(k, v)
+    storage = job_storage()
+    assert storage.creds is not None and storage.creds.secret_key == SECRET
+    assert storage.delta_rs_options("s3://cdc/lake/t") == creds().delta_rs_options()
+    assert not any(k in fsspec.config.conf for k in object_store.S3_SCHEMES)
+    for k in creds().job_env():
+        monkeypatch.delenv(k)
+    assert job_storage() == object_store.AMBIENT
