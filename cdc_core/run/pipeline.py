@@ -644,7 +644,8 @@ class Pipeline:
             return True
         if any(c.kind == DROP_DATABASE for c in manifest.schema_changes):
             return True  # its lake tables are found by the merge job
-        return any(delta_state.table_exists(self.table_uri(t.schema, t.table)) for t in manifest.tables)
+        return any(delta_state.table_exists(self.table_uri(t.schema, t.table), storage=self.storage)
+                   for t in manifest.tables)
 
     def merge_locally(self, grant: LeaseGrant, seq: int, submit: JobRunner | None = None) -> dict[str, Any]:
         """The merge step (CLI and DAG alike): run window `seq`'s merge job (`merge_runner`: the merge server
@@ -792,7 +793,7 @@ class Pipeline:
         uris = {n: self.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
         for t in manifest.tables:  # a table named only by DDL that the lake does not have: not in the cut
             uri = self.table_uri(t.schema, t.table)
-            if t.files or t.name in uris or delta_state.table_exists(uri):
+            if t.files or t.name in uris or delta_state.table_exists(uri, storage=self.storage):
                 uris[t.name] = uri
         if not uris:  # only DDL of tables the lake does not have yet: no version to record
             return

@@ -170,13 +170,14 @@ class SchemaChanges(RunBase):
         """The columns of a table created LIKE another (that table's lake columns, when the lake has it) or AS
         SELECT (the columns of the window's first rows after the statement); None when nothing tells."""
         if change.kind == CREATE_TABLE_LIKE and change.to_table:
-            like = schema_steps.read_lake_table(self.spark, self.lake_uri((change.to_schema or change.schema,
-                                                                           change.to_table)))
+            like_uri = self.lake_uri((change.to_schema or change.schema, change.to_table))
+            like = schema_steps.read_lake_table(self.spark, like_uri, storage=self.storage)
             if like.exists:
                 return list(like.source_columns(reserved))
         after: tuple[int, StagedTable, tuple[str, ...]] | None = None
         for member, _ in target.members:
-            for f, span in zip(member.files, schema_steps.file_versions(self.window_dir, member), strict=True):
+            spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
+            for f, span in zip(member.files, spans, strict=True):
                 if span is not None and span[0] > change.version and (after is None or span[0] < after[0]):
                     after = (span[0], member, f.columns)
         if after is None:
@@ -199,9 +200,9 @@ class SchemaChanges(RunBase):
     def copy_table(self, source: tuple[str, str], uri: str, label: str) -> None:
         """A rename's target takes its source's rows (one overwrite commit; repeated after a crash before its
         mark, while the source still holds them: the source is emptied only after the target's mark)."""
-        src = schema_steps.read_lake_table(self.spark, self.lake_uri(source))
+        src = schema_steps.read_lake_table(self.spark, self.lake_uri(source), storage=self.storage)
         schema_steps.timestamp_ntz_supported(self, uri, label, [c.delta_type for c in src.columns],
-                                             schema_steps.read_lake_table(self.spark, uri))
+                                             schema_steps.read_lake_table(self.spark, uri, storage=self.storage))
         self.fence()
         rows = self.spark.read.format("delta").load(self.lake_uri(source))
         (
