@@ -7,7 +7,8 @@ option does in production (cdc_core/lake/merge_client.py): one Spark JVM for the
 one per window. The job code, the per-request session, the serialisation and the spark-submit-like
 answer are the product's; this module only adds:
 
-- Fault points inside the job (`mid_merge`, `mid_merge_table`) fire for the *requesting* process, whose
+- Fault points inside the job (`mid_merge`, `mid_merge_table`, `mid_derive`, and `mid_schema_change` in
+  spark_apps/schema_steps.py) fire for the *requesting* process, whose
   armed points (CDC_FAULT, CDC_FAULT_ONCE) travel with the request: the server kills the client with
   SIGKILL at that point and abandons the rest of the job, which leaves the lake exactly as a crashed
   spark-submit would (tables before the point committed, the rest not). A client killed while the server
@@ -37,8 +38,12 @@ class _ClientKilled(BaseException):  # not an Exception: the job must not wrap i
     """The requesting process was killed at a fault point: drop the rest of the job, answer nobody."""
 
 
+# The job's modules that fire fault points: each one's `faults` is replaced by the proxy while the server runs.
+_JOB_MODULES = ("spark_apps.merge_window", "spark_apps.schema_steps")
+
+
 class _FaultProxy:
-    """Stands in for `cdc_core.model.faults` inside spark_apps.merge_window while the server runs."""
+    """Stands in for `cdc_core.model.faults` inside the job's modules (_JOB_MODULES) while the server runs."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -66,24 +71,26 @@ class MergeServer(ProductMergeServer):
 
     def __init__(self, spark_factory: Callable[[], Any]):
         super().__init__(spark_factory)
-        self._saved_faults: Any = None
+        self._saved_faults: dict[str, Any] = {}
 
     def start(self) -> MergeServer:
-        import spark_apps.merge_window as mw
+        import importlib
 
-        if self._saved_faults is None:
-            self._saved_faults = mw.faults
-            mw.faults = _FaultProxy(mw.faults)
+        if not self._saved_faults:
+            for name in _JOB_MODULES:
+                module = importlib.import_module(name)
+                self._saved_faults[name] = module.faults
+                module.faults = _FaultProxy(module.faults)
         super().start()
         return self
 
     def stop(self, stop_spark: bool = True) -> None:
-        super().stop(stop_spark)
-        if self._saved_faults is not None:
-            import spark_apps.merge_window as mw
+        import importlib
 
-            mw.faults = self._saved_faults
-            self._saved_faults = None
+        super().stop(stop_spark)
+        for name, real in self._saved_faults.items():
+            importlib.import_module(name).faults = real
+        self._saved_faults = {}
 
     @contextlib.contextmanager
     def job_context(self, req: dict[str, Any]) -> Iterator[None]:
