@@ -16,8 +16,15 @@ staging area and the lakehouse and asserts:
 - **the lake equals the source at the window it holds**: each captured table, at its Delta txn
   version v, equals the source table replayed up to the end of window v (tests/faults/workload.py's
   `Shadow`), row for row, value for value (cdc_core.run.verify.compare_table, duplicates included), and
-  its Delta column types are the type map's (cdc_core.model.types); a table whose version is older than the
-  cursor had no change in the windows since (else a window was acked without it).
+  column for column: names (order-insensitive) and Delta types per the type map (cdc_core.model.types);
+  a table whose version is older than the cursor had no change in the windows since, DDL included (else a
+  window was acked without it); a table the lake does not have held no row at the cursor;
+- **nothing remains of a table that is gone**: a captured name no source table has at that point
+  (dropped, renamed away) holds no live row in the lake (soft deletes: only tombstones); an online
+  schema-change tool's ghost, trash or changelog table has no lake table at all, and the lake holds no table
+  the workload never named. `lenient` (schema_changes mode): the lake keeps columns the source dropped or
+  renamed (compared with `kept_columns`) and the rows of dropped and renamed-away tables (not checked);
+- **no re-read**: no window is a snapshot (the workload keeps statements the lake must re-read out).
 
 Tables damaged on purpose (`damaged()`) are exempt until `repaired()`. Violations raise
 AssertionError with the step's label; the counts feed the figures (tests/faults/RESULTS.md).
@@ -34,10 +41,11 @@ from typing import Any
 from cdc_core.capture.source import TableFilter, describe_tables
 from cdc_core.coordination import STATE_ACKED, Cursor, PipelineCoordinator, WindowRecord
 from cdc_core.lake import delta_state
+from cdc_core.model.manifest import COL_DELETED
 from cdc_core.model.naming import path_component
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.types import column_types
-from cdc_core.model.window_plan import KIND_BACKFILL, KIND_STREAM
+from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM
 from cdc_core.run.verify import compare_table
 from tests.faults.workload import Shadow, Workload, changed_between
 
@@ -89,6 +97,8 @@ class Figures:
     changes_staged: int = 0  # row changes in acked windows' manifests (what flowed through the pipeline)
     restaged_identical: int = 0
     fenced_zombies: int = 0
+    gone_checked: int = 0  # comparisons of a table gone at the source (dropped, renamed away) with its lake table
+    rows_left_behind: int = 0  # live lake rows of such a table
 
     def add(self, other: Figures) -> None:
         for k, v in other.__dict__.items():
@@ -105,6 +115,7 @@ class Oracle:
     zk_root: str
     lake_root: Path
     staging_root: Path
+    lenient: bool = False  # schema_changes mode lenient: kept columns, dropped tables keep their rows
     figures: Figures = field(default_factory=Figures)
     damaged_tables: set[str] = field(default_factory=set)
     log: list[str] = field(default_factory=list)
@@ -112,6 +123,7 @@ class Oracle:
     _acked: dict[int, str] = field(default_factory=dict)
     _manifests: dict[int, bytes] = field(default_factory=dict)
     _manifest_tables: dict[int, list[str]] = field(default_factory=dict)
+    _manifest_ddl_only: dict[int, set[str]] = field(default_factory=dict)  # staged without files (DDL only)
     _manifest_rows: dict[int, int] = field(default_factory=dict)
     _counted: set[int] = field(default_factory=set)
     _verified: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -184,6 +196,9 @@ class Oracle:
                 problems.append(f"cursor position moved back from {prev.position.label()} to "
                                 f"{cursor.position.label() if cursor.position else None}")
         for s, rec in windows.items():
+            if rec.plan.kind == KIND_SNAPSHOT:
+                problems.append(f"window {s} is a snapshot (a re-read the lake asked for), but the workload makes no "
+                                "statement whose rows the lake must re-read")
             if s <= cursor.seq and rec.state != STATE_ACKED:
                 problems.append(f"window {s} <= cursor {cursor.seq} is {rec.state}, not acked")
             if s > cursor.seq and rec.state == STATE_ACKED:
@@ -218,6 +233,7 @@ class Oracle:
                 manifest = json.loads(data)
                 mine = [t for t in manifest.get("tables", []) if t["schema"] == self.workload.database]
                 self._manifest_tables[s] = [t["table"] for t in mine]
+                self._manifest_ddl_only[s] = {t["table"] for t in mine if not t["files"]}
                 self._manifest_rows[s] = sum(f["rows"] for t in mine for f in t["files"])
         for s in sorted(set(self._acked) - self._counted):  # what flowed: changes of acked windows
             if s in self._manifest_rows:
@@ -255,10 +271,20 @@ class Oracle:
     ) -> dict[str, int | None]:
         versions: dict[str, int | None] = {}
         top = max(windows) if windows else 0
-        uris = {t: self.table_uri(t) for t in self.workload.table_names}
+        names = self.workload.all_names
+        uris = {t: self.table_uri(t) for t in names}
         tomb_root = self.lake_root / "_cdc_tombstones" / path_component(self.workload.database)
-        for t in self.workload.table_names:
+        for t in names:
             uris[f"tombstones of {t}"] = str(tomb_root / path_component(t))
+        for t in self.workload.osc_names:  # never in the lake
+            for where in (Path(self.table_uri(t)), tomb_root / path_component(t)):
+                if where.exists():
+                    problems.append(f"{t}: an online schema-change tool's table has a lake table ({where})")
+        known = {path_component(t) for t in (*names, *self.workload.osc_names)}
+        lake_dir = self.lake_root / path_component(self.workload.database)
+        for d in sorted(lake_dir.iterdir()) if lake_dir.is_dir() else ():
+            if d.name not in known:
+                problems.append(f"the lake holds a table the workload never named: {d}")
         for name, uri in uris.items():
             seen: dict[tuple[str, int], str] = {}
             for commit, txns in sorted(self._delta_log_txns(uri).items()):
@@ -268,7 +294,7 @@ class Oracle:
                             f"{name}: window {txn[1]} of {txn[0]!r} committed twice ({seen[txn]}, {commit})"
                         )
                     seen[txn] = commit
-            if name in self.workload.table_names:
+            if name in names:
                 # One snapshot for the txn version and, later, the rows: an orphaned merge (its client was
                 # killed) may still be committing while the oracle looks.
                 v, self._snapshots[name] = _txn_and_version(uri, self.pipeline)
@@ -282,6 +308,8 @@ class Oracle:
                 if t in self.damaged_tables:
                     continue
                 v = versions.get(t)
+                if v is None and t in self._manifest_ddl_only.get(s, ()):
+                    continue  # DDL on a table the lake never had (e.g. created LIKE another, no row yet)
                 if v is None or v < s:
                     problems.append(f"window {s} is acked but Delta table {t} holds only window {v}")
         return versions
@@ -293,13 +321,24 @@ class Oracle:
         cursor_gtid = gtid_seq(acked_streams[-1].plan.end) if acked_streams else None
         conn = self.services.root_connect()
         try:
-            for t in self.workload.table_names:
+            for t in self.workload.all_names:
                 if t in self.damaged_tables:
                     continue
                 v = versions.get(t)
                 if v is None:
-                    if cursor_gtid is not None and changed_between(self.workload, t, 0, cursor_gtid):
+                    if cursor_gtid is None:
+                        continue
+                    if changed_between(self.workload, t, 0, cursor_gtid) and not self.workload.all_ddl:
                         problems.append(f"{t}: the cursor passed its changes but Delta has no table for it")
+                        continue
+                    # A table the lake never had (or no longer has, as a table) held no row at the cursor.
+                    schema = self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
+                    if final:
+                        schema = self.workload.database
+                    rows = self.shadow.row_count(t, schema)
+                    if rows:
+                        problems.append(f"{t}: the source held {rows} rows at the cursor (GTID {cursor_gtid}, "
+                                        f"{schema}) but Delta has no table for it")
                     continue
                 rec = windows.get(v)
                 if rec is None:
@@ -309,23 +348,42 @@ class Oracle:
                     continue  # mid-backfill: tombstones make the partial state no prefix; checked when done
                 g = gtid_seq(rec.plan.end)
                 if v <= cursor.seq and cursor_gtid is not None and rec.plan.kind == KIND_STREAM:
-                    later = changed_between(self.workload, t, g, cursor_gtid)
+                    later = changed_between(self.workload, t, g, cursor_gtid, ddl=True)
                     if later:
                         problems.append(
                             f"{t}: holds window {v} (to GTID {g}) but the cursor is at GTID {cursor_gtid} and {t} "
                             f"changed in between (GTIDs {later[:5]}): a window was acked without it"
                         )
-                self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
-                schema = self.shadow.database
+                schema = self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
                 if final:
                     if cursor_gtid is not None:
                         self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
                     schema = self.workload.database  # the real source, not the replay
-                self._compare(conn, schema, t, step, problems)
+                if self.shadow.exists(t, schema):
+                    self._compare(conn, schema, t, step, problems)
+                elif not self.lenient:  # lenient keeps a dropped table's rows
+                    self._gone(schema, t, step, problems)
         finally:
             conn.close()
         self.figures.add(step)
         return step
+
+    def _gone(self, schema: str, table: str, step: Figures, problems: list[str]) -> None:
+        """`table` does not exist at the source at this point (dropped, renamed away): its lake table holds no
+        live row (soft deletes: tombstones only)."""
+        snapshot = self._snapshots.get(table)
+        seen = (schema, self.shadow.at.get(table), snapshot, "gone")
+        if self._verified.get(table) == seen:
+            return
+        rows = delta_state.read_rows(self.table_uri(table), version=snapshot).to_pylist()
+        live = [r for r in rows if not r.get(COL_DELETED)]
+        step.gone_checked += 1
+        step.rows_left_behind += len(live)
+        if live:
+            problems.append(f"{table} is gone at the source ({schema} has no such table) but its lake table still "
+                            f"holds {len(live)} live rows, e.g. {live[:2]}")
+        else:
+            self._verified[table] = seen
 
     def _compare(self, conn: Any, schema: str, table: str, step: Figures, problems: list[str]) -> None:
         uri = self.table_uri(table)
@@ -336,15 +394,15 @@ class Oracle:
         if self._verified.get(table) == seen:
             return
         known = len(problems)
-        model = self.workload.table(table)
-        key = tuple(c.name for c in model.key)
-        diff = compare_table(conn, schema, table, uri, key, version=snapshot)
+        # The key is the source's primary key (tables come and go with DDL); the lake may keep columns under lenient.
+        diff = compare_table(conn, schema, table, uri, None, version=snapshot, kept_columns=self.lenient)
         step.table_compares += 1
         step.rows_compared += diff.source_rows
         wrong = len({k for k, *_ in diff.different}) + len(diff.extra)
         step.rows_lost += len(diff.missing)
         step.rows_duplicated += len(diff.duplicates)
         step.wrong_values += wrong
+        step.type_mismatches += len(diff.schema)  # columns missing, extra, or of another type than the type map's
         if not diff.equal:
             problems.append(f"{table} differs from the source replayed to its window ({schema}): {diff.summary()}")
         # Type for type: the Delta column types are the type map's for the source's columns.
@@ -355,7 +413,7 @@ class Oracle:
         described = describe_tables(conn, TableFilter(include=(f"{schema}.{table}",), exclude=()), self.pipeline)
         for col in described[f"{schema}.{table}"].columns:
             if col.name not in fields:
-                continue  # not written since the column was added: compare_table checked it is all NULL
+                continue  # compare_table reported it missing
             want = column_types(col, table)[1].replace(" ", "").upper()
             have = _delta_type(fields[col.name])
             if want != have:
