@@ -13,8 +13,10 @@ staging area and the lakehouse and asserts:
   again (a deleted window must be re-staged identically);
 - **no window is applied twice**: in every Delta table's log (tombstone tables included) each
   (app id, version) appears in at most one commit;
-- **the lake equals the source at the window it holds**: each captured table, at its Delta txn
-  version v, equals the source table replayed up to the end of window v (tests/faults/workload.py's
+- **the lake equals the source at the window it holds**: each captured table, at the Delta commit that
+  recorded its txn version v (a window's schema changes commit before it, so a run killed in the schema
+  phase leaves the next window's steps on top, for the next run to finish; the final check reads the latest
+  version), equals the source table replayed up to the end of window v (tests/faults/workload.py's
   `Shadow`), row for row, value for value (cdc_core.run.verify.compare_table, duplicates included), and
   column for column: names (order-insensitive) and Delta types per the type map (cdc_core.model.types);
   a table whose version is older than the cursor had no change in the windows since, DDL included (else a
@@ -127,7 +129,9 @@ class Oracle:
     _manifest_rows: dict[int, int] = field(default_factory=dict)
     _counted: set[int] = field(default_factory=set)
     _verified: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    _snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> Delta version this check reads
+    # table -> the Delta version this check reads: the commit that recorded the window the table holds (its txn)
+    _snapshots: dict[str, int | None] = field(default_factory=dict)
+    _latest: dict[str, int | None] = field(default_factory=dict)  # table -> its latest Delta version
     _cursor: Cursor | None = None
     _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
     _restage_seen: set[int] = field(default_factory=set)
@@ -266,6 +270,17 @@ class Oracle:
             cache[n] = tuple(txns)
         return cache
 
+    def _txn_commit(self, uri: str, window: int) -> int | None:
+        """The Delta version of the commit that recorded `window` (the pipeline's txn) in the table at `uri`."""
+        for attempt in range(2):  # a commit newer than the cached log: read the log again
+            found = [int(name[:20]) for name, txns in self._delta_log_txns(uri).items()
+                     if (self.pipeline, window) in txns]
+            if found:
+                return max(found)
+            if attempt == 0:
+                self._commits.pop(uri, None)
+        return None
+
     def _check_delta(
         self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
     ) -> dict[str, int | None]:
@@ -297,8 +312,12 @@ class Oracle:
             if name in names:
                 # One snapshot for the txn version and, later, the rows: an orphaned merge (its client was
                 # killed) may still be committing while the oracle looks.
-                v, self._snapshots[name] = _txn_and_version(uri, self.pipeline)
+                v, self._latest[name] = _txn_and_version(uri, self.pipeline)
                 versions[name] = v
+                # A window's schema changes commit before its txn commit (docs/schema-changes.md): a run killed
+                # in between leaves the next window's schema steps on top of the window the table holds, which
+                # the next run finishes. The table "at the window it holds" is the commit that recorded it.
+                self._snapshots[name] = self._txn_commit(uri, v) if v is not None else self._latest[name]
                 if v is not None and v > top:
                     problems.append(f"{name} holds window {v}, which was never planned (last planned {top})")
         for s, rec in windows.items():
@@ -359,6 +378,7 @@ class Oracle:
                     if cursor_gtid is not None:
                         self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
                     schema = self.workload.database  # the real source, not the replay
+                    self._snapshots[t] = self._latest.get(t)  # and the table as it is, nothing left on top
                 if self.shadow.exists(t, schema):
                     self._compare(conn, schema, t, step, problems)
                 elif not self.lenient:  # lenient keeps a dropped table's rows
