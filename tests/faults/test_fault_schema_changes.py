@@ -155,3 +155,19 @@ def test_a_datetime_column_reaching_a_lake_table_without_one(rig) -> None:  # ty
     second = r.run()
     assert second.rc == 0, second.explain()[-1500:]
     _lake_equals_source(r, "a1", "a2", "a3", "a4")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "product bug: CREATE TABLE t LIKE s under the name of a dropped (or renamed-away) table keeps that table's "
+    "columns in the lake: cdc_core/model/schema_window.py _one passes `lambda _c: None` as like_columns, so "
+    "schema_evolution.plan_one's CREATE_TABLE_LIKE branch keeps the old columns instead of resetting to s's"))
+def test_create_table_like_under_a_gone_tables_name(rig) -> None:  # type: ignore[no-untyped-def]
+    r = rig(3406, ddl=DDL_ALL, tables=(), windows_per_run=1, caps=CAPS)
+    _sql(r, "CREATE TABLE l1 (id INT PRIMARY KEY, v INT)", "INSERT INTO l1 VALUES (1, 1)",
+         "CREATE TABLE s1 (id INT PRIMARY KEY, w VARCHAR(5))", "INSERT INTO s1 VALUES (1, 'a')")
+    first = r.run()
+    assert first.rc == 0, first.explain()[-1500:]
+    _sql(r, "DROP TABLE l1", "CREATE TABLE l1 LIKE s1", "INSERT INTO l1 VALUES (2, 'b')")
+    second = r.run()
+    assert second.rc == 0, second.explain()[-1500:]
+    _lake_equals_source(r, "l1", "s1")  # l1: "columns: v is not a source column"

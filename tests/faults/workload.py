@@ -741,7 +741,11 @@ class Workload:
         if len(self.tables) >= MAX_TABLES or not tables:
             return False
         src = self.rng.choice(tables)
-        name = self._new_name(src.key_names)
+        # Always a new name: LIKE under a name a gone table had keeps the gone table's columns in the lake, a
+        # known bug (test_create_table_like_under_a_gone_tables_name).
+        self._names += 1
+        name = f"n{self._names}"
+        self.all_names.append(name)
         t = TableModel(name, src.key, list(src.cols), src.key_gen, next_id=src.next_id, added=src.added,
                        int_key=src.int_key)
         self._took(name)
