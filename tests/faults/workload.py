@@ -8,17 +8,21 @@ spaces, zero and partial dates, TIMESTAMP's zero value, ENUM index 0, BINARY zer
 and composite keys, and then writes transactions of every shape: one row to thousands, inserts, updates of
 a few columns, range updates and deletes, primary-key changes, deleting and re-inserting a key (also
 inside one transaction), rolled-back transactions and partial rollbacks to a savepoint; between
-transactions it rotates the binlog (FLUSH BINARY LOGS) and adds or drops columns.
+transactions it rotates the binlog (FLUSH BINARY LOGS) and adds or drops columns. With `ddl=DDL_ALL` its
+schema changes are of every kind the product follows (DDL_DECK, docs/schema-changes.md): columns added with
+and without defaults, dropped, renamed, changed and widened; tables truncated, dropped, re-created, renamed,
+created LIKE others, and migrated online as gh-ost and pt-online-schema-change do, the DML on the migrated
+table mirrored into the ghost table in the same transaction.
 
 Deterministic per seed: the same seed writes the same statements with the same values in the same
 order (the generator's only state is its RNG and a model of which keys exist). Each committed
 transaction is recorded (`Txn`: its MariaDB GTID sequence number and its statements with parameters),
-so `Shadow` can replay any prefix of the history, table by table, into a shadow database with binary
-logging off: "what the source table looked like right after GTID n", exactly, with the server's own
+so `Shadow` can replay any prefix of the history into a replica database with binary logging off: "what the source table looked like right after GTID n", exactly, with the server's own
 types and conversions. The oracle (tests/faults/oracle.py) compares the lake with that.
 
-Every statement touches exactly one table and is deterministic (no NOW(), RAND(), LIMIT without ORDER
-BY), which is what makes the per-table replay exact.
+Every statement is deterministic (no NOW(), RAND(), LIMIT without ORDER BY), which is what makes the replay
+exact; the replay is of the whole history in order, so statements over several tables (RENAME TABLE, CREATE
+TABLE ... LIKE, a ghost table's INSERT ... SELECT) replay as the source ran them.
 """
 
 from __future__ import annotations
