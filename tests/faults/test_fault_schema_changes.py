@@ -38,12 +38,12 @@ def _assert_clean(rig) -> None:  # type: ignore[no-untyped-def]
     assert f.rows_compared > 0 and f.windows_acked > 0, f
 
 
-def _drive(rig, seed: int, steps: int) -> Counter[str]:  # type: ignore[no-untyped-def]
+def _drive(rig, seed: int, steps: int, first: int = 10) -> Counter[str]:  # type: ignore[no-untyped-def]
     """`steps` rounds of workload then a run: killed at a fault point drawn by the seed, or at a random time, or
     clean; then drained and compared with the real source."""
     rng = random.Random(seed)
     outcomes: Counter[str] = Counter()
-    rig.write(10)
+    rig.write(first)
     for _ in range(steps):
         r = rng.random()
         if r < 0.7:
@@ -62,7 +62,7 @@ def _drive(rig, seed: int, steps: int) -> Counter[str]:  # type: ignore[no-untyp
 def test_every_kind_of_ddl_under_kills_converges(rig) -> None:  # type: ignore[no-untyped-def]
     r = rig(3401, ddl=DDL_ALL, ddl_every=3, tables=("orders", "t1", "t2"), windows_per_run=2, lease_seconds=1,
             caps=CAPS)
-    outcomes = _drive(r, 3401, steps=10)
+    outcomes = _drive(r, 3401, steps=7, first=16)
     _assert_clean(r)
     kinds = r.workload.stats.ddl_kinds
     assert set(kinds) == set(DDL_DECK), f"DDL kinds not made: {set(DDL_DECK) - set(kinds)} ({kinds})"
@@ -73,7 +73,7 @@ def test_every_kind_of_ddl_under_kills_converges(rig) -> None:  # type: ignore[n
 def test_lenient_keeps_columns_and_dropped_tables_under_kills(rig) -> None:  # type: ignore[no-untyped-def]
     r = rig(3402, ddl=DDL_ALL, ddl_every=3, tables=("t1", "t2"), windows_per_run=2, lease_seconds=1, caps=CAPS,
             schema_changes={"mode": "lenient"})
-    outcomes = _drive(r, 3402, steps=5)
+    outcomes = _drive(r, 3402, steps=4)
     _assert_clean(r)
     assert any(o.startswith("killed") for o in outcomes), outcomes
 
