@@ -14,9 +14,10 @@ staging area and the lakehouse and asserts:
 - **no window is applied twice**: in every Delta table's log (tombstone tables included) each
   (app id, version) appears in at most one commit;
 - **the lake equals the source at the window it holds**: each captured table, at the Delta commit that
-  recorded its txn version v (a window's schema changes commit before it, so a run killed in the schema
-  phase leaves the next window's steps on top, for the next run to finish; the final check reads the latest
-  version), equals the source table replayed up to the end of window v (tests/faults/workload.py's
+  recorded its txn version v when every later commit is the merge job's for a later window (a window's
+  schema changes commit before its txn commit, so a run killed in the schema phase leaves the next window's
+  steps on top, for the next run to finish), else at its latest version (the final check always), equals
+  the source table replayed up to the end of window v (tests/faults/workload.py's
   `Shadow`), row for row, value for value (cdc_core.run.verify.compare_table, duplicates included), and
   column for column: names (order-insensitive) and Delta types per the type map (cdc_core.model.types);
   a table whose version is older than the cursor had no change in the windows since, DDL included (else a
@@ -132,6 +133,7 @@ class Oracle:
     # table -> the Delta version this check reads: the commit that recorded the window the table holds (its txn)
     _snapshots: dict[str, int | None] = field(default_factory=dict)
     _latest: dict[str, int | None] = field(default_factory=dict)  # table -> its latest Delta version
+    _commit_seqs: dict[str, dict[str, int | None]] = field(default_factory=dict)  # uri -> commit -> merge job's seq
     _cursor: Cursor | None = None
     _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
     _restage_seen: set[int] = field(default_factory=set)
@@ -263,23 +265,39 @@ class Oracle:
             if n in cache:
                 continue
             txns = []
+            seq = None
             for line in (log_dir / n).read_text().splitlines():
                 action = json.loads(line)
                 if "txn" in action:
                     txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
+                if "commitInfo" in action:  # the merge job's commits say whose window they belong to
+                    try:
+                        meta = json.loads(action["commitInfo"].get("userMetadata") or "null")
+                    except ValueError:
+                        meta = None
+                    if isinstance(meta, dict) and meta.get("pipeline") == self.pipeline:
+                        seq = int(meta.get("seq", 0))
             cache[n] = tuple(txns)
+            self._commit_seqs.setdefault(uri, {})[n] = seq
         return cache
 
-    def _txn_commit(self, uri: str, window: int) -> int | None:
-        """The Delta version of the commit that recorded `window` (the pipeline's txn) in the table at `uri`."""
+    def _txn_commit(self, uri: str, window: int, latest: int | None) -> int | None:
+        """The Delta version to read the table at `uri` holding `window`: the commit that recorded the window (the
+        pipeline's txn) when every commit after it is the merge job's for a later window of this pipeline (its
+        schema steps, before that window's own txn commit); else the latest, `latest` (anything else written
+        after the window is the lake's content too)."""
         for attempt in range(2):  # a commit newer than the cached log: read the log again
-            found = [int(name[:20]) for name, txns in self._delta_log_txns(uri).items()
-                     if (self.pipeline, window) in txns]
+            log = self._delta_log_txns(uri)
+            found = [int(name[:20]) for name, txns in log.items() if (self.pipeline, window) in txns]
             if found:
-                return max(found)
+                at = max(found)
+                seqs = self._commit_seqs.get(uri, {})
+                upto = latest if latest is not None else at
+                after = [seqs.get(name) for name in log if at < int(name[:20]) <= upto]
+                return at if all(seq is not None and seq > window for seq in after) else latest
             if attempt == 0:
                 self._commits.pop(uri, None)
-        return None
+        return latest
 
     def _check_delta(
         self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
@@ -317,7 +335,9 @@ class Oracle:
                 # A window's schema changes commit before its txn commit (docs/schema-changes.md): a run killed
                 # in between leaves the next window's schema steps on top of the window the table holds, which
                 # the next run finishes. The table "at the window it holds" is the commit that recorded it.
-                self._snapshots[name] = self._txn_commit(uri, v) if v is not None else self._latest[name]
+                self._snapshots[name] = (
+                    self._txn_commit(uri, v, self._latest[name]) if v is not None else self._latest[name]
+                )
                 if v is not None and v > top:
                     problems.append(f"{name} holds window {v}, which was never planned (last planned {top})")
         for s, rec in windows.items():
