@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from cdc_core.lake.object_store import Storage
+from cdc_core.model import faults
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
 from cdc_core.model.merge_semantics import metadata_columns
@@ -138,6 +139,7 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
         run.fence()
         statement = _row_sql(uri, step, delete_mode, lineage)
         _with_metadata(run, label, functools.partial(_collect, spark, statement))
+    faults.point("mid_schema_change")  # crash suite: the change's structure and row steps done, its mark not
     set_properties(run, uri, label, op.state.properties(app_id))
     run.log("merge.schema_change", table=label, change=op.change.kind, version=op.version,
             query=op.change.query[:200] or op.change.describe(), **({"note": op.note} if op.note else {}))
