@@ -405,17 +405,15 @@ def read_translated(
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
         present = {fld.name.lower(): fld for fld in df.schema.fields}
         select = [F.col(q(n)).cast(t).alias(n) for n, t in staged_meta]
-        renamed = dict((old.lower(), new) for old, new in tr.renames)
-        dropped = {d.lower() for d in tr.drops}
         casts = {n.lower(): t for n, t in tr.casts}
         for name in f.columns:
             low = name.lower()
-            if low in dropped:
+            out = tr.output_of(name)  # every rename and drop since the file was written, composed
+            if out is None:
                 continue
             fld = present.get(low)
             if fld is None:
                 raise StagingError(f"table {st.name} file {f.path}: column {name!r} is missing; re-stage the window")
-            out = renamed.get(low, name)
             col = F.col(q(fld.name))
             if out.lower() in casts:
                 col = col.cast(casts[out.lower()])
