@@ -755,7 +755,9 @@ def _schema(sc: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         f"section's mix, {m.get('files')} files, {m.get('mb')} MB), with the statement in the middle of the window "
         "(parsed by the product's DDL parser and staged among the rows by `stage_window`: the rows after it have the "
         "new shape) and without it. Every run starts from a fresh copy of the same table (copied outside the timing); "
-        "rounds go over every case in turn; median of the runs shown. Schema phase: from the job's plan to its last "
+        "rounds go over every case in turn, and each run with the statement comes right after a run of the same "
+        "window without it (the same load hits both): `with / without` and `extra` are the medians over those pairs, "
+        "the seconds the medians of the runs. Schema phase: from the job's plan to its last "
         "`merge.schema_change` line (every DDL step, before any row lands); rows: the table's MERGE as the merge "
         "report's `steps` time it.",
         "",
@@ -847,9 +849,11 @@ def _schema(sc: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         ))
         extra, ref = ren.get("extra_seconds"), _med((empty or {}).get("seconds"))
         ok = None if extra is None or ref is None else extra <= RENAME_EMPTY_FACTOR * ref
+        alone = cases.get("rename_only") or {}
         targets.append((
             f"RENAME COLUMN on a {rows} table (column_mapping: true): extra time in the window vs an empty-commit window",
-            f"{'—' if extra is None else f'{extra:+.1f}'} s ({_f(ren.get('ratio'), 'x', 2)}) vs {_f(ref)} s",
+            f"{_signed(extra)} s ({_f(ren.get('ratio'), 'x', 2)}) vs {_f(ref)} s; the RENAME alone "
+            f"{_signed(alone.get('extra_seconds'))} s over an empty-commit window",
             f"about an empty commit (<= {RENAME_EMPTY_FACTOR:g}x)", _ok(ok),
         ))
     return lines

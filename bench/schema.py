@@ -39,12 +39,13 @@ import hashlib
 import logging
 import re
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stat, load_avg, log, now_iso, ratio, short_error
+from bench.common import Stat, load_avg, log, now_iso, short_error
 from bench.workloads import TableDef, merge_ops, synthetic_plan, table_def
 
 SCHEMA = "bench"
@@ -334,6 +335,7 @@ class Case:
     stage_seconds: float = 0.0
     secs: Stat = dataclasses.field(default_factory=lambda: Stat(unit="s"))
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    pairs: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (without, with) seconds
     stopped: bool = False
 
 
@@ -500,6 +502,22 @@ def run_case(spark: Any, case: Case, lake: Lake, workdir: Path, events: _Events,
     return run
 
 
+def _timed(spark: Any, case: Case, lake: Lake, workdir: Path, events: _Events, errors: list[str],
+           label: str) -> dict[str, Any] | None:
+    """One run of `case`, recorded in it (its first run also checks what the table holds afterwards)."""
+    log(f"schema: {label}: {case.name} ({case.label})")
+    try:
+        got = run_case(spark, case, lake, workdir, events, check=not case.runs)
+    except Exception as e:
+        errors.append(f"{case.name}: {short_error(e)}")
+        log(f"  {case.name} failed: {short_error(e)}")
+        return None
+    case.runs.append(got)
+    case.secs.values.append(got["seconds"])
+    log(f"  {got['seconds']:.1f}s (phases {got.get('phases')}, commits {[c['operation'] for c in got['commits']]})")
+    return got
+
+
 def _case_entry(case: Case, by_name: dict[str, Case], lakes: dict[str, Lake], started: str) -> dict[str, Any]:
     e: dict[str, Any] = {
         "name": case.name, "label": case.label, "kind": case.kind, "table": lakes[case.lake].to_dict()["table"],
@@ -511,11 +529,14 @@ def _case_entry(case: Case, by_name: dict[str, Case], lakes: dict[str, Lake], st
         e["expectation"] = case.expectation
     ref = by_name.get(case.compare or "")
     if ref is not None:
+        # Each run of the case came right after a run of the window without the statement (same load): the
+        # ratio and the extra time are the medians of those pairs.
         e["compare"] = ref.name
-        e["without_seconds"] = ref.secs.to_dict()
-        e["ratio"] = ratio(case.secs.median, ref.secs.median)
-        if case.secs.median is not None and ref.secs.median is not None:
-            e["extra_seconds"] = round(case.secs.median - ref.secs.median, 2)
+        e["without_seconds"] = Stat([a for a, _ in case.pairs], "s").to_dict()
+        if case.pairs:
+            e["ratio"] = round(statistics.median(b / a for a, b in case.pairs), 4)
+            e["extra_seconds"] = round(statistics.median(b - a for a, b in case.pairs), 2)
+            e["pairs"] = [[round(a, 3), round(b, 3)] for a, b in case.pairs]
     if case.runs and case.runs[0].get("ddl_commits") is not None:
         e["ddl_writes_data"] = any(r.get("ddl_writes_data") for r in case.runs)
     return e
@@ -579,24 +600,20 @@ def run(
         warm = next(c for c in cases if c.kind == "window")
         log(f"schema: warm-up run ({warm.name}: class loading, code generation)")
         run_case(spark, warm, lakes[warm.lake], workdir, events, check=False)
+        by_name = {c.name: c for c in cases}
+        paired = {c.compare for c in cases if c.compare}  # run right before each case compared with them
         for r in range(repeats):
             for case in cases:
-                if case.stopped:
+                if case.stopped or case.name in paired:
                     continue
-                log(f"schema: round {r + 1}/{repeats}: {case.name} ({case.label})")
-                try:
-                    got = run_case(spark, case, lakes[case.lake], workdir, events, check=r == 0)
-                except Exception as e:
-                    out["errors"].append(f"{case.name}: {short_error(e)}")
-                    log(f"  {case.name} failed: {short_error(e)}")
-                    case.stopped = True
-                    continue
-                case.runs.append(got)
-                case.secs.values.append(got["seconds"])
-                log(f"  {got['seconds']:.1f}s (phases {got.get('phases')}, commits "
-                    f"{[c['operation'] for c in got['commits']]})")
-                if got["seconds"] > long_run and r + 1 < repeats:
-                    log(f"  {case.name} took {got['seconds']:.0f}s > {long_run:.0f}s: no more rounds of it")
+                ref = by_name.get(case.compare or "")
+                got = [_timed(spark, x, lakes[x.lake], workdir, events, out["errors"], f"round {r + 1}/{repeats}")
+                       for x in ([ref, case] if ref is not None else [case])]
+                if ref is not None and got[0] is not None and got[1] is not None:
+                    case.pairs.append((got[0]["seconds"], got[1]["seconds"]))
+                if got[-1] is None or (got[-1]["seconds"] > long_run and r + 1 < repeats):
+                    if got[-1] is not None:
+                        log(f"  {case.name} took {got[-1]['seconds']:.0f}s > {long_run:.0f}s: no more rounds of it")
                     case.stopped = True
     except Exception as e:
         out["errors"].append(short_error(e))
