@@ -16,8 +16,8 @@ trash or changelog table reached the lake; at the end, the same against the real
 One seed under the default mode (follow), one under `schema_changes: {mode: lenient}` (the lake keeps dropped
 and renamed columns, and dropped tables' rows). Many more seeds: `python -m tests.faults.soak --ddl all`.
 
-Below them, as strict xfails, the product bugs the random workload found (docs/faults.md), each reduced to the
-few statements that show it; the workload steers clear of each so that its seeds go on.
+Below them, the product bugs the random workload found (docs/faults.md), each reduced to the few statements that
+show it: fixed ones as regression tests, the open one as a strict xfail (the workload steers clear of it).
 """
 
 from __future__ import annotations
@@ -122,13 +122,12 @@ def test_a_name_reused_in_one_window_by_a_table_of_another_key(rig) -> None:  # 
     _reuse_a_name_in_one_window(r, "CREATE TABLE b (id INT PRIMARY KEY, w INT)", "(1, 10), (2, 20)")
 
 
-# A DATETIME column (Delta TIMESTAMP_NTZ) reaching, by a schema change, a lake table created without one. Each
-# case failed alone (2026-11-28) with exit 8 "unexpected Py4JJavaError ... save" (".sql" for the ADD COLUMN): Delta
-# refuses a TIMESTAMP_NTZ column in a table whose protocol lacks the timestampNtz feature
-# (DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT). MergeRun.ensure_table enables it for columns the rows bring; the
-# schema steps do not.
-NTZ_CASES = (
-    # ADD COLUMN: spark_apps/merge/schema_steps.py _structure, S_ADD_COLUMNS (ALTER TABLE ... ADD COLUMNS).
+# The bugs the workload found and that are fixed, each reduced to its statements; one rig, two runs for all.
+# A DATETIME column (Delta TIMESTAMP_NTZ) reaching, by a schema change, a lake table created without one failed the
+# window for good (exit 8, Delta's DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT for timestampNtz): the schema steps now
+# enable the feature (spark_apps/merge/schema_steps.py timestamp_ntz_supported).
+REGRESSIONS = (
+    # ADD COLUMN ... DATETIME: _structure, S_ADD_COLUMNS (ALTER TABLE ... ADD COLUMNS).
     (["CREATE TABLE a1 (id INT PRIMARY KEY, v INT)", "INSERT INTO a1 VALUES (1, 1)"],
      ["ALTER TABLE a1 ADD COLUMN at DATETIME(6) NOT NULL DEFAULT '2024-01-02 03:04:05'"]),
     # A re-created table of another shape: _structure, S_RESET (overwrite with overwriteSchema).
@@ -138,59 +137,31 @@ NTZ_CASES = (
     # DATE -> DATETIME, a widening docs/schema-changes.md lists: _structure, S_REWRITE with a cast (overwrite).
     (["CREATE TABLE a3 (id INT PRIMARY KEY, d DATE)", "INSERT INTO a3 VALUES (1, '2024-02-29')"],
      ["ALTER TABLE a3 MODIFY d DATETIME(6)"]),
-    # A rename onto a dropped table's name: spark_apps/merge_window.py copy_table (overwrite with overwriteSchema).
+    # A rename onto a dropped table's name: spark_apps/merge/schema.py copy_table (overwrite with overwriteSchema).
     (["CREATE TABLE a4 (id INT PRIMARY KEY, v INT)", "INSERT INTO a4 VALUES (1, 1)",
       "CREATE TABLE b4 (id INT PRIMARY KEY, at DATETIME(6))", "INSERT INTO b4 VALUES (2, '2024-01-02 03:04:05')"],
      ["DROP TABLE a4", "RENAME TABLE b4 TO a4"]),
+    # CREATE TABLE t LIKE s under a dropped table's name kept the dropped table's columns (schema_window handed
+    # plan_one no LIKE source columns).
+    (["CREATE TABLE l1 (id INT PRIMARY KEY, v INT)", "INSERT INTO l1 VALUES (1, 1)",
+      "CREATE TABLE s1 (id INT PRIMARY KEY, w VARCHAR(5))", "INSERT INTO s1 VALUES (1, 'a')"],
+     ["DROP TABLE l1", "CREATE TABLE l1 LIKE s1", "INSERT INTO l1 VALUES (2, 'b')"]),
+    # Rows staged before RENAME COLUMN a TO b then DROP COLUMN b brought b back; before a TO b then b TO c they
+    # landed in b and left c NULL (read_translated composed one rename only: Translation.outputs now).
+    (["CREATE TABLE r1 (id INT PRIMARY KEY, a INT, keep INT)", "CREATE TABLE r2 (id INT PRIMARY KEY, a INT)",
+      "INSERT INTO r1 VALUES (1, 1, 1)", "INSERT INTO r2 VALUES (1, 1)"],
+     ["INSERT INTO r1 VALUES (2, 2, 2)", "INSERT INTO r2 VALUES (2, 2)",  # rows before the changes, one window
+      "ALTER TABLE r1 RENAME COLUMN a TO b", "ALTER TABLE r1 DROP COLUMN b",
+      "ALTER TABLE r2 RENAME COLUMN a TO b", "ALTER TABLE r2 RENAME COLUMN b TO c"]),
 )
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product bug: a schema change that brings a DATETIME (TIMESTAMP_NTZ) column into a lake table created without "
-    "one fails the window for good (exit 8, Py4JJavaError: the table lacks Delta's timestampNtz feature): ADD "
-    "COLUMN, a re-created table, DATE -> DATETIME, a rename onto a dropped table's name (NTZ_CASES)"))
-def test_a_datetime_column_reaching_a_lake_table_without_one(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3405, ddl=DDL_ALL, tables=(), windows_per_run=1, caps=CAPS)
-    _sql(r, *(q for before, _ in NTZ_CASES for q in before))
+def test_the_bugs_the_workload_found_stay_fixed(rig) -> None:  # type: ignore[no-untyped-def]
+    r = rig(3405, ddl=DDL_ALL, tables=(), windows_per_run=1, caps={**CAPS, "max_transactions": 1000})
+    _sql(r, *(q for before, _ in REGRESSIONS for q in before))
     first = r.run()
     assert first.rc == 0, first.explain()[-1500:]
-    _sql(r, *(q for _, after in NTZ_CASES for q in after))
+    _sql(r, *(q for _, after in REGRESSIONS for q in after))
     second = r.run()
     assert second.rc == 0, second.explain()[-1500:]
-    _lake_equals_source(r, "a1", "a2", "a3", "a4")
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product bug: CREATE TABLE t LIKE s under the name of a dropped (or renamed-away) table keeps that table's "
-    "columns in the lake: cdc_core/model/schema_window.py _one passes `lambda _c: None` as like_columns, so "
-    "schema_evolution.plan_one's CREATE_TABLE_LIKE branch keeps the old columns instead of resetting to s's"))
-def test_create_table_like_under_a_gone_tables_name(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3406, ddl=DDL_ALL, tables=(), windows_per_run=1, caps=CAPS)
-    _sql(r, "CREATE TABLE l1 (id INT PRIMARY KEY, v INT)", "INSERT INTO l1 VALUES (1, 1)",
-         "CREATE TABLE s1 (id INT PRIMARY KEY, w VARCHAR(5))", "INSERT INTO s1 VALUES (1, 'a')")
-    first = r.run()
-    assert first.rc == 0, first.explain()[-1500:]
-    _sql(r, "DROP TABLE l1", "CREATE TABLE l1 LIKE s1", "INSERT INTO l1 VALUES (2, 'b')")
-    second = r.run()
-    assert second.rc == 0, second.explain()[-1500:]
-    _lake_equals_source(r, "l1", "s1")  # l1: "columns: v is not a source column"
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product bug: spark_apps/merge/schema_steps.py read_translated maps a staged file's columns through the history's "
-    "renames with a one-step dict and checks drops against the file's own names, while translate_columns lists "
-    "renames in order and drops under the renamed name: rows staged before RENAME COLUMN a TO b then DROP COLUMN "
-    "b land with column b (it comes back in the lake); before a TO b then b TO c, in column b (c stays NULL)"))
-def test_rows_older_than_a_column_renamed_then_dropped_or_renamed_again(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3407, ddl=DDL_ALL, tables=(), windows_per_run=1, caps=CAPS)
-    _sql(r, "CREATE TABLE r1 (id INT PRIMARY KEY, a INT, keep INT)", "CREATE TABLE r2 (id INT PRIMARY KEY, a INT)",
-         "INSERT INTO r1 VALUES (1, 1, 1)", "INSERT INTO r2 VALUES (1, 1)")
-    first = r.run()
-    assert first.rc == 0, first.explain()[-1500:]
-    # One window: a row before the changes, then the changes (the row is merged after both).
-    _sql(r, "INSERT INTO r1 VALUES (2, 2, 2)", "INSERT INTO r2 VALUES (2, 2)",
-         "ALTER TABLE r1 RENAME COLUMN a TO b", "ALTER TABLE r1 DROP COLUMN b",
-         "ALTER TABLE r2 RENAME COLUMN a TO b", "ALTER TABLE r2 RENAME COLUMN b TO c")
-    second = r.run()
-    assert second.rc == 0, second.explain()[-1500:]
-    _lake_equals_source(r, "r1", "r2")  # r1: "b is not a source column"; r2: b extra, c NULL for id 2
+    _lake_equals_source(r, "a1", "a2", "a3", "a4", "l1", "s1", "r1", "r2")
