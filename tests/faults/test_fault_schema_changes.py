@@ -63,9 +63,9 @@ def _drive(rig, seed: int, steps: int, first: int = 10) -> Counter[str]:  # type
 
 
 def test_every_kind_of_ddl_under_kills_converges(rig) -> None:  # type: ignore[no-untyped-def]
-    r = rig(3401, ddl=DDL_ALL, ddl_every=3, tables=("orders", "t1", "t2"), windows_per_run=2, lease_seconds=1,
+    r = rig(3401, ddl=DDL_ALL, ddl_every=2, tables=("orders", "t1", "t2"), windows_per_run=2, lease_seconds=1,
             caps=CAPS)
-    outcomes = _drive(r, 3401, steps=7, first=16)
+    outcomes = _drive(r, 3401, steps=4, first=16)
     _assert_clean(r)
     kinds = r.workload.stats.ddl_kinds
     assert set(kinds) == set(DDL_DECK), f"DDL kinds not made: {set(DDL_DECK) - set(kinds)} ({kinds})"
@@ -76,7 +76,7 @@ def test_every_kind_of_ddl_under_kills_converges(rig) -> None:  # type: ignore[n
 def test_lenient_keeps_columns_and_dropped_tables_under_kills(rig) -> None:  # type: ignore[no-untyped-def]
     r = rig(3402, ddl=DDL_ALL, ddl_every=3, tables=("t1", "t2"), windows_per_run=2, lease_seconds=1, caps=CAPS,
             schema_changes={"mode": "lenient"})
-    outcomes = _drive(r, 3402, steps=4)
+    outcomes = _drive(r, 3402, steps=2)
     _assert_clean(r)
     assert any(o.startswith("killed") for o in outcomes), outcomes
 
