@@ -1,169 +1,63 @@
-"""Talking to the source database over SQL: connecting, inspecting binlog facts, checking readiness, and
-describing the captured tables.
+"""Talking to the source database over SQL: inspecting binlog facts and checking readiness; connecting
+(`connection`) and describing the captured tables (`tables`) are re-exported here, so this module is the
+capture side's one SQL API.
 
 Everything here is thin I/O that gathers *facts* (`SourceFacts`, `TableSchema`); deciding what to do with
 them (where to start, where a window ends) happens in pure functions elsewhere (`resolver`, `windows`).
 Errors are `SourceError`s (or a subclass) whose text names the server, what was found and the fix; a
 password never appears in any message, repr or log line.
-
-Column types follow one vocabulary, shared with the binlog reader and the type map (`cdc_core.model.types`):
-lowercase information_schema COLUMN_TYPE with integer display widths and ZEROFILL removed and ' unsigned'
-kept (`int unsigned`, `decimal(10,2)`, `datetime(6)`, `enum('a','b')`); FLOAT/DOUBLE lose their legacy
-(M,D); YEAR loses its width; MariaDB's JSON (a LONGTEXT with a json_valid CHECK) is reported as `json`.
-`attrs` carry ('charset', name) for character and binary string types (including ENUM/SET) and
-('labels', (...)) for ENUM/SET.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import re
-import ssl
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 
-from cdc_core.model.changes import SourceColumn, TableSchema
-from cdc_core.model.connections import ConnectionInfo
-from cdc_core.model.errors import ConfigError, MissingKey, SourceError, UnknownTable
-from cdc_core.model.labels import parse_labels as parse_label_args
-from cdc_core.model.labels import quote_labels as quote_label_args
-from cdc_core.model.naming import NamePattern, parse_table_pattern, quote_mysql, table_id
+from cdc_core.capture.connection import (
+    SourceConnection,
+    SourceParams,
+    conn_address,
+    connect,
+    open_connection,
+    source_error_from,
+)
+from cdc_core.capture.tables import (
+    SYSTEM_SCHEMAS,
+    TableFilter,
+    column_attrs,
+    describe_tables,
+    normalise_column_type,
+    parse_labels,
+    quote_labels,
+)
+from cdc_core.model.errors import SourceError
+from cdc_core.model.naming import quote_mysql
 from cdc_core.model.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-
-# pymysql / server error codes we translate into actionable messages.
-_ER_ACCESS_DENIED = 1045
-_ER_HOST_NOT_PRIVILEGED = 1130
-_ER_DBACCESS_DENIED = 1044
-_CR_CONN_HOST_ERROR = 2003
-_CR_UNKNOWN_HOST = 2005
-_CR_SERVER_LOST = 2013
-_ER_NO_BINARY_LOGGING = 1381
-
-
-# ------------------------------------------------------------------------------------------ connect
-
-
-@dataclass(frozen=True)
-class SourceParams:
-    """How to reach the source. The password is kept out of repr/str (and so out of logs and errors)."""
-
-    host: str
-    port: int
-    user: str
-    password: str = field(repr=False)
-    connect_timeout: int = 10
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @classmethod
-    def from_connection(cls, info: ConnectionInfo) -> SourceParams:
-        """The source's parameters from a resolved connection (Airflow's or the CLI's)."""
-        if not info.user:
-            raise ConfigError(
-                f"connection {info.conn_id!r} has no login: set the replication user's login and password on it"
-            )
-        return cls(host=info.host, port=info.port, user=info.user, password=info.password or "")
-
-    def __repr__(self) -> str:
-        return (
-            f"SourceParams(host={self.host!r}, port={self.port}, user={self.user!r}, password='***', "
-            f"connect_timeout={self.connect_timeout})"
-        )
-
-    __str__ = __repr__
-
-    def pymysql_kwargs(self) -> dict[str, Any]:
-        """Arguments for pymysql.connect (the only place the password leaves this object)."""
-        return {
-            "host": self.host,
-            "port": int(self.port),
-            "user": self.user,
-            "password": self.password,
-            "connect_timeout": self.connect_timeout,
-        }
-
-
-def source_error_from(e: BaseException, params: SourceParams, doing: str = "connect to") -> SourceError:
-    """Translate a pymysql error into a SourceError that names host:port and user, never the password."""
-    code = e.args[0] if getattr(e, "args", None) and isinstance(e.args[0], int) else None
-    who = f"user {params.user!r} at {params.address}"
-    if code in (_ER_ACCESS_DENIED, _ER_HOST_NOT_PRIVILEGED, _ER_DBACCESS_DENIED):
-        return SourceError(
-            f"cannot {doing} the source as {who}: access denied (error {code}). Check the user name and password "
-            "in the source connection, and that the user may connect from this host "
-            "(CREATE USER ...; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO ...; GRANT SELECT ON "
-            "`<captured schema>`.* TO ...; see docs/security.md)"
-        )
-    if code in (_CR_CONN_HOST_ERROR, _CR_UNKNOWN_HOST, _CR_SERVER_LOST):
-        return SourceError(
-            f"cannot {doing} the source at {params.address} (as {params.user!r}): server unreachable "
-            f"(error {code}). Check that the server runs, that host and port in the source connection are right, "
-            f"and that no firewall blocks the port (waited {params.connect_timeout}s)"
-        )
-    detail = str(e.args[1]) if len(getattr(e, "args", ())) > 1 else str(e)
-    return SourceError(f"cannot {doing} the source at {params.address} as {params.user!r}: {detail} (error {code})")
-
-
-@functools.cache
-def _preferred_tls_context() -> ssl.SSLContext:
-    """The TLS context pymysql uses for a connection without TLS options (its PREFERRED mode), built once.
-
-    pymysql builds it on every connection with `ssl.create_default_context()`, which loads the system CA
-    store (20-250 ms on a loaded machine) although the context then verifies nothing (CERT_NONE, no host
-    check: PREFERRED encrypts if the server offers TLS and falls back to plain otherwise). A window opens
-    up to three connections, so that was a fixed cost per window. This context has exactly the same
-    settings minus the unused CA store, and is shared (an SSLContext is safe to share across threads).
-    """
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    ctx.options |= ssl.OP_NO_SSLv2
-    ctx.options |= ssl.OP_NO_SSLv3
-    keylog = os.environ.get("SSLKEYLOGFILE")  # as create_default_context does
-    if keylog:
-        ctx.keylog_filename = keylog
-    return ctx
-
-
-class SourceConnection(pymysql.connections.Connection):  # type: ignore[misc]
-    """A pymysql connection that reuses one PREFERRED-mode TLS context per process.
-
-    Only the no-options case (`sslp == {}`, pymysql's PREFERRED mode) is served from the cache; explicit
-    TLS options (a CA, client certificate, verification, an SSLContext) go through pymysql unchanged, so a
-    configured TLS connection is exactly as strict as before.
-    """
-
-    def _create_ssl_ctx(self, sslp: Any) -> Any:
-        if isinstance(sslp, dict) and not sslp:
-            return _preferred_tls_context()
-        return super()._create_ssl_ctx(sslp)
-
-
-def open_connection(**kwargs: Any) -> pymysql.connections.Connection:
-    """`pymysql.connect(**kwargs)` with the shared PREFERRED TLS context (see `SourceConnection`)."""
-    return SourceConnection(**kwargs)
-
-
-def connect(params: SourceParams) -> pymysql.connections.Connection:
-    """An autocommit utf8mb4 connection to the source, or a SourceError saying what to fix."""
-    try:
-        return open_connection(**params.pymysql_kwargs(), autocommit=True, charset="utf8mb4")
-    except pymysql.err.MySQLError as e:
-        raise source_error_from(e, params) from None
-
-
-def _address(conn: Any) -> str:
-    return f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
-
+__all__ = [
+    "SYSTEM_SCHEMAS",
+    "SourceConnection",
+    "SourceFacts",
+    "SourceParams",
+    "TableFilter",
+    "check_cdc_ready",
+    "check_privileges",
+    "column_attrs",
+    "connect",
+    "describe_tables",
+    "grant_schema_pattern",
+    "inspect_source",
+    "mariadb_gtid_state",
+    "normalise_column_type",
+    "open_connection",
+    "parse_labels",
+    "quote_labels",
+    "source_error_from",
+]
 
 # --------------------------------------------------------------------------------------------- facts
 
@@ -270,7 +164,7 @@ def inspect_source(conn: Any) -> SourceFacts:
     we re-read the GTID position until no commit slipped in between (a position whose GTID state
     does not match its file offset would make a later failover skip or repeat a transaction).
     """
-    address = _address(conn)
+    address = conn_address(conn)
     try:
         with conn.cursor() as cur:
             version = str(_scalar(cur, "SELECT VERSION()"))
@@ -420,7 +314,7 @@ def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> N
     needed on the captured schemas only (`schemas`; empty when the include patterns name no schema
     literally, then any SELECT grant is accepted).
     """
-    address = _address(conn)
+    address = conn_address(conn)
     schemas = list(schemas)
     with conn.cursor() as cur:
         version = str(_scalar(cur, "SELECT VERSION()"))
@@ -483,242 +377,3 @@ def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> N
         )
 
 
-# ------------------------------------------------------------------------------------------- tables
-
-@functools.lru_cache(maxsize=256)
-def _parsed_patterns(patterns: tuple[str, ...]) -> tuple[tuple[NamePattern, NamePattern], ...]:
-    """Parsed once per distinct filter: the binlog reader asks `matches` for every table-map event."""
-    out = []
-    for p in patterns:
-        try:
-            out.append(parse_table_pattern(p))
-        except ValueError as e:
-            raise ConfigError(f"table pattern {e}") from None
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class TableFilter:
-    """Which tables a pipeline captures: `schema.table` patterns, each side a name or an fnmatch glob
-    (case-sensitive), or a backtick-quoted literal name (`naming.parse_table_pattern`).
-
-    Schema and table are matched separately: `shop.*` never captures a table of a schema named `shop.x`.
-    """
-
-    include: tuple[str, ...]
-    exclude: tuple[str, ...] = ()
-    # Online schema-change tools' table names (`_{table}_gho`, ...; schema_changes.ghost_tables / trash_tables):
-    # such a table is never captured when its real table is (docs/schema-changes.md).
-    osc_tables: tuple[str, ...] = ()
-
-    @staticmethod
-    def _parts(patterns: tuple[str, ...]) -> tuple[tuple[NamePattern, NamePattern], ...]:
-        return _parsed_patterns(tuple(patterns))
-
-    def _matches(self, schema: str, table: str) -> bool:
-        return any(s.matches(schema) and t.matches(table) for s, t in self._parts(self.include)) and not any(
-            s.matches(schema) and t.matches(table) for s, t in self._parts(self.exclude)
-        )
-
-    def matches(self, schema: str, table: str) -> bool:
-        if not self._matches(schema, table):
-            return False
-        for template in self.osc_tables:
-            prefix, _, suffix = template.partition("{table}")
-            if len(table) > len(prefix) + len(suffix) and table.startswith(prefix) and table.endswith(suffix):
-                real = table[len(prefix): len(table) - len(suffix)]
-                if self._matches(schema, real):
-                    return False
-        return True
-
-    def literal_includes(self) -> tuple[tuple[str, str], ...]:
-        """Include entries without wildcards, as (schema, table): these must exist."""
-        return tuple((s.text, t.text) for s, t in self._parts(self.include) if s.is_literal and t.is_literal)
-
-    def literal_schemas(self) -> tuple[str, ...] | None:
-        """The schemas the includes can match, when every include names its schema literally (else None)."""
-        schemas: list[str] = []
-        for s, _t in self._parts(self.include):
-            if not s.is_literal:
-                return None
-            if s.text not in schemas:
-                schemas.append(s.text)
-        return tuple(schemas)
-
-    def may_match_schema(self, schema: str) -> bool:
-        """Whether some table of `schema` could be captured (for schema-wide DDL such as DROP DATABASE)."""
-        return any(s.matches(schema) for s, _t in self._parts(self.include))
-
-
-_INT_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)")
-_FLOAT_ARGS = re.compile(r"^(float|double|real)\(\d+,\d+\)")
-_STRING_BASES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
-_BINARY_BASES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
-
-
-def normalise_column_type(column_type: str) -> str:
-    """information_schema COLUMN_TYPE -> the shared mysql_type vocabulary (see the module docstring)."""
-    t = column_type.strip()
-    base = t.split("(", 1)[0].split(" ", 1)[0].lower()
-    if base in ("enum", "set"):
-        return base + t[len(base):]  # labels keep their case and quoting
-    t = t.lower()
-    t = _INT_WIDTH.sub(lambda m: "int" if m.group(1) == "integer" else m.group(1), t)
-    t = _FLOAT_ARGS.sub(lambda m: "double" if m.group(1) == "real" else m.group(1), t)
-    t = re.sub(r"^year\(\d+\)", "year", t)
-    t = t.replace(" zerofill", "")
-    return " ".join(t.split())
-
-
-def parse_labels(column_type: str) -> tuple[str, ...]:
-    """ENUM/SET labels from a COLUMN_TYPE: `enum('a','it''s','back\\\\slash')` -> ('a', "it's", 'back\\slash')
-    (the server's escapes undone: cdc_core.model.labels; `quote_labels` is the inverse)."""
-    return parse_label_args(column_type[column_type.index("(") + 1 : column_type.rindex(")")])
-
-
-def quote_labels(labels: Iterable[str]) -> str:
-    """The inverse of parse_labels for the part between the parentheses (as information_schema writes it)."""
-    return quote_label_args(labels)
-
-
-def column_attrs(
-    mysql_type: str, charset: str | None, labels: tuple[str, ...] | None = None
-) -> tuple[tuple[str, Any], ...]:
-    base = mysql_type.split("(", 1)[0].split(" ", 1)[0]
-    attrs: list[tuple[str, Any]] = []
-    if base in _STRING_BASES or base in _BINARY_BASES:
-        attrs.append(("charset", charset or "binary"))
-    if base in ("enum", "set"):
-        attrs.append(("labels", labels if labels is not None else parse_labels(mysql_type)))
-    return tuple(attrs)
-
-
-def _key_for(
-    name: str,
-    columns: tuple[SourceColumn, ...],
-    indexes: list[tuple[str, bool, list[str | None]]],
-    full_row: bool,
-    pipeline: str,
-) -> tuple[str, ...]:
-    not_null = {c.name for c in columns if not c.nullable}
-    for index_name, _unique, cols in indexes:
-        if index_name == "PRIMARY":
-            return tuple(c for c in cols if c is not None)
-    for _name, unique, cols in indexes:
-        # Functional key parts (column None) cannot identify a row from the binlog's values.
-        if unique and cols and all(c is not None and c in not_null for c in cols):
-            return tuple(c for c in cols if c is not None)
-    if full_row:
-        return tuple(c.name for c in columns)
-    raise MissingKey(
-        f"pipeline {pipeline!r}: table {name} has neither a PRIMARY KEY nor a UNIQUE key on NOT NULL columns, so "
-        "its changes cannot be merged by key. Add one (ALTER TABLE ... ADD PRIMARY KEY (...)), or list the table "
-        "under tables.full_row_key to use all columns as the key (identical rows then collapse into one), or "
-        "exclude it (tables.exclude)"
-    )
-
-
-def describe_tables(
-    conn: Any,
-    table_filter: TableFilter,
-    pipeline: str,
-    full_row_key_tables: Iterable[str] = (),
-) -> dict[str, TableSchema]:
-    """The captured tables as `TableSchema`s, keyed by 'schema.table', from information_schema."""
-    full_row = tuple(full_row_key_tables)
-    address = _address(conn)
-    schemas = table_filter.literal_schemas()
-    with conn.cursor() as cur:
-        where = "TABLE_TYPE = 'BASE TABLE'"
-        args: list[Any] = []
-        if schemas is not None:
-            where += f" AND TABLE_SCHEMA IN ({','.join(['%s'] * len(schemas))})"
-            args += list(schemas)
-        else:
-            where += f" AND TABLE_SCHEMA NOT IN ({','.join(['%s'] * len(SYSTEM_SCHEMAS))})"
-            args += list(SYSTEM_SCHEMAS)
-        cur.execute(f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE {where}", args)
-        existing = sorted((str(s), str(t)) for s, t in cur.fetchall())
-        for schema, table in table_filter.literal_includes():
-            if (schema, table) in existing:
-                continue
-            in_schema = [t for s, t in existing if s == schema]
-            if not in_schema:
-                cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (schema,))
-                row = cur.fetchone()
-                if not row or not row[0]:
-                    raise UnknownTable(
-                        f"pipeline {pipeline!r}: table {table_id(schema, table)} does not exist on {address}: "
-                        f"there is no schema {schema!r}. Fix tables.include, or create the table first"
-                    )
-            shown = ", ".join(in_schema[:50]) + (" ..." if len(in_schema) > 50 else "") if in_schema else "none"
-            raise UnknownTable(
-                f"pipeline {pipeline!r}: table {table_id(schema, table)} does not exist on {address}; tables in schema "
-                f"{schema!r}: {shown}. Fix tables.include (names are case-sensitive)"
-            )
-        selected = [(s, t) for s, t in existing if table_filter.matches(s, t)]
-        if not selected:
-            return {}
-        out: dict[str, TableSchema] = {}
-        by_schema: dict[str, list[str]] = {}
-        for s, t in selected:
-            by_schema.setdefault(s, []).append(t)
-        for schema, tables in by_schema.items():
-            marks = ",".join(["%s"] * len(tables))
-            cur.execute(
-                "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, DATA_TYPE "
-                "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN (" + marks + ") "
-                "ORDER BY TABLE_NAME, ORDINAL_POSITION",
-                [schema, *tables],
-            )
-            cols: dict[str, list[tuple[Any, ...]]] = {}
-            for row in cur.fetchall():
-                cols.setdefault(str(row[0]), []).append(row)
-            json_cols = _mariadb_json_columns(cur, schema)
-            for table in tables:
-                columns = []
-                for _t, name, ctype, nullable, charset, _dtype in cols.get(table, []):
-                    mysql_type = normalise_column_type(str(ctype))
-                    if mysql_type == "longtext" and (table, str(name)) in json_cols:
-                        mysql_type = "json"
-                    cs = None if mysql_type == "json" else (str(charset) if charset else None)
-                    columns.append(
-                        SourceColumn(
-                            name=str(name),
-                            mysql_type=mysql_type,
-                            nullable=str(nullable).upper() == "YES",
-                            attrs=column_attrs(mysql_type, cs) if mysql_type != "json" else (),
-                        )
-                    )
-                name = table_id(schema, table)
-                cur.execute(f"SHOW INDEX FROM {quote_mysql(schema)}.{quote_mysql(table)}")
-                desc = [d[0].lower() for d in cur.description]
-                i_name, i_nonunique, i_col = desc.index("key_name"), desc.index("non_unique"), desc.index("column_name")
-                indexes: list[tuple[str, bool, list[str | None]]] = []
-                for row in cur.fetchall():  # definition order, PRIMARY first
-                    key_name = str(row[i_name])
-                    if not indexes or indexes[-1][0] != key_name:
-                        indexes.append((key_name, int(row[i_nonunique]) == 0, []))
-                    indexes[-1][2].append(None if row[i_col] is None else str(row[i_col]))
-                is_full_row = TableFilter(full_row).matches(schema, table) if full_row else False
-                key = _key_for(name, tuple(columns), indexes, is_full_row, pipeline)
-                out[name] = TableSchema(schema=schema, table=table, columns=tuple(columns), key=key)
-    return out
-
-
-def _mariadb_json_columns(cur: Any, schema: str) -> set[tuple[str, str]]:
-    """(table, column) pairs whose CHECK is json_valid(`column`): MariaDB's JSON type (MySQL has a real one)."""
-    try:
-        cur.execute(
-            "SELECT TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
-            "WHERE CONSTRAINT_SCHEMA = %s AND CHECK_CLAUSE LIKE %s",
-            (schema, "%json_valid%"),
-        )
-    except pymysql.err.MySQLError:
-        return set()  # servers without CHECK_CONSTRAINTS: JSON stays 'longtext' (lands as the same string)
-    out = set()
-    for table, clause in cur.fetchall():
-        m = re.fullmatch(r"\s*json_valid\(\s*`((?:[^`]|``)+)`\s*\)\s*", str(clause), re.I)
-        if m:
-            out.add((str(table), m.group(1).replace("``", "`")))
-    return out

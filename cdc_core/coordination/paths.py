@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 
 log = logging.getLogger("cdc.coordination")
 
@@ -28,3 +29,32 @@ def source_path(root: str, pipeline: str, source: str | None) -> str:
 def lease_path(root: str, pipeline: str) -> str:
     """The pipeline's lease node; its czxid is the fencing token the Spark jobs check."""
     return f"{pipeline_path(root, pipeline)}/lease"
+
+
+@dataclass(frozen=True)
+class PipelineNodes:
+    """Every node one coordinator reads or changes: the pipeline's (node, lease, maintenance) and its
+    source's state (cursor, windows, snapshot, lake registry, last error), as `source_path` places them."""
+
+    base: str
+    lease: str
+    maintenance: str
+    state_base: str
+    cursor: str
+    windows: str
+    snapshot: str
+    lake: str
+    last_error: str
+
+    @classmethod
+    def of(cls, root: str, pipeline: str, source: str | None) -> PipelineNodes:
+        base = pipeline_path(root, pipeline)
+        state = source_path(root, pipeline, source)
+        return cls(
+            base=base, lease=lease_path(root, pipeline), maintenance=f"{base}/maintenance", state_base=state,
+            cursor=f"{state}/cursor", windows=f"{state}/windows", snapshot=f"{state}/snapshot", lake=f"{state}/lake",
+            last_error=f"{state}/last_error",
+        )
+
+    def window(self, seq: int) -> str:
+        return f"{self.windows}/{seq:010d}"

@@ -173,7 +173,7 @@ class Oracle:
     def _check_zk(self, problems: list[str]) -> tuple[dict[int, WindowRecord], Cursor]:
         co = self.coordinator
         cursor = co.read_cursor()
-        seqs = co._window_seqs()
+        seqs = co.window_record_seqs()
         windows: dict[int, WindowRecord] = {}
         for s in seqs:
             rec = co.get_window(s)

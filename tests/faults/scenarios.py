@@ -100,7 +100,7 @@ def _state(rig: Rig) -> dict[str, Any]:
     co = rig.oracle.coordinator
     zk = {
         "cursor": co.read_cursor().to_dict(),
-        "windows": {s: json.dumps(w.to_dict(), sort_keys=True) for s in co._window_seqs()
+        "windows": {s: json.dumps(w.to_dict(), sort_keys=True) for s in co.window_record_seqs()
                     if (w := co.get_window(s)) is not None},
     }
     files: dict[str, int] = {}

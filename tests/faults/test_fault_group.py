@@ -457,7 +457,7 @@ class GroupOracle:
         of the last acked window, every window up to it acked, at most the next one planned."""
         co = self.coordinators[sid]
         cursor = co.read_cursor()
-        windows = {s: rec for s in co._window_seqs() if (rec := co.get_window(s)) is not None}
+        windows = {s: rec for s in co.window_record_seqs() if (rec := co.get_window(s)) is not None}
         for (who, s) in self._plans:
             if who == sid and s not in windows:
                 problems.append(f"source {sid}: window {s} disappeared from ZooKeeper")

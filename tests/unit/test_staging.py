@@ -19,7 +19,7 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_core.lake import staging
+from cdc_core.lake import staging, staging_store
 from cdc_core.model import layout
 from cdc_core.model.changes import RowChange, TableSchema
 from cdc_core.model.errors import StagingError, UnsupportedType
@@ -448,8 +448,10 @@ def test_a_window_is_verified_once_per_process(tmp_path: Path, monkeypatch: pyte
     root = str(tmp_path)
     m = staging.stage_window(make_plan(), mixed_stream(100), root)
     checked: list[str] = []
-    real = staging._check_file
-    monkeypatch.setattr(staging, "_check_file", lambda store, path, f: checked.append(path) or real(store, path, f))
+    real = staging_store._check_file
+    monkeypatch.setattr(
+        staging_store, "_check_file", lambda store, path, f: checked.append(path) or real(store, path, f)
+    )
     staging.verify_window(root, m)
     first = len(checked)
     staging.verify_window(root, m)

@@ -1,0 +1,269 @@
+"""The staging root as stored: where a staged window's files live (fsspec; fsync and atomic rename on a local
+filesystem), and reading, verifying, listing and deleting staged windows (cdc_core/lake/staging.py writes them).
+
+A window counts as staged only when its `manifest.json` exists; its files are verified against the manifest's
+sizes and sha256 once per process (`verify_window`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from cdc_core.lake.object_store import AMBIENT, Storage
+from cdc_core.model.errors import StagingError
+from cdc_core.model.layout import unit_dir
+from cdc_core.model.logfmt import line
+from cdc_core.model.manifest import MANIFEST_NAME, STAGED_META_COLUMNS, Manifest, StagedFile
+from cdc_core.model.naming import window_dir_name
+
+log = logging.getLogger("cdc_core.lake.staging")  # the staging's events, under one logger
+
+_CHUNK = 1 << 20
+
+# ------------------------------------------------------------------------------------------- paths
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+class StagingStore:
+    """The staging root through fsspec; local filesystems additionally get fsync and atomic rename."""
+
+    def __init__(self, staging_root: str, storage: Storage) -> None:
+        self.root_url = staging_root
+        fs, root = storage.fs(staging_root)
+        self.fs: fsspec.AbstractFileSystem = fs
+        self.root = root.rstrip("/")
+        self.local = isinstance(fs, LocalFileSystem)
+
+    def window_path(self, pipeline: str, seq: int) -> str:
+        return f"{self.root}/{unit_dir(pipeline)}/{window_dir_name(seq)}"
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            with self.fs.open(path, "rb") as f:
+                return f.read()  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            return None
+
+    def open_write(self, path: str) -> Any:
+        parent = path.rpartition("/")[0]
+        if parent:
+            self.fs.makedirs(parent, exist_ok=True)
+        return self.fs.open(path, "wb")
+
+    def finish_file(self, f: Any) -> None:
+        """Flush, fsync (local) and close a file opened with open_write."""
+        f.flush()
+        if self.local:
+            os.fsync(f.fileno())
+        f.close()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        f = self.open_write(path)
+        try:
+            f.write(data)
+        finally:
+            self.finish_file(f)
+
+    def remove(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(path, recursive=True)
+
+    def fsync_dir(self, path: str) -> None:
+        if not self.local:
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class HashingSink:
+    """A write-only file for ParquetWriter that counts and hashes bytes on their way to the real file."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        mv = memoryview(data)
+        self.sha.update(mv)
+        self._f.write(mv)
+        self.size += mv.nbytes
+        return mv.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        # ParquetWriter.close() does not close a Python sink; the store closes the real file.
+        self.closed = True
+
+
+def remove_stale_temp_dirs(store: StagingStore, parent: str, name: str) -> None:
+    """Leftovers of an interrupted staging of this window (never read: only the final name counts)."""
+    try:
+        entries = store.fs.ls(parent, detail=False)
+    except FileNotFoundError:
+        return
+    for p in entries:
+        base = str(p).rstrip("/").rpartition("/")[2]
+        if base.startswith((f".{name}.tmp-", f".{name}.old-")):
+            store.remove(str(p))
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def load_manifest(store: StagingStore, wdir: str) -> Manifest | None:
+    data = store.read_bytes(f"{wdir}/{MANIFEST_NAME}")
+    if data is None:
+        return None
+    try:
+        return Manifest.from_json(data)
+    except (ValueError, KeyError, TypeError) as e:
+        # Unreadable JSON is a damaged copy: treat the window as not staged, so it is staged again.
+        log.warning("%s", line(event="window.bad_manifest", path=f"{wdir}/{MANIFEST_NAME}", error=str(e)))
+        return None
+
+
+def read_manifest(staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> Manifest | None:
+    """The staged window's manifest, or None when the window is not (completely) staged."""
+    store = StagingStore(staging_root, storage)
+    wdir = store.window_path(pipeline, seq)
+    manifest = load_manifest(store, wdir)
+    if manifest is not None and (manifest.plan.pipeline != pipeline or manifest.plan.seq != seq):
+        raise StagingError(
+            f"{wdir}/{MANIFEST_NAME} describes window {manifest.plan.label()}, not {pipeline}#{seq}; the staging "
+            "directory was copied or renamed by hand. Delete it; the window will be re-staged from the source"
+        )
+    return manifest
+
+
+def verify_files(store: StagingStore, wdir: str, manifest: Manifest) -> None:
+    for t in manifest.tables:
+        for f in t.files:
+            path = f"{wdir}/{f.path}"
+            what = _check_file(store, path, f)
+            if what:
+                raise StagingError(
+                    f"staged window {manifest.plan.label()}: {path} {what}; the window will be re-staged from the "
+                    "source (run the stage step again: it replaces the damaged copy)"
+                )
+
+
+def _check_file(store: StagingStore, path: str, f: StagedFile) -> str | None:
+    sha = hashlib.sha256()
+    size = 0
+    try:
+        with store.fs.open(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                sha.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        return "is missing"
+    if size != f.bytes:
+        return f"has {size} bytes, the manifest says {f.bytes}"
+    if sha.hexdigest() != f.sha256:
+        return f"has sha256 {sha.hexdigest()}, the manifest says {f.sha256}"
+    return None
+
+
+# Windows this process verified (store, window directory, manifest digest): a step reads its window's manifest
+# several times (stage, merge, ack), and hashing every staged file each time means downloading them again from an
+# object store. Verified once per process: a file that changes afterwards is a fault of another kind (the merge
+# reads the files the manifest names; a later process verifies again). The store's endpoint is part of the key:
+# two pipelines of one process may keep the same paths on two stores.
+_VERIFIED: set[tuple[str, str, str]] = set()
+_VERIFIED_MAX = 256
+
+
+def verify_window(staging_root: str, manifest: Manifest, *, storage: Storage = AMBIENT) -> None:
+    """Check every staged file's size and sha256 against the manifest (once per process and window);
+    StagingError names the first bad one."""
+    store = StagingStore(staging_root, storage)
+    wdir = store.window_path(manifest.plan.pipeline, manifest.plan.seq)
+    endpoint = (storage.creds.endpoint_url if storage.creds is not None else None) or ""
+    seen = (endpoint, wdir, hashlib.sha256(manifest.to_json().encode()).hexdigest())
+    if seen in _VERIFIED:
+        return
+    verify_files(store, wdir, manifest)
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.clear()
+    _VERIFIED.add(seen)
+
+
+def read_table_changes(
+    staging_root: str, manifest: Manifest, table_name: str, *, storage: Storage = AMBIENT
+) -> pa.Table:
+    """All staged changes of one table (`schema.table`), metadata columns first, then the union of
+    source columns in manifest order (NULL where a file lacks a column). For tests and tools."""
+    table = manifest.table(table_name)
+    store = StagingStore(staging_root, storage)
+    wdir = store.window_path(manifest.plan.pipeline, manifest.plan.seq)
+    parts = []
+    for f in table.files:
+        with store.fs.open(f"{wdir}/{f.path}", "rb") as fh:
+            parts.append(pq.read_table(fh))
+    names = [*STAGED_META_COLUMNS, *(c.name for c in table.columns)]
+    if not parts:
+        return pa.table({n: pa.array([], pa.null()) for n in names})
+    out = pa.concat_tables(parts, promote_options="permissive")
+    return out.select(names)
+
+
+def delete_window(staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> bool:
+    """Remove a staged window (manifest first, so it stops counting as staged at once).
+
+    Returns whether anything was there.
+    """
+    store = StagingStore(staging_root, storage)
+    wdir = store.window_path(pipeline, seq)
+    found = store.exists(wdir)
+    store.remove(f"{wdir}/{MANIFEST_NAME}")
+    store.remove(wdir)
+    if store.local:
+        remove_stale_temp_dirs(store, wdir.rpartition("/")[0], wdir.rpartition("/")[2])
+    return found
+
+
+def list_windows(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> list[int]:
+    """Sequence numbers of the pipeline's completely staged windows (those with a manifest), ascending."""
+    store = StagingStore(staging_root, storage)
+    pdir = f"{store.root}/{unit_dir(pipeline)}"
+    try:
+        entries = store.fs.ls(pdir, detail=False)
+    except FileNotFoundError:
+        return []
+    seqs = []
+    for p in entries:
+        base = str(p).rstrip("/").rpartition("/")[2]
+        if len(base) == 11 and base[0] == "w" and base[1:].isdigit() and store.exists(f"{p}/{MANIFEST_NAME}"):
+            seqs.append(int(base[1:]))
+    return sorted(seqs)
