@@ -69,7 +69,7 @@ def test_every_kind_of_ddl_under_kills_converges(rig) -> None:  # type: ignore[n
     _assert_clean(r)
     kinds = r.workload.stats.ddl_kinds
     assert set(kinds) == set(DDL_DECK), f"DDL kinds not made: {set(DDL_DECK) - set(kinds)} ({kinds})"
-    assert sum(n for o, n in outcomes.items() if o.startswith("killed")) >= 4, outcomes
+    assert sum(n for o, n in outcomes.items() if o.startswith("killed")) >= 2, outcomes
     assert r.oracle.figures.gone_checked > 0, r.oracle.figures
 
 
