@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--families", default=None,
                    help="families: which (comma-separated; default every family + mixed10/20/60)")
     p.add_argument("--family-ops", default="insert,update", help="families: insert, update or both")
+    p.add_argument("--schema-rows", type=lambda x: int(float(x)), default=None,
+                   help="schema: rows of the 20-column tables (issue 34: 1e6)")
+    p.add_argument("--schema-wide-rows", type=lambda x: int(float(x)), default=None,
+                   help="schema: rows of the 60-column table (default: --schema-rows)")
+    p.add_argument("--schema-cases", default=None,
+                   help="schema: which cases (comma-separated; each with the case it is compared with)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)
@@ -72,11 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.big_window = min(args.big_window, 100_000)
         args.big_table = min(args.big_table, 100_000)
         args.memory_sizes = args.memory_sizes or [20_000, 100_000]
+        args.schema_rows = args.schema_rows or 100_000
     args.sizes = args.sizes or [100_000, 1_000_000]
     args.widths = args.widths or [5, 20, 60]
     args.txns = args.txns or [1, 1000]
     args.merge_sizes = args.merge_sizes or [100_000, 1_000_000, 10_000_000]
     args.memory_sizes = args.memory_sizes or [100_000, 1_000_000]
+    args.schema_rows = args.schema_rows or 1_000_000
+    args.schema_wide_rows = args.schema_wide_rows or args.schema_rows
     return args
 
 
@@ -86,17 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cdc-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = Path(args.out)
+    run_info = {"command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])}
     results: dict[str, Any] = {
         "started": common.now_iso(),
-        "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
+        "command": run_info["command"],
         "machine": common.machine_info(),
         "load_avg_start": common.load_avg(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
     }
     private = None
     si = None
+    # A schema run adds its section to the existing results file (the other sections' figures and the file's
+    # header stay); so does a families run (below).
+    schema_only = sections == ["schema"] and out_path.exists()
     try:
-        if sections == ["families"] and out_path.exists():
+        if schema_only:
+            results = json.loads(out_path.read_text())
+        elif sections == ["families"] and out_path.exists():
             # A families run adds its table to the existing results: the other sections' figures stay.
             kept = json.loads(out_path.read_text())
             # Every run that measured some of the workloads is listed (each workload has its `measured_at`).
@@ -120,19 +135,31 @@ def main(argv: list[str] | None = None) -> int:
                 cur.execute("SELECT VERSION()")
                 mariadb_version = str(cur.fetchone()[0])
             conn.close()
-        results["versions"] = common.versions(mariadb_version)
-        results["services"] = "shared" if args.shared else "private"
+        versions = common.versions(mariadb_version)
+        if not schema_only:  # the schema section records its own (below)
+            results["versions"] = versions
+            results["services"] = "shared" if args.shared else "private"
         for section in sections:
             t0 = time.perf_counter()
             log(f"== {section}")
             try:
-                previous = results.get(section) if section == "families" else None
+                previous = results.get(section) if section in ("families", "schema") else None
                 results[section] = _run_section(section, args, si, workdir, purge=not args.shared)
-                if previous:  # re-measured workloads replace their old figures, the others stay
+                if section == "schema":
+                    results[section]["command"] = run_info["command"]
+                    results[section]["versions"] = {k: v for k, v in versions.items() if k != "mariadb"}
+                    if previous and args.schema_cases:  # re-measured cases replace theirs, the others stay
+                        from bench.schema import merge_runs
+
+                        results[section] = merge_runs(previous, results[section])
+                elif previous:  # re-measured workloads replace their old figures, the others stay
                     results[section] = _merge_families(previous, results[section])
             except Exception as e:
                 traceback.print_exc()
-                results[section] = {"errors": [short_error(e)]}
+                if section == "schema" and previous:  # the figures the file held stay
+                    results[section] = {**previous, "errors": [*previous.get("errors", []), short_error(e)]}
+                else:
+                    results[section] = {"errors": [short_error(e)]}
             results[section]["section_seconds"] = round(time.perf_counter() - t0, 1)
             _write(results, out_path)  # after every section: a long run keeps what it measured
     finally:
@@ -140,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             private.stop()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    if "families_runs" in results and sections == ["families"]:
+    if schema_only:
+        pass  # the section carries its own start, end and load
+    elif "families_runs" in results and sections == ["families"]:
         results["families_runs"][-1].update(finished=common.now_iso(), load_avg_end=common.load_avg())
     else:
         results["finished"] = common.now_iso()
@@ -186,6 +215,13 @@ def _run_section(section: str, args: argparse.Namespace, si: Any, workdir: Path,
             args.repeats,
             args.long_run,
             args.driver_memory,
+        )
+    if section == "schema":
+        from bench import schema
+
+        return schema.run(
+            workdir / "schema", args.schema_rows, args.schema_wide_rows, args.merge_window, args.repeats,
+            args.long_run, args.driver_memory, args.schema_cases.split(",") if args.schema_cases else None,
         )
     if section == "fixed":
         from bench import fixed

@@ -59,9 +59,18 @@ def _delta_columns(td: TableDef) -> list[tuple[str, str, str]]:
 
 
 def build_table(
-    spark: Any, td: TableDef, uri: str, rows: int, properties: dict[str, str] | None = None
+    spark: Any,
+    td: TableDef,
+    uri: str,
+    rows: int,
+    properties: dict[str, str] | None = None,
+    *,
+    delete_mode: str = "hard",
+    writer: str | None = None,
 ) -> tuple[int, int]:
-    """Create the Delta table as merge_window would, fill it with ids 1..rows; returns (version, files)."""
+    """Create the Delta table as merge_window would, fill it with ids 1..rows; returns (version, files).
+    `delete_mode`: the lake's metadata columns of that mode; `writer`: the `cdc.writer` record (the pipeline
+    that will merge into it, so its merges need not claim the table first)."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import DataType
 
@@ -69,9 +78,9 @@ def build_table(
     from spark_apps.merge import TableOptions, create_table_sql, metadata_columns
 
     cols = _delta_columns(td)
-    columns = [(n, DataType.fromDDL(t)) for n, t, _ in cols] + metadata_columns("hard")
+    columns = [(n, DataType.fromDDL(t)) for n, t, _ in cols] + metadata_columns(delete_mode)
     options = TableOptions(properties=tuple(sorted((properties or {}).items())))
-    spark.sql(create_table_sql(uri, td.name, columns, options))
+    spark.sql(create_table_sql(uri, td.name, columns, options, writer=writer))
     select = [f"CAST({e} AS {t}) AS {quote_spark(n)}" for n, t, e in cols]
     select += [
         "'I' AS _cdc_op",
@@ -79,6 +88,8 @@ def build_table(
         "timestamp_seconds(1690000000) AS _cdc_commit_ts",
         "CAST(0 AS BIGINT) AS _cdc_window_seq",
     ]
+    if delete_mode == "soft":
+        select += ["false AS _cdc_deleted", "CAST(NULL AS TIMESTAMP) AS _cdc_deleted_at"]
     parts = max(2, math.ceil(rows / ROWS_PER_FILE))
     spark.range(1, rows + 1, numPartitions=parts).selectExpr(*select).write.format("delta").mode("append").save(uri)
     version = int(DeltaTable.forPath(spark, uri).history(1).collect()[0]["version"])

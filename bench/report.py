@@ -214,6 +214,7 @@ def render(r: dict[str, Any]) -> str:
     lines += _tables(r.get("tables"), targets)
     lines += _warm(r.get("warm"), targets)
     lines += _warm_soak(r.get("warm_soak"), targets)
+    lines += _schema(r.get("schema"), targets)
     head = [
         "## Targets (ratios measured in the same run)",
         "",
@@ -225,7 +226,7 @@ def render(r: dict[str, Any]) -> str:
     tried += [f"| {t['what']} | {t['figure']} | {t['verdict']} |" for t in TRIED + r.get("tried", [])]
     errors = [
         f"- {sec}: {e}"
-        for sec in ("capture", "merge", "fixed", "memory", "tables", "warm", "warm_soak")
+        for sec in ("capture", "merge", "fixed", "memory", "tables", "warm", "warm_soak", "schema")
         for e in _section_errors(r.get(sec))
     ]
     errors += [
@@ -701,4 +702,158 @@ def _warm_soak(w: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         f"warm server live heap, window {last.get('window')} / window {warmed.get('window')}",
         _f(growth, digits=2), f"flat (<= {SOAK_FLAT})", _ok(growth is not None and growth <= SOAK_FLAT),
     ))
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ schema changes
+
+RENAME_EMPTY_FACTOR = 2.0  # "about the cost of an empty commit": the rename's extra time within 2x of one
+
+
+def _signed(v: float | None) -> str:
+    return "—" if v is None else f"{v:+.1f}"
+
+
+def _median_run(case: dict[str, Any]) -> dict[str, Any]:
+    runs = sorted(case.get("runs") or [], key=lambda x: x.get("seconds") or 0.0)
+    return runs[(len(runs) - 1) // 2] if runs else {}
+
+
+def _commit_text(c: dict[str, Any]) -> str:
+    files = []
+    if c.get("numAddedFiles") or c.get("numRemovedFiles"):
+        files.append(f"+{c.get('numAddedFiles', 0)}/-{c.get('numRemovedFiles', 0)} files")
+    if c.get("numDeletionVectorsAdded"):
+        files.append(f"{c['numDeletionVectorsAdded']} DVs")
+    rows = c.get("numUpdatedRows") or c.get("numDeletedRows") or c.get("numOutputRows")
+    if rows:
+        files.append(f"{rows:,} rows")
+    return f"{c.get('operation')} at {_f(c.get('at'))}" + (f" ({', '.join(files)})" if files else "")
+
+
+def _schema(sc: dict[str, Any] | None, targets: list[Any]) -> list[str]:
+    """bench/schema.py (issue 34): windows holding a DDL statement vs the same window without it."""
+    if not sc or not sc.get("cases"):
+        return []
+    cases = {c["name"]: c for c in sc["cases"]}
+    tables = sc.get("tables") or {}
+    m, w = tables.get("m") or {}, tables.get("w") or {}
+    window = sc.get("window_changes")
+    runs = sc.get("runs") or [sc]
+    when = "; then re-measured (replacing those cases) by ".join(
+        f"`{x.get('command', 'python -m bench --only schema')}`"
+        f"{' (' + ', '.join(x['cases']) + ')' if i and x.get('cases') else ''}, {x.get('started')} to "
+        f"{x.get('finished')}, load average {x.get('load_start')} at start, {x.get('load_end')} at end"
+        for i, x in enumerate(runs)
+    )
+    lines = [
+        "## Schema changes (issue 34, bench/schema.py)",
+        "",
+        f"Measured by {when} (each run's 1-minute load is in the tables). One window of "
+        f"{window:,} changes (50% updates, 20% deletes, 30% inserts) merged by the product's merge job "
+        f"(`merge_window`) into a Delta table of {m.get('rows', 0):,} rows x {m.get('columns')} columns (the merge "
+        f"section's mix, {m.get('files')} files, {m.get('mb')} MB), with the statement in the middle of the window "
+        "(parsed by the product's DDL parser and staged among the rows by `stage_window`: the rows after it have the "
+        "new shape) and without it. Every run starts from a fresh copy of the same table (copied outside the timing); "
+        "rounds go over every case in turn, and each run with the statement comes right after a run of the same "
+        "window without it (the same load hits both): `with / without` and `extra` are the medians over those pairs, "
+        "the seconds the medians of the runs. Schema phase: from the job's plan to its last "
+        "`merge.schema_change` line (every DDL step, before any row lands); rows: the table's MERGE as the merge "
+        "report's `steps` time it.",
+        "",
+        "| case | with DDL, s | without, s | with / without | extra, s | schema phase, s | rows, s | "
+        "the DDL's Delta commits | data files written by the DDL | runs | load (1 min) per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sc["cases"]:
+        if c.get("kind") != "window" or not c.get("ddl"):
+            continue
+        mr = _median_run(c)
+        ph = mr.get("phases") or {}
+        lines.append(
+            f"| {c['label']} | "
+            f"**{_f(_med(c.get('seconds')))}** | {_f(_med(c.get('without_seconds')))} | "
+            f"**{_f(c.get('ratio'), 'x', 2)}** | {_signed(c.get('extra_seconds'))} | {_f(ph.get('schema_phase'))} | "
+            f"{_f(ph.get('table'))} | {', '.join(mr.get('ddl_commits') or []) or '—'} | "
+            f"{'yes' if c.get('ddl_writes_data') else 'none'} | {(c.get('seconds') or {}).get('runs')} | "
+            f"{', '.join(str((r.get('load') or [None])[0]) for r in c.get('runs') or [])} |"
+        )
+    lines += [
+        "",
+        "References (same table, same rounds):",
+        "",
+        "| reference | seconds | runs | Delta commits (time into the run, s) | load (1 min) per run |",
+        "|---|---|---|---|---|",
+    ]
+    for c in sc["cases"]:
+        if c.get("kind") == "window" and c.get("ddl"):
+            continue
+        mr = _median_run(c)
+        lines.append(
+            f"| {c['label']} | {_f(_med(c.get('seconds')))} | {(c.get('seconds') or {}).get('runs')} | "
+            f"{'; '.join(_commit_text(x) for x in mr.get('commits') or [])} | "
+            f"{', '.join(str((r.get('load') or [None])[0]) for r in c.get('runs') or [])} |"
+        )
+    lines += [
+        "",
+        "Where the time goes (the median run of each case: its Delta commits with their time into the run, then the "
+        "rows' steps from the merge report; `schema_changes` is reading the window through the table's schema record):",
+        "",
+        "| case | commits (time into the run, s) | rows: merge report steps, s | log lines |",
+        "|---|---|---|---|",
+    ]
+    for c in sc["cases"]:
+        if c.get("kind") not in ("window", "ddl_only", "empty"):
+            continue
+        mr = _median_run(c)
+        steps = ", ".join(f"{k} {v}" for k, v in ((mr.get("table") or {}).get("steps") or {}).items())
+        logs = ", ".join(
+            f"{x['event']}{' ' + x['change'] if x.get('change') else ''}"
+            f"{' ' + x['structure'] if x.get('structure') else ''} at {_f(x.get('at'))}"
+            for x in mr.get("log") or []
+            if x.get("event") in ("merge.schema_change", "merge.table_rewritten", "merge.table_properties")
+        )
+        lines.append(f"| {c['name']} | {'; '.join(_commit_text(x) for x in mr.get('commits') or [])} | {steps} | "
+                     f"{logs or '—'} |")
+    lines.append("")
+    if w:
+        lines += [
+            f"The 60-column table ({w.get('rows', 0):,} rows, {w.get('files')} files, {w.get('mb')} MB: `id` and 59 "
+            "columns cycling over every type family of the type map, about one value in 13 NULL) was built through the "
+            "product's own staging and first merge (window 1), so every type went through the type map.",
+            "",
+        ]
+    notes = sc.get("notes") or []
+    lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+
+    rows = f"{m.get('rows', 0):,}-row"
+    for name, what in (
+        ("truncate", f"TRUNCATE of a {rows} table, {window:,}-change window: with / without (hard deletes)"),
+        ("truncate_soft", f"TRUNCATE of a {rows} table, {window:,}-change window: with / without (soft deletes)"),
+        ("rename_rewrite", f"RENAME COLUMN on a {rows} table with column_mapping: false (rewrite): with / without"),
+        ("add_default", f"ADD COLUMN ... DEFAULT 7 on a {rows} table: with / without"),
+        ("modify_widen", f"MODIFY INT -> BIGINT on a {rows} table (rewrite): with / without"),
+        ("wide_add_default", f"ADD COLUMN ... DEFAULT 7 on a {w.get('rows', 0):,}-row 60-column table: with / without"),
+    ):
+        c = cases.get(name)
+        if c is None:
+            continue
+        targets.append((what, f"{_f(c.get('ratio'), 'x', 2)} ({_f(_med(c.get('seconds')))} s vs "
+                              f"{_f(_med(c.get('without_seconds')))} s)", "measured (no target)", "—"))
+    ren, empty = cases.get("rename_cm"), cases.get("empty_commit")
+    if ren is not None:
+        writes = ren.get("ddl_writes_data")
+        targets.append((
+            f"RENAME COLUMN on a {rows} table (column_mapping: true): data files its commits write",
+            "none" if writes is False else ("some" if writes else "—"), "metadata only", _ok(None if writes is None else not writes),
+        ))
+        extra, ref = ren.get("extra_seconds"), _med((empty or {}).get("seconds"))
+        ok = None if extra is None or ref is None else extra <= RENAME_EMPTY_FACTOR * ref
+        alone = cases.get("rename_only") or {}
+        targets.append((
+            f"RENAME COLUMN on a {rows} table (column_mapping: true): extra time in the window vs an empty-commit window",
+            f"{_signed(extra)} s ({_f(ren.get('ratio'), 'x', 2)}) vs {_f(ref)} s; the RENAME alone "
+            f"{_signed(alone.get('extra_seconds'))} s over an empty-commit window",
+            f"about an empty commit (<= {RENAME_EMPTY_FACTOR:g}x)", _ok(ok),
+        ))
     return lines

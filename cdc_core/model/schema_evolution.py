@@ -560,8 +560,16 @@ class Translation:
     drops: tuple[str, ...] = ()
     casts: tuple[tuple[str, str], ...] = ()
     fills: tuple[tuple[str, Literal | None], ...] = ()  # columns the image lacks: (name, value; None = NULL)
-    copies: tuple[tuple[str, str, str], ...] = ()  # (new column, from column, delta type): a lenient rename
+    copies: tuple[tuple[str, str, str], ...] = ()  # (new column, from image column, delta type): a lenient rename
     ops: int = 0  # how many history ops apply (0: nothing to do)
+    # Each image column -> its name after every change (None: dropped): the renames and drops composed, so a
+    # column renamed twice, or renamed then dropped, ends where the last change put it.
+    outputs: tuple[tuple[str, str | None], ...] = ()
+
+    def output_of(self, column: str) -> str | None:
+        """The name the image's `column` has after the changes (None: dropped); itself when no change named it."""
+        low = column.lower()
+        return next((out for c, out in self.outputs if c.lower() == low), column)
 
     @property
     def empty(self) -> bool:
@@ -574,6 +582,7 @@ def translate_columns(  # noqa: PLR0912 (a branch per kind of op)
     """How images with columns `present`, all written at or before `newest_version`, look after every later
     change of `history`: renamed, dropped, cast, and filled where the image predates an added column."""
     cols = {c.lower(): c for c in present}
+    origin = {c.lower(): c for c in present}  # a current name -> the image column it holds
     renames: list[tuple[str, str]] = []
     drops: list[str] = []
     casts: dict[str, str] = {}
@@ -589,12 +598,15 @@ def translate_columns(  # noqa: PLR0912 (a branch per kind of op)
             if low in cols and op.new_name.lower() not in cols:
                 renames.append((cols.pop(low), op.new_name))
                 cols[op.new_name.lower()] = op.new_name
+                if low in origin:
+                    origin[op.new_name.lower()] = origin.pop(low)
                 if low in casts:
                     casts[op.new_name.lower()] = casts.pop(low)
         elif op.kind == H_DROP:
             if low in cols:
                 drops.append(cols.pop(low))
                 casts.pop(low, None)
+            origin.pop(low, None)
             fills.pop(low, None)
         elif op.kind == H_CAST:
             if low in cols:
@@ -605,12 +617,14 @@ def translate_columns(  # noqa: PLR0912 (a branch per kind of op)
                 cols[low] = op.column
         elif op.kind == H_COPY:
             new_low = op.new_name.lower()
-            if low in cols and new_low not in cols:
-                copies[new_low] = (op.new_name, cols[low], op.delta_type)
+            if low in cols and new_low not in cols and low in origin:
+                copies[new_low] = (op.new_name, origin[low], op.delta_type)
                 cols[new_low] = op.new_name
         else:
             raise ValueError(op.kind)
+    final = {image.lower(): cols[now] for now, image in origin.items()}
+    outputs = tuple((c, final.get(c.lower())) for c in present)
     return Translation(
         tuple(renames), tuple(drops), tuple((cols.get(k, k), t) for k, t in casts.items()),
-        tuple((cols[k], v) for k, v in fills.items()), tuple(copies.values()), applied,
+        tuple((cols[k], v) for k, v in fills.items()), tuple(copies.values()), applied, outputs,
     )

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from cdc_core.lake.object_store import Storage
+from cdc_core.model import faults
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
 from cdc_core.model.merge_semantics import metadata_columns
@@ -138,6 +139,7 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
         run.fence()
         statement = _row_sql(uri, step, delete_mode, lineage)
         _with_metadata(run, label, functools.partial(_collect, spark, statement))
+    faults.point("mid_schema_change")  # crash suite: the change's structure and row steps done, its mark not
     set_properties(run, uri, label, op.state.properties(app_id))
     run.log("merge.schema_change", table=label, change=op.change.kind, version=op.version,
             query=op.change.query[:200] or op.change.describe(), **({"note": op.note} if op.note else {}))
@@ -403,17 +405,15 @@ def read_translated(
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
         present = {fld.name.lower(): fld for fld in df.schema.fields}
         select = [F.col(q(n)).cast(t).alias(n) for n, t in staged_meta]
-        renamed = dict((old.lower(), new) for old, new in tr.renames)
-        dropped = {d.lower() for d in tr.drops}
         casts = {n.lower(): t for n, t in tr.casts}
         for name in f.columns:
             low = name.lower()
-            if low in dropped:
+            out = tr.output_of(name)  # every rename and drop since the file was written, composed
+            if out is None:
                 continue
             fld = present.get(low)
             if fld is None:
                 raise StagingError(f"table {st.name} file {f.path}: column {name!r} is missing; re-stage the window")
-            out = renamed.get(low, name)
             col = F.col(q(fld.name))
             if out.lower() in casts:
                 col = col.cast(casts[out.lower()])

@@ -28,7 +28,7 @@ from typing import Any
 
 from cdc_core.model import holders
 from tests.faults.oracle import Oracle, gtid_seq
-from tests.faults.workload import Shadow, Workload
+from tests.faults.workload import DDL_ALL, DDL_COLUMNS, Shadow, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 CONN_ID = "cdc_source_faults"
@@ -154,6 +154,11 @@ class Rig:
     windows_per_run: int = 4
     real_spark: bool = False
     tables: tuple[str, ...] | None = None  # write to these workload tables only (fewer tables, cheaper merges)
+    # The workload's DDL (tests/faults/workload.py): DDL_COLUMNS, or DDL_ALL (every kind; `tables` are then the
+    # tables it starts with), one unit of work in `ddl_every` on average.
+    ddl: str = DDL_COLUMNS
+    ddl_every: int = 25
+    schema_changes: dict[str, Any] | None = None  # the pipeline's `schema_changes:` (None: the default, follow)
     name: str = ""
     database: str = ""
     zk_root: str = ""
@@ -177,11 +182,12 @@ class Rig:
             cur.execute(f"CREATE DATABASE `{self.database}` CHARACTER SET utf8mb4")
         self.start = self.source_end()
         self.write_config()
-        self.workload = Workload(self.seed, self.database)
+        self.workload = Workload(self.seed, self.database, ddl=self.ddl, ddl_every=self.ddl_every, tables=self.tables)
         self.workload.create(self.conn)
         self.shadow = Shadow(self.services, self.workload)
+        lenient = (self.schema_changes or {}).get("mode") == "lenient"
         self.oracle = Oracle(self.services, self.workload, self.shadow, self.name, self.zk_client, self.zk_root,
-                             self.lake, self.staging)
+                             self.lake, self.staging, lenient=lenient)
         self._n = 0
         self._clock_offset = 0.0  # seconds the next run's lease clock runs ahead (let_next_run_take_lease)
 
@@ -213,7 +219,7 @@ class Rig:
         return dict(self.services.binlog_end())
 
     def write(self, transactions: int, tables: tuple[str, ...] | None = None) -> None:
-        self.workload.run(self.conn, transactions, tables or self.tables)
+        self.workload.run(self.conn, transactions, None if self.ddl == DDL_ALL else tables or self.tables)
 
     # ------------------------------------------------------------------------------ the pipeline
 
@@ -233,6 +239,7 @@ class Rig:
             # The workload writes zero and partial dates (workload.py): land them as NULL knowingly
             # (the default, refuse, would fail the window; docs/type-map.md).
             "zero_dates": "null",
+            **({"schema_changes": self.schema_changes} if self.schema_changes else {}),
             **overrides,
         }
         self.config_path.write_text(json.dumps({"pipelines": [pipeline]}, indent=2))

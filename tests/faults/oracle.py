@@ -13,11 +13,21 @@ staging area and the lakehouse and asserts:
   again (a deleted window must be re-staged identically);
 - **no window is applied twice**: in every Delta table's log (tombstone tables included) each
   (app id, version) appears in at most one commit;
-- **the lake equals the source at the window it holds**: each captured table, at its Delta txn
-  version v, equals the source table replayed up to the end of window v (tests/faults/workload.py's
+- **the lake equals the source at the window it holds**: each captured table, at the Delta commit that
+  recorded its txn version v when every later commit is the merge job's for a later window (a window's
+  schema changes commit before its txn commit, so a run killed in the schema phase leaves the next window's
+  steps on top, for the next run to finish), else at its latest version (the final check always), equals
+  the source table replayed up to the end of window v (tests/faults/workload.py's
   `Shadow`), row for row, value for value (cdc_core.run.verify.compare_table, duplicates included), and
-  its Delta column types are the type map's (cdc_core.model.types); a table whose version is older than the
-  cursor had no change in the windows since (else a window was acked without it).
+  column for column: names (order-insensitive) and Delta types per the type map (cdc_core.model.types);
+  a table whose version is older than the cursor had no change in the windows since, DDL included (else a
+  window was acked without it); a table the lake does not have held no row at the cursor;
+- **nothing remains of a table that is gone**: a captured name no source table has at that point
+  (dropped, renamed away) holds no live row in the lake (soft deletes: only tombstones); an online
+  schema-change tool's ghost, trash or changelog table has no lake table at all, and the lake holds no table
+  the workload never named. `lenient` (schema_changes mode): the lake keeps columns the source dropped or
+  renamed (compared with `kept_columns`) and the rows of dropped and renamed-away tables (not checked);
+- **no re-read**: no window is a snapshot (the workload keeps statements the lake must re-read out).
 
 Tables damaged on purpose (`damaged()`) are exempt until `repaired()`. Violations raise
 AssertionError with the step's label; the counts feed the figures (tests/faults/RESULTS.md).
@@ -25,7 +35,6 @@ AssertionError with the step's label; the counts feed the figures (tests/faults/
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -35,10 +44,11 @@ from typing import Any
 from cdc_core.capture.source import TableFilter, describe_tables
 from cdc_core.coordination import STATE_ACKED, Cursor, PipelineCoordinator, WindowRecord
 from cdc_core.lake import delta_state
+from cdc_core.model.manifest import COL_DELETED
 from cdc_core.model.naming import path_component
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.types import column_types
-from cdc_core.model.window_plan import KIND_BACKFILL, KIND_STREAM
+from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM
 from cdc_core.run.verify import compare_table
 from tests.faults.workload import Shadow, Workload, changed_between
 
@@ -90,6 +100,8 @@ class Figures:
     changes_staged: int = 0  # row changes in acked windows' manifests (what flowed through the pipeline)
     restaged_identical: int = 0
     fenced_zombies: int = 0
+    gone_checked: int = 0  # comparisons of a table gone at the source (dropped, renamed away) with its lake table
+    rows_left_behind: int = 0  # live lake rows of such a table
 
     def add(self, other: Figures) -> None:
         for k, v in other.__dict__.items():
@@ -106,6 +118,7 @@ class Oracle:
     zk_root: str
     lake_root: Path
     staging_root: Path
+    lenient: bool = False  # schema_changes mode lenient: kept columns, dropped tables keep their rows
     figures: Figures = field(default_factory=Figures)
     damaged_tables: set[str] = field(default_factory=set)
     log: list[str] = field(default_factory=list)
@@ -113,14 +126,16 @@ class Oracle:
     _acked: dict[int, str] = field(default_factory=dict)
     _manifests: dict[int, bytes] = field(default_factory=dict)
     _manifest_tables: dict[int, list[str]] = field(default_factory=dict)
+    _manifest_ddl_only: dict[int, set[str]] = field(default_factory=dict)  # staged without files (DDL only)
     _manifest_rows: dict[int, int] = field(default_factory=dict)
     _counted: set[int] = field(default_factory=set)
     _verified: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    _snapshots: dict[str, int | None] = field(default_factory=dict)  # table -> Delta version this check reads
+    # table -> the Delta version this check reads: the commit that recorded the window the table holds (its txn)
+    _snapshots: dict[str, int | None] = field(default_factory=dict)
+    _latest: dict[str, int | None] = field(default_factory=dict)  # table -> its latest Delta version
+    _commit_seqs: dict[str, dict[str, int | None]] = field(default_factory=dict)  # uri -> commit -> merge job's seq
     _cursor: Cursor | None = None
     _commits: dict[str, dict[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
-    # (uri, commit file) -> the commit's userMetadata (the product's commits name their pipeline and window)
-    _commit_metadata: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     _restage_seen: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -187,6 +202,9 @@ class Oracle:
                 problems.append(f"cursor position moved back from {prev.position.label()} to "
                                 f"{cursor.position.label() if cursor.position else None}")
         for s, rec in windows.items():
+            if rec.plan.kind == KIND_SNAPSHOT:
+                problems.append(f"window {s} is a snapshot (a re-read the lake asked for), but the workload makes no "
+                                "statement whose rows the lake must re-read")
             if s <= cursor.seq and rec.state != STATE_ACKED:
                 problems.append(f"window {s} <= cursor {cursor.seq} is {rec.state}, not acked")
             if s > cursor.seq and rec.state == STATE_ACKED:
@@ -221,6 +239,7 @@ class Oracle:
                 manifest = json.loads(data)
                 mine = [t for t in manifest.get("tables", []) if t["schema"] == self.workload.database]
                 self._manifest_tables[s] = [t["table"] for t in mine]
+                self._manifest_ddl_only[s] = {t["table"] for t in mine if not t["files"]}
                 self._manifest_rows[s] = sum(f["rows"] for t in mine for f in t["files"])
         for s in sorted(set(self._acked) - self._counted):  # what flowed: changes of acked windows
             if s in self._manifest_rows:
@@ -242,49 +261,63 @@ class Oracle:
             return {}
         for stale in set(cache) - set(names):  # the table was deleted and re-created
             del cache[stale]
-            self._commit_metadata.pop((uri, stale), None)
         for n in names:
             if n in cache:
                 continue
             txns = []
+            seq = None
             for line in (log_dir / n).read_text().splitlines():
                 action = json.loads(line)
                 if "txn" in action:
                     txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
-                meta = (action.get("commitInfo") or {}).get("userMetadata")
-                if meta:
-                    with contextlib.suppress(ValueError):  # not ours: not JSON
-                        self._commit_metadata[(uri, n)] = json.loads(meta)
+                if "commitInfo" in action:  # the merge job's commits say whose window they belong to
+                    try:
+                        meta = json.loads(action["commitInfo"].get("userMetadata") or "null")
+                    except ValueError:
+                        meta = None
+                    if isinstance(meta, dict) and meta.get("pipeline") == self.pipeline:
+                        seq = int(meta.get("seq", 0))
             cache[n] = tuple(txns)
+            self._commit_seqs.setdefault(uri, {})[n] = seq
         return cache
 
-    def _window_commit(self, uri: str, v: int | None, latest: int | None) -> int | None:
-        """`latest`, or the commit that landed window v when every commit after it is the product's own for a
-        later window of this pipeline (its userMetadata says so): an unfinished window's schema phase."""
-        if v is None or latest is None:
-            return latest
-        landed_at = None
-        for commit, txns in sorted(self._delta_log_txns(uri).items()):
-            version = int(commit[:20])
-            if version > latest:
-                break
-            if (self.pipeline, v) in txns:
-                landed_at = version
-            elif landed_at is not None:
-                meta = self._commit_metadata.get((uri, commit)) or {}
-                if meta.get("pipeline") != self.pipeline or not int(meta.get("seq") or 0) > v:
-                    return latest  # anything else (a damaged table, say) is read as it is
-        return landed_at if landed_at is not None else latest
+    def _txn_commit(self, uri: str, window: int, latest: int | None) -> int | None:
+        """The Delta version to read the table at `uri` holding `window`: the commit that recorded the window (the
+        pipeline's txn) when every commit after it is the merge job's for a later window of this pipeline (its
+        schema steps, before that window's own txn commit); else the latest, `latest` (anything else written
+        after the window is the lake's content too)."""
+        for attempt in range(2):  # a commit newer than the cached log: read the log again
+            log = self._delta_log_txns(uri)
+            found = [int(name[:20]) for name, txns in log.items() if (self.pipeline, window) in txns]
+            if found:
+                at = max(found)
+                seqs = self._commit_seqs.get(uri, {})
+                upto = latest if latest is not None else at
+                after = [seqs.get(name) for name in log if at < int(name[:20]) <= upto]
+                return at if all(seq is not None and seq > window for seq in after) else latest
+            if attempt == 0:
+                self._commits.pop(uri, None)
+        return latest
 
     def _check_delta(
         self, windows: dict[int, WindowRecord], cursor: Cursor, problems: list[str]
     ) -> dict[str, int | None]:
         versions: dict[str, int | None] = {}
         top = max(windows) if windows else 0
-        uris = {t: self.table_uri(t) for t in self.workload.table_names}
+        names = self.workload.all_names
+        uris = {t: self.table_uri(t) for t in names}
         tomb_root = self.lake_root / "_cdc_tombstones" / path_component(self.workload.database)
-        for t in self.workload.table_names:
+        for t in names:
             uris[f"tombstones of {t}"] = str(tomb_root / path_component(t))
+        for t in self.workload.osc_names:  # never in the lake
+            for where in (Path(self.table_uri(t)), tomb_root / path_component(t)):
+                if where.exists():
+                    problems.append(f"{t}: an online schema-change tool's table has a lake table ({where})")
+        known = {path_component(t) for t in (*names, *self.workload.osc_names)}
+        lake_dir = self.lake_root / path_component(self.workload.database)
+        for d in sorted(lake_dir.iterdir()) if lake_dir.is_dir() else ():
+            if d.name not in known:
+                problems.append(f"the lake holds a table the workload never named: {d}")
         for name, uri in uris.items():
             seen: dict[tuple[str, int], str] = {}
             for commit, txns in sorted(self._delta_log_txns(uri).items()):
@@ -294,15 +327,17 @@ class Oracle:
                             f"{name}: window {txn[1]} of {txn[0]!r} committed twice ({seen[txn]}, {commit})"
                         )
                     seen[txn] = commit
-            if name in self.workload.table_names:
+            if name in names:
                 # One snapshot for the txn version and, later, the rows: an orphaned merge (its client was
                 # killed) may still be committing while the oracle looks.
-                v, latest = _txn_and_version(uri, self.pipeline)
-                # Read the table as of the commit that landed its window v (what `cdc versions` cuts read): a
-                # window's schema changes commit before its rows (docs/schema-changes.md), so a crash between
-                # them leaves later commits of an unfinished window that its replay completes.
-                self._snapshots[name] = self._window_commit(uri, v, latest)
+                v, self._latest[name] = _txn_and_version(uri, self.pipeline)
                 versions[name] = v
+                # A window's schema changes commit before its txn commit (docs/schema-changes.md): a run killed
+                # in between leaves the next window's schema steps on top of the window the table holds, which
+                # the next run finishes. The table "at the window it holds" is the commit that recorded it.
+                self._snapshots[name] = (
+                    self._txn_commit(uri, v, self._latest[name]) if v is not None else self._latest[name]
+                )
                 if v is not None and v > top:
                     problems.append(f"{name} holds window {v}, which was never planned (last planned {top})")
         for s, rec in windows.items():
@@ -312,6 +347,8 @@ class Oracle:
                 if t in self.damaged_tables:
                     continue
                 v = versions.get(t)
+                if v is None and t in self._manifest_ddl_only.get(s, ()):
+                    continue  # DDL on a table the lake never had (e.g. created LIKE another, no row yet)
                 if v is None or v < s:
                     problems.append(f"window {s} is acked but Delta table {t} holds only window {v}")
         return versions
@@ -323,13 +360,24 @@ class Oracle:
         cursor_gtid = gtid_seq(acked_streams[-1].plan.end) if acked_streams else None
         conn = self.services.root_connect()
         try:
-            for t in self.workload.table_names:
+            for t in self.workload.all_names:
                 if t in self.damaged_tables:
                     continue
                 v = versions.get(t)
                 if v is None:
-                    if cursor_gtid is not None and changed_between(self.workload, t, 0, cursor_gtid):
+                    if cursor_gtid is None:
+                        continue
+                    if changed_between(self.workload, t, 0, cursor_gtid) and not self.workload.all_ddl:
                         problems.append(f"{t}: the cursor passed its changes but Delta has no table for it")
+                        continue
+                    # A table the lake never had (or no longer has, as a table) held no row at the cursor.
+                    schema = self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
+                    if final:
+                        schema = self.workload.database
+                    rows = self.shadow.row_count(t, schema)
+                    if rows:
+                        problems.append(f"{t}: the source held {rows} rows at the cursor (GTID {cursor_gtid}, "
+                                        f"{schema}) but Delta has no table for it")
                     continue
                 rec = windows.get(v)
                 if rec is None:
@@ -339,23 +387,43 @@ class Oracle:
                     continue  # mid-backfill: tombstones make the partial state no prefix; checked when done
                 g = gtid_seq(rec.plan.end)
                 if v <= cursor.seq and cursor_gtid is not None and rec.plan.kind == KIND_STREAM:
-                    later = changed_between(self.workload, t, g, cursor_gtid)
+                    later = changed_between(self.workload, t, g, cursor_gtid, ddl=True)
                     if later:
                         problems.append(
                             f"{t}: holds window {v} (to GTID {g}) but the cursor is at GTID {cursor_gtid} and {t} "
                             f"changed in between (GTIDs {later[:5]}): a window was acked without it"
                         )
-                self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
-                schema = self.shadow.database
+                schema = self.shadow.advance(t, max(g, self.shadow.at.get(t, 0)))
                 if final:
                     if cursor_gtid is not None:
                         self.shadow.advance(t, max(cursor_gtid, self.shadow.at.get(t, 0)))
                     schema = self.workload.database  # the real source, not the replay
-                self._compare(conn, schema, t, step, problems)
+                    self._snapshots[t] = self._latest.get(t)  # and the table as it is, nothing left on top
+                if self.shadow.exists(t, schema):
+                    self._compare(conn, schema, t, step, problems)
+                elif not self.lenient:  # lenient keeps a dropped table's rows
+                    self._gone(schema, t, step, problems)
         finally:
             conn.close()
         self.figures.add(step)
         return step
+
+    def _gone(self, schema: str, table: str, step: Figures, problems: list[str]) -> None:
+        """`table` does not exist at the source at this point (dropped, renamed away): its lake table holds no
+        live row (soft deletes: tombstones only)."""
+        snapshot = self._snapshots.get(table)
+        seen = (schema, self.shadow.at.get(table), snapshot, "gone")
+        if self._verified.get(table) == seen:
+            return
+        rows = delta_state.read_rows(self.table_uri(table), version=snapshot).to_pylist()
+        live = [r for r in rows if not r.get(COL_DELETED)]
+        step.gone_checked += 1
+        step.rows_left_behind += len(live)
+        if live:
+            problems.append(f"{table} is gone at the source ({schema} has no such table) but its lake table still "
+                            f"holds {len(live)} live rows, e.g. {live[:2]}")
+        else:
+            self._verified[table] = seen
 
     def _compare(self, conn: Any, schema: str, table: str, step: Figures, problems: list[str]) -> None:
         uri = self.table_uri(table)
@@ -366,15 +434,15 @@ class Oracle:
         if self._verified.get(table) == seen:
             return
         known = len(problems)
-        model = self.workload.table(table)
-        key = tuple(c.name for c in model.key)
-        diff = compare_table(conn, schema, table, uri, key, version=snapshot)
+        # The key is the source's primary key (tables come and go with DDL); the lake may keep columns under lenient.
+        diff = compare_table(conn, schema, table, uri, None, version=snapshot, kept_columns=self.lenient)
         step.table_compares += 1
         step.rows_compared += diff.source_rows
         wrong = len({k for k, *_ in diff.different}) + len(diff.extra)
         step.rows_lost += len(diff.missing)
         step.rows_duplicated += len(diff.duplicates)
         step.wrong_values += wrong
+        step.type_mismatches += len(diff.schema)  # columns missing, extra, or of another type than the type map's
         if not diff.equal:
             problems.append(f"{table} differs from the source replayed to its window ({schema}): {diff.summary()}")
         # Type for type: the Delta column types are the type map's for the source's columns.
@@ -385,7 +453,7 @@ class Oracle:
         described = describe_tables(conn, TableFilter(include=(f"{schema}.{table}",), exclude=()), self.pipeline)
         for col in described[f"{schema}.{table}"].columns:
             if col.name not in fields:
-                continue  # not written since the column was added: compare_table checked it is all NULL
+                continue  # compare_table reported it missing
             want = column_types(col, table)[1].replace(" ", "").upper()
             have = _delta_type(fields[col.name])
             if want != have:

@@ -41,8 +41,11 @@ CRASH_POINTS = (
     "mid_ack",
     "after_ack",
 )
-# Points inside the merge job (spark_apps/merge_window.py), a separate process under spark-submit.
-MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table")
+# With schema changes in the windows (workload DDL_ALL): also inside a schema change, its structure and row
+# steps done, its mark not (spark_apps/merge/schema_steps.py), in the merge job's first phase.
+SCHEMA_POINTS = (*CRASH_POINTS, "mid_schema_change")
+# Points inside the merge job (spark_apps/merge_window.py, schema_steps.py), a separate process under spark-submit.
+MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table", "mid_schema_change")
 # Where a paused zombie is most dangerous: holding a plan, a staged window, or an ack about to commit.
 ZOMBIE_POINTS = ("after_plan", "after_stage", "after_merge", "before_ack", "mid_ack")
 

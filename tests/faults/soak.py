@@ -2,6 +2,7 @@
 
     python -m tests.faults.soak --seeds 50            # seeds 1..50, writes tests/faults/RESULTS.md + results.json
     python -m tests.faults.soak --seeds 5 --first-seed 100 --steps 8 --out /tmp/soak
+    python -m tests.faults.soak --ddl all --seeds 20 --lenient-every 5   # schema changes: results-ddl.json
 
 Per seed: a fresh pipeline over a fresh database on a private MariaDB/ZooKeeper of its own (ports 13318/22192,
 started here if needed, stopped at the end if started here), a seeded workload (tests/faults/workload.py),
@@ -11,6 +12,13 @@ restart mid-staging and between windows, staged files deleted, a lake table dele
 backfill), each followed by the oracle (tests/faults/oracle.py); then a clean run to the source's end
 and the final comparison with the source. Merges go to one in-process Spark session (the merge server),
 or to real spark-submit for every `--real-spark-every`-th seed.
+
+`--ddl all`: the workload interleaves DDL of every kind the product follows with the DML (workload.py's
+DDL_ALL: about one unit of work in four is a schema change, tables truncated, dropped, re-created, renamed,
+created LIKE others and migrated online as gh-ost and pt-osc do), crashes also hit `mid_schema_change`, and
+every `--lenient-every`-th seed runs its pipeline with `schema_changes: {mode: lenient}`. The lake-table
+deletion step is left out there (a backfill's repair across dropped and renamed tables is not what it
+tests). Its figures go to results-ddl.json and their own section of RESULTS.md.
 
 A seed that breaks an invariant is recorded as failed with the oracle's message, and the soak goes on.
 Exit status 1 if any seed failed.
@@ -37,6 +45,7 @@ from tests.faults.harness import Rig
 from tests.faults.merge_server import MergeServer, default_spark
 from tests.faults.oracle import Figures
 from tests.faults.services import PRIVATE_DIR, PrivateServices
+from tests.faults.workload import DDL_ALL, DDL_COLUMNS
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,7 +67,7 @@ MENU = (
 def step(rig: Rig, rng: random.Random, name: str) -> str:
     txns = rng.choice((2, 4, 8, 15))
     if name == "crash_point":
-        point = rng.choice(sc.CRASH_POINTS)
+        point = rng.choice(sc.SCHEMA_POINTS if rig.ddl == DDL_ALL else sc.CRASH_POINTS)
         return sc.crash_at(rig, point, txns=txns, require=False)
     if name == "random_kill":
         typical = statistics.median([r.seconds for r in rig.runs if r.rc == 0] or [10.0])
@@ -81,18 +90,27 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
 
 
 def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer, workdir: Path, steps: int,
-              real_spark: bool) -> dict[str, Any]:
+              real_spark: bool, ddl: str = DDL_COLUMNS, lenient: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     t0 = time.monotonic()
     # Windows of up to 40 transactions, two per run, a 1 s lease: many windows and takeovers per seed,
     # without a merge for every handful of transactions (merges dominate the soak's time).
+    # DDL_ALL: smaller windows (a schema change's merge is several commits), the small tables t1 and t2 and
+    # orders to start with, about one unit of work in four a schema change.
+    extra: dict[str, Any] = {}
+    if ddl == DDL_ALL:
+        extra = {"ddl": DDL_ALL, "ddl_every": 4, "tables": ("orders", "t1", "t2"),
+                 "schema_changes": {"mode": "lenient"} if lenient else None}
     rig = Rig(services, workdir / f"seed{seed}", zk, merge.address, seed, real_spark=real_spark, lease_seconds=1,
-              windows_per_run=2, caps={"max_events": 5000, "max_bytes": 64 << 20, "max_transactions": 40})
-    out: dict[str, Any] = {"seed": seed, "real_spark": real_spark, "steps": [], "ok": False}
+              windows_per_run=2, caps={"max_events": 5000, "max_bytes": 64 << 20,
+                                       "max_transactions": 15 if ddl == DDL_ALL else 40}, **extra)
+    out: dict[str, Any] = {"seed": seed, "real_spark": real_spark, "ddl": ddl, "lenient": lenient, "steps": [],
+                           "ok": False}
     try:
         rig.write(rng.randint(5, 20))
-        names = [n for n, _ in MENU]
-        weights = [w for _, w in MENU]
+        menu = [(n, w) for n, w in MENU if not (ddl == DDL_ALL and n == "lake_table_deleted")]
+        names = [n for n, _ in menu]
+        weights = [w for _, w in menu]
         for _ in range(steps):
             name = rng.choices(names, weights)[0]
             out["steps"].append({"scenario": name, "outcome": step(rig, rng, name)})
@@ -167,7 +185,10 @@ def render(summary: dict[str, Any]) -> str:
         "- test_fault_infra: ZooKeeper restart and session expiry mid-run, MariaDB restart mid-staging and between",
         "  windows, staged files deleted (re-staged byte-identical), a Delta table deleted (clear LakeError, then",
         "  `cdc backfill --from --table` rebuilds it), a binlog connection dropped mid-transaction;",
-        "- test_fault_dag: `airflow dags test` SIGKILLed inside the ack task; the next DAG run recovers.",
+        "- test_fault_dag: `airflow dags test` SIGKILLed inside the ack task; the next DAG run recovers;",
+        "- test_fault_schema_changes: the workload with DDL of every kind (below), SIGKILLs at the fault points drawn",
+        "  by the seed (`mid_schema_change` included) and at random times, one seed under follow, one under lenient;",
+        "  and strict xfails for the product bugs it found (docs/faults.md).",
         "",
         "Per-seed details of this soak (steps, outcomes, exit codes, figures) are in results.json next to this file.",
         "",
@@ -182,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="fault steps per seed")
     ap.add_argument("--real-spark-every", type=int, default=0, help="every Nth seed merges with spark-submit")
     ap.add_argument("--out", default=str(HERE), help="where RESULTS.md and results.json go")
+    ap.add_argument("--ddl", choices=(DDL_COLUMNS, DDL_ALL), default=DDL_COLUMNS,
+                    help="the workload's DDL: ADD/DROP COLUMN, or every kind the product follows")
+    ap.add_argument("--lenient-every", type=int, default=0,
+                    help="with --ddl all: every Nth seed's pipeline has schema_changes mode lenient")
     # Not the pytest fixture's instance (13317/22193): a soak and the test suite may run side by side.
     ap.add_argument("--mariadb-port", type=int, default=13318)
     ap.add_argument("--zk-port", type=int, default=22192)
@@ -207,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         with MergeServer(default_spark) as merge:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 real = bool(args.real_spark_every) and seed % args.real_spark_every == 0
-                res = soak_seed(seed, services, zk, merge, workdir, args.steps, real)
+                lenient = args.ddl == DDL_ALL and bool(args.lenient_every) and seed % args.lenient_every == 0
+                res = soak_seed(seed, services, zk, merge, workdir, args.steps, real, args.ddl, lenient)
                 seeds.append(res)
                 status = "ok" if res["ok"] else f"FAILED: {res['error'][:300]}"
                 print(f"seed {seed}: {status} ({res['seconds']}s, {len(res['steps'])} steps, {res['runs']} runs)",
                       flush=True)
-                write_results(out, seeds, command, time.monotonic() - t0, args.seeds)  # partial results too
+                write_results(out, seeds, command, time.monotonic() - t0, args.seeds, args.ddl)  # partial too
     finally:
         zk.stop()
         zk.close()
@@ -221,21 +247,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(s["ok"] for s in seeds) else 1
 
 
-def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds: float, requested: int) -> None:
+def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds: float, requested: int,
+                  ddl: str = DDL_COLUMNS) -> None:
     totals = Figures()
     wl: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
     largest = 0
     scen: Counter[str] = Counter()
     codes: Counter[str] = Counter()
+    kills: Counter[str] = Counter()
     for s in seeds:
         totals.add(Figures(**s["figures"]))
         for k, v in s["workload"].items():
             if k == "largest_txn_rows":
                 largest = max(largest, v)
+            elif k == "ddl_kinds":
+                kinds.update(v)
             else:
                 wl[k] += v
         scen.update(st["scenario"] for st in s["steps"])
         codes.update(s["exit_codes"])
+        for st in s["steps"]:
+            outcome = st["outcome"]
+            if " killed at " in f" {outcome}":
+                kills[outcome.rsplit(" at ", 1)[1]] += 1
     import platform
 
     summary = {
@@ -247,8 +282,11 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
         "requested": requested,
         "seeds_ok": sum(s["ok"] for s in seeds),
         "seeds_failed": sum(not s["ok"] for s in seeds),
+        "seeds_lenient": sum(bool(s.get("lenient")) for s in seeds),
         "scenarios": dict(scen),
         "exit_codes": dict(codes),
+        "kills_at_points": dict(kills),
+        "ddl_kinds": dict(kinds),
         "totals": {
             **totals.__dict__,
             "steps": sum(len(s["steps"]) for s in seeds),
@@ -259,6 +297,7 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
             "rolled_back": wl["rolled_back"],
             "savepoint_rollbacks": wl["savepoint_rollbacks"],
             "ddl": wl["ddl"],
+            "osc_chunks": wl["osc_chunks"],
             "rotations": wl["rotations"],
             "largest_txn_rows": largest,
         },
@@ -266,14 +305,81 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
         "per_seed": [{k: v for k, v in s.items() if k != "traceback"} for s in seeds],
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
-    (out / "RESULTS.md").write_text(render(summary))
+    name = "results-ddl.json" if ddl == DDL_ALL else "results.json"
+    (out / name).write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    if ddl == DDL_ALL:
+        _write_md(out, ddl_section=render_ddl(summary))
+    else:
+        _write_md(out, main=render(summary))
+
+
+# RESULTS.md: the soak's figures, then this line, then the schema-change soak's; each run rewrites its own part.
+_DDL_MARK = "<!-- the schema-change soak (python -m tests.faults.soak --ddl all) writes below this line -->"
+
+
+def _write_md(out: Path, main: str | None = None, ddl_section: str | None = None) -> None:
+    path = out / "RESULTS.md"
+    head, _, tail = (path.read_text() if path.exists() else "").partition(_DDL_MARK)
+    if main is not None:
+        head = main
+    if ddl_section is not None:
+        tail = "\n\n" + ddl_section
+    path.write_text(head.rstrip("\n") + "\n\n" + _DDL_MARK + tail if tail.strip() else head)
+
+
+def render_ddl(summary: dict[str, Any]) -> str:
+    """The schema-change soak's section of RESULTS.md (results-ddl.json)."""
+    t = summary["totals"]
+    kinds = summary.get("ddl_kinds", {})
+    lines = [
+        "## Schema-change soak",
+        "",
+        "The same soak with a workload that interleaves DDL of every kind the product follows with the DML",
+        "(tests/faults/workload.py, DDL_ALL; docs/schema-changes.md), crashes also inside a schema change",
+        "(`mid_schema_change`); regenerate with:",
+        "",
+        f"    {summary['command']}",
+        "",
+        f"Date: {summary['date']} (UTC). Machine: {summary['machine']}. Wall time: {summary['seconds'] / 60:.0f} min.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| seeds | {summary['seeds']} of {summary['requested']} requested ({summary['seeds_ok']} passed, "
+        f"{summary['seeds_failed']} failed; {summary.get('seeds_lenient', 0)} with `schema_changes: "
+        "{mode: lenient}`) |",
+        f"| fault steps (scenarios) | {t['steps']} over {len(summary['scenarios'])} kinds |",
+        f"| CLI runs | {t['runs']} ({t['runs_killed']} killed by SIGKILL) |",
+        "| kills at fault points | " + (", ".join(f"{k} {v}" for k, v in sorted(summary.get("kills_at_points", {})
+                                                                           .items())) or "none") + " |",
+        f"| DDL statements | {t['ddl']} (the tables' creation and the online schema changes' own steps included) |",
+        "| DDL by kind | " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + " |",
+        f"| source transactions / row changes | {t['transactions']} / {t['source_rows']} (rows copied by online "
+        f"schema changes: {t.get('osc_chunks', 0)}) |",
+        f"| windows acked | {t['windows_acked']} |",
+        f"| oracle checks (after every step) | {t['checks']} ({t['table_compares']} table comparisons, "
+        f"{t['rows_compared']} rows compared; {t.get('gone_checked', 0)} checks of a dropped or renamed-away table) |",
+        f"| **rows lost / duplicated / wrong** | **{t['rows_lost']} / {t['rows_duplicated']} / {t['wrong_values']}** |",
+        f"| **column mismatches** (names, types per the type map) | **{t['type_mismatches']}** |",
+        f"| **live rows left in a gone table** | **{t.get('rows_left_behind', 0)}** |",
+        "",
+        "Exit codes of the CLI runs: " + ", ".join(f"{k}: {v}" for k, v in sorted(summary["exit_codes"].items()))
+        + ".",
+        "",
+    ]
+    if summary["failures"]:
+        lines += ["Failed seeds:", ""]
+        for f in summary["failures"]:
+            lines += [f"- seed {f['seed']}: {f['error'][:1500]}", ""]
+    return "\n".join(lines)
 
 
 def rerender(results_json: Path) -> None:
-    """Rewrite RESULTS.md next to `results_json` from it (after a change to `render`)."""
-    summary = json.loads(results_json.read_text())
-    (results_json.parent / "RESULTS.md").write_text(render(summary))
+    """Rewrite RESULTS.md next to `results_json` from it, and its schema-change part from results-ddl.json
+    (after a change to `render` or `render_ddl`)."""
+    _write_md(results_json.parent, main=render(json.loads(results_json.read_text())))
+    ddl = results_json.parent / "results-ddl.json"
+    if ddl.exists():
+        _write_md(results_json.parent, ddl_section=render_ddl(json.loads(ddl.read_text())))
 
 
 if __name__ == "__main__":

@@ -223,6 +223,21 @@ def test_older_images_are_translated_through_later_changes_only() -> None:
     mid = translate_columns(["id", "label", "n", "d"], 250, history)
     assert mid.renames == () and mid.drops == ("n",) and mid.casts == (("d", "BIGINT"),) and mid.fills == ()
     assert translate_columns(["id", "label", "d"], 500, history).empty
+    assert [old.output_of(c) for c in ("id", "v", "n")] == ["id", "label", None]
+
+
+def test_a_column_renamed_twice_or_renamed_then_dropped_ends_where_the_last_change_put_it() -> None:
+    """Rows staged before RENAME a TO b then DROP b lose a; before a TO b then b TO c, a's values are c's."""
+    dropped = translate_columns(["id", "a", "keep"], 50, (ColumnOp(100, H_RENAME, "a", new_name="b"),
+                                                          ColumnOp(200, H_DROP, "b")))
+    assert [dropped.output_of(c) for c in ("id", "a", "keep")] == ["id", None, "keep"]
+    twice = translate_columns(["id", "a"], 50, (ColumnOp(100, H_RENAME, "a", new_name="b"),
+                                                ColumnOp(200, H_RENAME, "b", new_name="c")))
+    assert [twice.output_of(c) for c in ("id", "a")] == ["id", "c"]
+    swapped = translate_columns(["x", "y"], 50, (ColumnOp(100, H_RENAME, "x", new_name="t"),
+                                                 ColumnOp(110, H_RENAME, "y", new_name="x"),
+                                                 ColumnOp(120, H_RENAME, "t", new_name="y")))
+    assert [swapped.output_of(c) for c in ("x", "y")] == ["y", "x"]
 
 
 @pytest.mark.parametrize(("frm", "to", "exact"), [
