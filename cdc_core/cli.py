@@ -15,15 +15,19 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
 from cdc_core.model.errors import CdcError, ConfigError, LeaseHeld, PartialFailure
 from cdc_core.model.sources import command_target, split_unit, unit_name
+
+if TYPE_CHECKING:
+    from cdc_core.run.group import GroupRun
+    from cdc_core.run.loop import WindowsRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -257,21 +261,27 @@ def validate(ctx: click.Context, check_sources: bool) -> None:
 DEFAULT_MAX_WINDOWS = 100
 
 
-def run_failure(result: Mapping[str, Any], first_error: BaseException | None) -> BaseException | None:
-    """What a run's exit says: None when every source landed; the first error itself when no source landed (a
-    total failure keeps its own exit code); a `PartialFailure` (exit 9) when some sources failed and the
-    others landed."""
-    if first_error is None:
+def run_failure(result: WindowsRun | GroupRun) -> BaseException | None:
+    """What a run's exit says (a pipeline's `WindowsRun`, or a group pipeline's `GroupRun`): None when every
+    source landed; the first error itself when no source landed (a total failure keeps its own exit code); a
+    `PartialFailure` (exit 9) when some sources failed and the others landed."""
+    from cdc_core.run.group import GroupRun, SourceFailed
+
+    if not isinstance(result, GroupRun) or result.first_error is None:
         return None
-    failed = [str(s) for s in result.get("failed") or ()]
-    sources = result.get("sources") or {}
-    landed = [str(s) for s in sources if s not in failed]
+    failed = list(result.failed)
+    landed = [s for s in result.sources if s not in failed]
     if not landed:
-        return first_error
-    pipeline = str(result.get("pipeline"))
-    errors = "; ".join(f"{s}: {(sources.get(s) or {}).get('error', '?')}" for s in failed)
+        return result.first_error
+    pipeline = result.pipeline
+
+    def error(s: str) -> str:
+        outcome = result.sources.get(s)
+        return outcome.error if isinstance(outcome, SourceFailed) else "?"
+
+    errors = "; ".join(f"{s}: {error(s)}" for s in failed)
     return PartialFailure(
-        f"pipeline {pipeline!r}: {len(failed)} of {len(sources)} sources failed ({errors}); "
+        f"pipeline {pipeline!r}: {len(failed)} of {len(result.sources)} sources failed ({errors}); "
         f"{', '.join(landed)} landed their windows. The next run retries the failed sources "
         f"(`cdc run {pipeline} --source {failed[0]}` for one alone); `cdc status {pipeline}` shows their last errors"
     )
@@ -312,8 +322,8 @@ def run(  # noqa: PLR0917 (click passes options as arguments)
             _holder("run"), max_windows=1 if once else max_windows, until_caught_up=True,
             process=this_process(), break_dead=True,
         )
-    failure = run_failure(result, result.pop("first_error", None))
-    _emit(result)
+    failure = run_failure(result)
+    _emit(result.to_dict())
     if failure is not None:
         raise failure
 
@@ -403,6 +413,7 @@ def _backfill_one(  # noqa: PLR0917 (the command's options)
     cancel: bool,
 ) -> dict[str, Any]:
     from cdc_core.run import backfill as backfill_steps
+    from cdc_core.run import loop
 
     if cancel:
         if start_ts or end_ts or tables or dry_run:
@@ -424,17 +435,8 @@ def _backfill_one(  # noqa: PLR0917 (the command's options)
         try:
             report = backfill_steps.begin_backfill(p, grant, start_ts, end_ts, list(tables) or None, dry_run=dry_run)
             if not dry_run:
-                done = []
-                for _ in range(max_windows):
-                    if p.coordinator.read_cursor().backfill is None:
-                        break
-                    step = p.plan(grant)
-                    staged = p.stage(grant, step["seq"])
-                    if not staged["empty"]:
-                        p.merge_locally(grant, step["seq"])
-                    p.ack(grant, step["seq"])
-                    done.append(step)
-                report["windows"] = done
+                done = loop.run_windows(p, grant, grant.holder, max_windows=max_windows, stop=loop.backfill_done(p))
+                report["windows"] = [w.planned.to_dict() for w in done.windows]
         finally:
             p.release(grant)
         return dict(report)
@@ -491,39 +493,26 @@ def snapshot(  # noqa: PLR0917 - one parameter per CLI option
 ) -> None:
     """Load existing rows of tables (initial load, a table added later, a rebuild), chunk by chunk, without locks."""
     from cdc_core.model import snapshot_state
-    from cdc_core.run import snapshot_steps
+    from cdc_core.run import loop, snapshot_steps
 
     max_windows = _max_windows(ctx, max_windows, old_windows)
     with _pipeline(ctx, pipeline, source) as p:
         grant = _acquire(p, "snapshot")
-        done = []
-        doing, seq = "begin_snapshot", None
         try:
-            if cancel:
-                snapshot_steps.cancel(p, grant, list(tables) or None)
-            else:
-                snapshot_steps.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
-            for _ in range(max_windows):
-                if not p.coordinator.read_snapshot().active and p.coordinator.pending_window() is None:
-                    break
-                doing, seq = "plan_window", None
-                step = p.plan(grant)
-                doing, seq = "stage_window", step["seq"]
-                staged = p.stage(grant, step["seq"])
-                if not staged["empty"]:
-                    doing = "merge_window"
-                    p.merge_locally(grant, step["seq"])
-                doing = "ack_window"
-                p.ack(grant, step["seq"])
-                done.append(step)
-        except Exception as e:
-            p.note_failure(doing, e, seq=seq, holder=grant.holder)  # for the monitor page, as `run` does
-            raise
+            try:
+                if cancel:
+                    snapshot_steps.cancel(p, grant, list(tables) or None)
+                else:
+                    snapshot_steps.request(p, grant, list(tables) or None, chunk_rows, requested_by=grant.holder)
+            except Exception as e:
+                p.note_failure("begin_snapshot", e, holder=grant.holder)  # for the monitor page, as the loop does
+                raise
+            done = loop.run_windows(p, grant, grant.holder, max_windows=max_windows, stop=loop.snapshot_done(p))
         finally:
             p.release(grant)
         progress = snapshot_state.progress_view(p.coordinator.read_snapshot())
         who = {"pipeline": p.config.name, **({"source": p.source_id} if p.source_id else {})}
-        _emit({**who, "windows": done, "snapshot": progress})
+        _emit({**who, "windows": [w.planned.to_dict() for w in done.windows], "snapshot": progress})
 
 
 @cli.command()

@@ -11,7 +11,7 @@ Losing the lease (Fenced) stops the whole run at once: nothing of any source may
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +20,37 @@ from cdc_core.model import holders
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import CdcError, ConfigError, Fenced
 from cdc_core.model.logfmt import kv, one_line
-from cdc_core.run import pipeline
+from cdc_core.run import loop, pipeline
+from cdc_core.run.loop import WindowsRun
 from cdc_core.run.pipeline import Pipeline
 
 log = logging.getLogger("cdc.pipeline")
+
+
+@dataclass(frozen=True)
+class SourceFailed:
+    """A source of a group pipeline whose turn failed: its error in one line (`Type: message`)."""
+
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.error}
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """A group pipeline's run: each source's outcome in turn order, the failed sources, and the first
+    failure itself (its exit code is the run's when no source landed; cdc_core.cli.run_failure)."""
+
+    pipeline: str
+    sources: Mapping[str, WindowsRun | SourceFailed]
+    failed: tuple[str, ...] = ()
+    first_error: Exception | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as `cdc run` prints it (the error objects stay out: their text is each source's)."""
+        return {"pipeline": self.pipeline, "sources": {s: r.to_dict() for s, r in self.sources.items()},
+                "failed": list(self.failed)}
 
 
 @dataclass
@@ -105,13 +132,13 @@ class PipelineGroup:
         until_caught_up: bool = False,
         process: holders.ProcessIdentity | None = None,
         break_dead: bool = False,
-        merge: Callable[..., Any] | None = None,
-    ) -> dict[str, Any]:
+        merge: loop.Merge | None = None,
+    ) -> WindowsRun | GroupRun:
         """acquire -> each source's windows (`Pipeline.run_windows`) -> release.
 
-        A single-source pipeline returns exactly `Pipeline.run_cycle`'s result. A group pipeline returns
-        `{"pipeline", "sources": {id: result or {"error": ...}}, "failed": [ids]}`; the caller decides the
-        exit (the CLI: the first failure's exit code, after printing every source's outcome)."""
+        A single-source pipeline returns exactly `Pipeline.run_cycle`'s result. A group pipeline returns a
+        `GroupRun` (each source's result or its failure); the caller decides the exit (the CLI: the first
+        failure's exit code, after printing every source's outcome)."""
         if max_windows < 1:
             raise ConfigError(f"pipeline {self.name!r}: max windows must be at least 1, got {max_windows}")
         if not self.config.is_group:
@@ -120,8 +147,8 @@ class PipelineGroup:
                 break_dead=break_dead, merge=merge,
             )
         grant = self.first.acquire(holder, process=process, break_dead=break_dead)
-        results: dict[str, Any] = {}
-        failed: list[tuple[str, CdcError | Exception]] = []
+        results: dict[str, WindowsRun | SourceFailed] = {}
+        failed: list[tuple[str, Exception]] = []
         try:
             for sid, unit in self.units.items():
                 assert sid is not None
@@ -132,16 +159,13 @@ class PipelineGroup:
                 except Fenced:
                     raise  # the lease is gone: no source may change anything more
                 except Exception as e:  # this source fails; the others still get their turn
-                    results[sid] = {"error": f"{type(e).__name__}: {one_line(e)}"}
+                    results[sid] = SourceFailed(f"{type(e).__name__}: {one_line(e)}")
                     failed.append((sid, e))
                     log.warning("%s", kv(event="source.failed", pipeline=self.name, source=sid,
                                          error=one_line(e)[:300], action="next_source"))
         finally:
             self.first.release(grant)
-        out: dict[str, Any] = {"pipeline": self.name, "sources": results, "failed": [s for s, _ in failed]}
-        if failed:
-            out["first_error"] = failed[0][1]
-        return out
+        return GroupRun(self.name, results, tuple(s for s, _ in failed), failed[0][1] if failed else None)
 
     def for_each(self, action: Callable[[Pipeline], Any]) -> dict[str, Any]:
         """`action(unit)` per source; a failing source's entry is `{"error": ...}` (status pages)."""

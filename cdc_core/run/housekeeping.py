@@ -279,7 +279,7 @@ def prune_records(
 # ---------------------------------------------------------------------------------------- cleanup
 
 
-def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
+def cleanup(p: PipelineContext, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     """Staged windows, then window records. `batched` (the after-ack path) keeps it cheap."""
     m = p.config.maintenance
     staged = clean_staging(
@@ -293,7 +293,7 @@ def cleanup(p: Pipeline, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     return {"staging": staged, "records": records, "checkpoints": _maintain_checkpoints(p, grant)}
 
 
-def _maintain_checkpoints(p: Pipeline, grant: LeaseGrant) -> dict[str, Any]:
+def _maintain_checkpoints(p: PipelineContext, grant: LeaseGrant) -> dict[str, Any]:
     """The full pass compacts and vacuums the lake's checkpoints table (cdc_core.lake.lake_versions); a failure
     is logged and reported, never fatal (the table stays correct, only larger)."""
     from cdc_core.lake import lake_versions
@@ -309,7 +309,7 @@ def _maintain_checkpoints(p: Pipeline, grant: LeaseGrant) -> dict[str, Any]:
     return out
 
 
-def cleanup_after_ack(p: Pipeline, grant: LeaseGrant) -> dict[str, Any] | None:
+def cleanup_after_ack(p: PipelineContext, grant: LeaseGrant) -> dict[str, Any] | None:
     """The after-ack pass. Never raises: the ack already happened; the next pass catches up."""
     if not p.config.maintenance.cleanup_after_ack:
         return None

@@ -290,7 +290,7 @@ class CdcMergeOperator(SparkJobOperator):
                 result = p.merge_locally(grant, seq, submit=self.runner(p, hook.secrets(p), "merge job"))
         except CdcError as e:
             raise_for(e, self.pipeline)
-        if result.get("skipped"):
+        if result.skipped:
             raise AirflowSkipException(
                 f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
                 "nothing to merge (the ack step records the empty window)"

@@ -248,7 +248,7 @@ def plan_window(pipeline: str, grant: dict[str, Any], skip_unless_replaying: boo
         raise AirflowSkipException(f"pipeline {pipeline!r}: {what}; the report is begin_backfill's result")
     lease = lease_grant(grant, PLAN_TASK)
     with pipeline_step(pipeline) as p:
-        window = dict(p.plan(lease))
+        window = p.plan(lease).to_dict()
     return dict(window)
 
 
@@ -257,7 +257,8 @@ def stage_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     """Stage the planned window's row changes (Parquet + manifest), or verify an existing staged copy."""
     lease, seq = window_lease(window, "stage_window")
     with pipeline_step(pipeline) as p:
-        return dict(p.stage(lease, seq))
+        staged: dict[str, Any] = p.stage(lease, seq).to_dict()
+    return staged
 
 
 @task(task_id=ACK_TASK)
@@ -269,7 +270,7 @@ def ack_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     ctx = get_current_context()
     lease, seq = window_lease(window, ACK_TASK)
     with pipeline_step(pipeline) as p:
-        result = dict(p.ack(lease, seq))
+        result: dict[str, Any] = p.ack(lease, seq).to_dict()
         more = dict(p.more_work(seq))
         # One asset event per table the window (and any window acked by recovery before it) changed,
         # recorded by Airflow when this task succeeds; windows already announced are left out.

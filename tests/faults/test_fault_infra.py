@@ -131,12 +131,12 @@ def test_a_lost_binlog_connection_mid_transaction_is_an_error_not_a_gap(
             killer.start()
             try:
                 with pytest.raises(SourceError, match=r"connection to the source .* was lost while reading the binlog"):
-                    p.stage(grant, step["seq"])
+                    p.stage(grant, step.seq)
             finally:
                 killer.join()
             assert killed
-            staged = p.stage(grant, step["seq"])  # the retry reads the window from its start
-            assert staged["changes"] == 60_000 + r.workload.stats.rows, staged
+            staged = p.stage(grant, step.seq)  # the retry reads the window from its start
+            assert staged.changes == 60_000 + r.workload.stats.rows, staged
             p.release(grant)
     finally:
         r.close()

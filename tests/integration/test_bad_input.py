@@ -84,7 +84,7 @@ def ran(services: Any, zk_client: Any, tmp_path_factory: pytest.TempPathFactory)
         # One window without changes to our tables (other tests' transactions may be in it): a cursor and
         # a window record exist, as on any pipeline that ran.
         done = p.run_cycle("setup", merge=lambda *a: pytest.fail("a window without changes never merges"))
-        assert done["windows"][0]["changes"] == 0, done
+        assert done.windows[0].staged.changes == 0, done
         yield Ran(p, config, db, zk_root, [lake, staging], services)
     finally:
         p.close()

@@ -818,6 +818,7 @@ def test_a_merge_longer_than_the_lease_keeps_it(
     from cdc_core.lake.job_outcome import JobExit
     from cdc_core.lake.spark_conf import SparkJob
     from cdc_core.model.config import PipelineConfig
+    from cdc_core.run import merge_step, stage
     from cdc_core.run.pipeline import Pipeline
     from tests.support.fake_manifest import fake_manifest
 
@@ -844,11 +845,11 @@ def test_a_merge_longer_than_the_lease_keeps_it(
             seen.append("held")
         return JobExit(0, "", "")
 
-    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
-    monkeypatch.setattr(p, "merge_job", lambda grant, seq: SparkJob(application="merge_window.py", args=[],
+    monkeypatch.setattr(stage, "manifest", lambda p, seq: fake_manifest("t"))
+    monkeypatch.setattr(merge_step, "merge_job", lambda p, grant, seq: SparkJob(application="merge_window.py", args=[],
                                                                     name="cdc-merge", jars="", conf={}, env={}))
     try:
-        assert p.merge_locally(grant, 1, submit=slow_job)["merged"] is True
+        assert p.merge_locally(grant, 1, submit=slow_job).merged is True
         assert seen == ["held"]
         coord.verify(grant)  # still this run's lease: the ack can follow
     finally:

@@ -321,7 +321,7 @@ def test_crash_before_ack_then_cdc_maintain_then_the_next_run_recovers(
     sql(services, source_db, "INSERT INTO orders VALUES (7,'g',7)", "DELETE FROM orders WHERE id = 1")
     crashed = p.acquire("run-4-crashes")
     step = p.plan(crashed)
-    assert step["seq"] == 4
+    assert step.seq == 4
     p.stage(crashed, 4)
     merge(crashed, 4)
     assert delta_state.last_txn_version(p.table_uri(source_db, "orders"), "hk") == 4
@@ -367,8 +367,8 @@ def test_crash_before_ack_then_cdc_maintain_then_the_next_run_recovers(
     # The next run recovers window 4 (it landed: acked now, not replayed) and goes on.
     sql(services, source_db, "UPDATE orders SET qty = 99 WHERE id = 7")
     out = p.run_cycle("run-5", merge=merge)
-    assert [w["seq"] for w in out["windows"]] == [5]
-    assert out["windows"][0]["recovered"] == "acked landed window 4"
+    assert [w.planned.seq for w in out.windows] == [5]
+    assert out.windows[0].planned.recovered == "acked landed window 4"
     assert p.coordinator.read_cursor().seq == 5
     assert lake_rows(spark, p, source_db) == source_rows(services, source_db)
     assert delta_state.last_txn_version(p.table_uri(source_db, "orders"), "hk") == 5
@@ -388,7 +388,7 @@ def test_a_merge_running_during_maintenance_lands_exactly_once(
     sql(services, source_db, "UPDATE orders SET qty = qty + 1000",  # every file of the table is rewritten
         "INSERT INTO orders VALUES (1000,'late',1)", "DELETE FROM orders WHERE id = 2")
     grant = p.acquire("run-merging")
-    seq = p.plan(grant)["seq"]
+    seq = p.plan(grant).seq
     p.stage(grant, seq)
     tables = [t.to_dict() for t in housekeeping.discover_tables(p.lake_root, p.table_filter())]
     assert len(tables) == 2  # orders and its tombstones

@@ -50,22 +50,22 @@ def test_restaging_after_a_config_change_reads_the_planned_tables_with_either_de
 
     with write([]) as p:
         grant = p.acquire("run-1")
-        seq = p.plan(grant)["seq"]
+        seq = p.plan(grant).seq
         first = p.stage(grant, seq)
         manifest = p.manifest(seq).to_dict()
-    assert sorted(first["tables"]) == [f"{source_db}.a", f"{source_db}.b"]
+    assert sorted(first.tables) == [f"{source_db}.a", f"{source_db}.b"]
 
     # The operator now excludes b, and the staged copy is lost before the merge: the stored window is
     # re-staged as planned (with b), not re-planned, so a zombie and its successor stage the same thing.
-    shutil.rmtree(first["window_dir"])
+    shutil.rmtree(first.window_dir)
     with write([f"{source_db}.b"]) as p:
         again = p.stage(grant, seq)
         assert p.manifest(seq).to_dict() == manifest
-    assert sorted(again["tables"]) == sorted(first["tables"])
+    assert sorted(again.tables) == sorted(first.tables)
 
     # The library's row-by-row decoding (the escape hatch around a columnar decoding defect) stages the
     # same window byte for byte: the manifest holds every file's checksum.
-    shutil.rmtree(first["window_dir"])
+    shutil.rmtree(first.window_dir)
     with write([], decoder="library") as p:
         p.stage(grant, seq)
         assert p.manifest(seq).to_dict() == manifest

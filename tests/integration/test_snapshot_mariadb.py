@@ -40,6 +40,7 @@ from cdc_core.model import layout, snapshot_state
 from cdc_core.model.config import PipelineConfig
 from cdc_core.run import snapshot_steps
 from cdc_core.run.pipeline import Pipeline
+from cdc_core.run.plan import PlannedWindow
 from cdc_core.run.verify import compare_table
 from spark_apps.merge import merge_window
 from tests.support import all_types_mariadb as types_fixture  # the every-type table and rows
@@ -147,12 +148,12 @@ def in_process_merge(spark: Any, p: Pipeline) -> Callable[..., Any]:
     return merge
 
 
-def run_window(p: Pipeline, grant: Any, merge: Callable[..., Any]) -> dict[str, Any]:
+def run_window(p: Pipeline, grant: Any, merge: Callable[..., Any]) -> PlannedWindow:
     step = p.plan(grant)
-    staged = p.stage(grant, step["seq"])
-    if not staged["empty"]:
-        merge(grant, step["seq"])
-    p.ack(grant, step["seq"])
+    staged = p.stage(grant, step.seq)
+    if not staged.empty:
+        merge(grant, step.seq)
+    p.ack(grant, step.seq)
     return step
 
 
@@ -171,7 +172,7 @@ def run_until_caught_up(
     grant = p.acquire(holder)
     try:
         for _ in range(limit):
-            done.append(run_window(p, grant, merge))
+            done.append(run_window(p, grant, merge).to_dict())
             cursor = p.coordinator.read_cursor()
             assert cursor.position is not None
             at = (int(cursor.position.file.rpartition(".")[2]), cursor.position.offset)
@@ -385,11 +386,11 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
     try:
         for _ in range(40):
             step = p.plan(grant)
-            kinds.append(step["kind"])
-            if step["kind"] == "snapshot":
+            kinds.append(step.kind)
+            if step.kind == "snapshot":
                 # Deterministic races on top of the writer's: change rows of this very chunk after its
                 # watermark and before its read, of a chunk already read, and of one not read yet.
-                spec = snapshot_state.chunk_of(p.coordinator.get_window(step["seq"]).plan)  # type: ignore[union-attr]
+                spec = snapshot_state.chunk_of(p.coordinator.get_window(step.seq).plan)  # type: ignore[union-attr]
                 c = spec.chunk
                 done_key, this_key = race_key(0), race_key(c * 350 - 175)
                 later_key = race_key(min(n - 1, c * 350 + 175))
@@ -402,10 +403,10 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
                 execute(root_db, "UPDATE race SET v = -1 WHERE tenant = %s AND code = %s", args=done_key)
                 execute(root_db, "DELETE FROM race WHERE tenant = %s AND code = %s", args=later_key)
                 execute(root_db, "INSERT IGNORE INTO race VALUES (%s, %s, 7, 'reborn')", args=this_key)
-            staged = p.stage(grant, step["seq"])
-            if not staged["empty"]:
-                merge(grant, step["seq"])
-            p.ack(grant, step["seq"])
+            staged = p.stage(grant, step.seq)
+            if not staged.empty:
+                merge(grant, step.seq)
+            p.ack(grant, step.seq)
             if not p.coordinator.read_snapshot().active:
                 break
         ops_during_snapshot = writer.ops
@@ -436,7 +437,7 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     p = case.pipeline(include, **extra)
     merge = in_process_merge(spark, p)
     first = p.run_cycle("first", max_windows=1, merge=merge)
-    assert [w["kind"] for w in first["windows"]] == ["snapshot"]
+    assert [w.planned.kind for w in first.windows] == ["snapshot"]
 
     # A `cdc run` process dies (SIGKILL) after reading chunk 2's rows, before its manifest exists.
     proc = case.cli(config, "run", case.name, "--max-windows", "3", env={"CDC_FAULT": "mid_stage"})
@@ -452,10 +453,10 @@ def test_a_killed_snapshot_resumes_without_duplicates(spark, case: Case, root_db
     # the lease back).
     grant = p.acquire("second", break_dead=True)
     step = p.plan(grant)
-    assert step["seq"] == pending.seq and step["recovered"] == "replay"
+    assert step.seq == pending.seq and step.recovered == "replay"
     assert p.coordinator.get_window(pending.seq).plan == pending.plan  # type: ignore[union-attr]
-    p.stage(grant, step["seq"])
-    merge(grant, step["seq"])
+    p.stage(grant, step.seq)
+    merge(grant, step.seq)
     p.release(grant)
     assert p.coordinator.read_snapshot().table(f"{source_db}.k").chunks == 1  # type: ignore[union-attr]
 
@@ -606,7 +607,7 @@ def test_a_deleted_snapshot_loaded_table_is_repaired_by_a_snapshot(  # type: ign
         snapshot_steps.request(p, grant, [name], chunk_rows=10)
         for i in range(30):
             execute(root_db, "UPDATE lk SET v = v + 100 WHERE id = %s", args=(10 + i % 3,))  # the stream has work
-            kinds.append(run_window(p, grant, merge)["kind"])
+            kinds.append(run_window(p, grant, merge).kind)
             if not p.coordinator.read_snapshot().active:
                 break
     finally:

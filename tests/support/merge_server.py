@@ -122,7 +122,7 @@ class SharedMergeServer(ServerProcess):
     def command(self) -> tuple[list[str], dict[str, str]]:
         from cdc_core.lake.spark_conf import LOCAL_MASTER, SparkJob, delta_jars, jar_list, job_confs, spark_env
         from cdc_core.model.config.sections import SparkConfig
-        from cdc_core.run.pipeline import MERGE_SERVER_APP
+        from cdc_core.run.merge_step import MERGE_SERVER_APP
 
         job = SparkJob(application=str(MERGE_SERVER_APP), args=["--listen", self.address],
                        name="cdc-tests-merge-server", jars=jar_list(delta_jars(), LOCAL_MASTER),

@@ -490,6 +490,7 @@ def _open_pipeline(monkeypatch: pytest.MonkeyPatch, events: list[str], *, tables
 
     from cdc_core.capture.source import SourceParams
     from cdc_core.model.config import PipelineConfig
+    from cdc_core.run import merge_step, stage
     from cdc_core.run.pipeline import Pipeline
 
     cfg = PipelineConfig(name="orders", source={"conn_id": "x"}, tables={"include": ["shop.*"]},
@@ -499,11 +500,12 @@ def _open_pipeline(monkeypatch: pytest.MonkeyPatch, events: list[str], *, tables
         record_maintenance=lambda grant, record: events.append(f"record {record['status']}"),
     )
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="dbpw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest(*["shop.orders"] * tables, changes=12))
+    monkeypatch.setattr(stage, "manifest", lambda p, seq: fake_manifest(*["shop.orders"] * tables, changes=12))
     monkeypatch.setattr(p, "spark_jars", lambda: "/jars/delta.jar")
     monkeypatch.setattr(p, "zk_auth", lambda: "zkuser:zkpw")
-    monkeypatch.setattr(p, "merge_application_args", lambda g, seq: ["--seq", str(seq), "--token", str(g.token)])
-    monkeypatch.setattr(p, "merge_server_address", lambda: None)
+    monkeypatch.setattr(merge_step, "merge_application_args",
+                        lambda p, g, seq: ["--seq", str(seq), "--token", str(g.token)])
+    monkeypatch.setattr(merge_step, "merge_server_address", lambda p: None)
 
     @contextlib.contextmanager
     def keep_lease(grant: Any) -> Iterator[Any]:
@@ -661,7 +663,9 @@ def test_the_merge_operator_sends_the_window_to_the_merge_server_when_one_is_con
     from cdc_core.lake import merge_client
 
     t = _merge_task(monkeypatch)
-    monkeypatch.setattr(t.p, "merge_server_address", lambda: "127.0.0.1:7199")
+    from cdc_core.run import merge_step
+
+    monkeypatch.setattr(merge_step, "merge_server_address", lambda p: "127.0.0.1:7199")
     monkeypatch.setattr(operators, "spark_submit_hook", lambda *a: pytest.fail("spark-submit with a merge server"))
     sent: list[tuple[str, list[str]]] = []
     answer = merge_client.MergeAnswer(0, "{}\n", "")

@@ -113,13 +113,18 @@ def test_lease_has_show_and_break(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_run_failure_tells_a_partial_failure_from_a_total_one() -> None:
+    from cdc_core.run.group import GroupRun, SourceFailed
+    from cdc_core.run.loop import WindowsRun
+
     down = SourceError("shard c is down")
-    assert cli.run_failure({"pipeline": "shop", "sources": {"a": {}}, "failed": []}, None) is None
-    total = {"pipeline": "shop", "sources": {"c": {"error": "SourceError: down"}}, "failed": ["c"]}
-    assert cli.run_failure(total, down) is down  # keeps its own exit code (3)
-    partial = {"pipeline": "shop", "sources": {"a": {"windows": []}, "b": {"windows": []},
-                                               "c": {"error": "SourceError: down"}}, "failed": ["c"]}
-    got = cli.run_failure(partial, down)
+    assert cli.run_failure(WindowsRun("shop")) is None
+    assert cli.run_failure(GroupRun("shop", {"a": WindowsRun("shop.a")})) is None
+    total = GroupRun("shop", {"c": SourceFailed("SourceError: down")}, ("c",), down)
+    assert cli.run_failure(total) is down  # keeps its own exit code (3)
+    partial = GroupRun("shop", {"a": WindowsRun("shop.a"), "b": WindowsRun("shop.b"),
+                                "c": SourceFailed("SourceError: down")}, ("c",), down)
+    assert partial.to_dict()["sources"]["c"] == {"error": "SourceError: down"} and partial.to_dict()["failed"] == ["c"]
+    got = cli.run_failure(partial)
     assert isinstance(got, PartialFailure) and got.exit_code == 9
     assert "1 of 3 sources failed (c: SourceError: down); a, b landed" in str(got)
     assert "cdc run shop --source c" in str(got)

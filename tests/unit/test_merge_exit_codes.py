@@ -22,6 +22,7 @@ from cdc_core.lake.job_outcome import JobExit
 from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, SchemaConflict
+from cdc_core.run import stage
 from cdc_core.run.pipeline import Pipeline
 from tests.support.fake_manifest import fake_manifest
 
@@ -35,7 +36,7 @@ def _pipeline(monkeypatch: pytest.MonkeyPatch, rc: int, stderr: str) -> Pipeline
                          staging_root="/nonexistent/staging", lake_root="/nonexistent/lake")
     coordinator: Any = SimpleNamespace(renew=lambda grant, ttl: grant)
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
+    monkeypatch.setattr(stage, "manifest", lambda p, seq: fake_manifest("t"))
     monkeypatch.setattr(p, "spark_jars", lambda: "a.jar")
     monkeypatch.setattr(
         "cdc_core.lake.job_runner.subprocess.run",
@@ -84,7 +85,7 @@ def test_the_step_takes_the_callers_runner(monkeypatch: pytest.MonkeyPatch) -> N
         jobs.append(job)
         return JobExit(0 if len(jobs) == 1 else 2, "merge_window: ConfigError: no", "")
 
-    assert p.merge_locally(GRANT, 7, submit=runner)["merged"] is True
+    assert p.merge_locally(GRANT, 7, submit=runner).merged is True
     assert jobs[0].name == "cdc-merge-p-7" and jobs[0].application.endswith("spark_apps/merge_window.py")
     with pytest.raises(ConfigError, match="merge of window 7 failed \\(exit 2\\): ConfigError: no"):
         p.merge_locally(GRANT, 7, submit=runner)

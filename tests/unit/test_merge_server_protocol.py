@@ -23,6 +23,7 @@ from cdc_core.lake import merge_client as mc
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, Fenced, LakeError, StagingError
+from cdc_core.run import stage
 from cdc_core.run.pipeline import Pipeline
 from tests.support.fake_manifest import fake_manifest
 
@@ -184,7 +185,7 @@ def _pipeline(monkeypatch: pytest.MonkeyPatch, **spark: Any) -> Pipeline:
                          staging_root="/nonexistent/staging", lake_root="/nonexistent/lake", spark=spark)
     coordinator: Any = SimpleNamespace(renew=lambda grant, ttl: grant)
     p = Pipeline(config=cfg, source=SourceParams(host="h", port=1, user="u", password="pw"), coordinator=coordinator)
-    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("t"))
+    monkeypatch.setattr(stage, "manifest", lambda p, seq: fake_manifest("t"))
     monkeypatch.setattr(p, "spark_jars", lambda: "a.jar")
     monkeypatch.delenv(mc.ADDRESS_ENV, raising=False)
     return p
@@ -217,7 +218,7 @@ def test_merge_step_goes_to_the_server_and_keeps_spark_submits_verdicts(monkeypa
         monkeypatch.setattr(mc, "request_merge", request)
 
     answer(0)
-    assert p.merge_locally(GRANT, 7)["merged"] is True
+    assert p.merge_locally(GRANT, 7).merged is True
     assert sent[-1] == ("127.0.0.1:1", p.merge_application_args(GRANT, 7), 3600)
     answer(Fenced.exit_code, "merge_window: Fenced: fenced\n")
     with pytest.raises(Fenced, match="no longer holds the lease"):

@@ -26,7 +26,7 @@ from cdc_core.lake.spark_conf import jar_list, resolve_spark_master, spark_env, 
 from cdc_core.model.config import load_config
 from cdc_core.model.connections import parse_connection
 from cdc_core.model.errors import ConfigError
-from cdc_core.run import housekeeping
+from cdc_core.run import housekeeping, merge_step, stage
 from cdc_core.run.pipeline import Pipeline
 from tests.support.fake_manifest import fake_manifest
 
@@ -125,7 +125,7 @@ def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_conn: str | 
         "spark": {"conn_id": "spark_prod"},
     }]}))
     pc = load_config(cfg).pipeline("orders")
-    monkeypatch.setattr("cdc_core.run.pipeline.delta_jars", lambda: ["/jars/delta.jar"])
+    monkeypatch.setattr("cdc_core.run.spark_jobs.delta_jars", lambda: ["/jars/delta.jar"])
     return Pipeline(config=pc, source=SourceParams("db1", 3306, "cdc", "pw"), coordinator=None)  # type: ignore[arg-type]
 
 
@@ -141,11 +141,11 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(p, "manifest", lambda seq: fake_manifest("shop.orders", changes=3))
+    monkeypatch.setattr(stage, "manifest", lambda p, seq: fake_manifest("shop.orders", changes=3))
     monkeypatch.setattr(p, "renew", lambda grant: None)
     monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", run)
-    monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
-    assert p.merge_locally(GRANT, 7)["merged"] is True
+    monkeypatch.setattr(merge_step, "merge_application_args", lambda p, grant, seq: ["--seq", str(seq)])
+    assert p.merge_locally(GRANT, 7).merged is True
     assert _master(seen["cmd"]) == ("spark://m1:7077", "client")
     assert seen["cmd"][seen["cmd"].index("--jars") + 1] == "/jars/delta.jar"  # a cluster's executors get copies
     assert seen["env"]["CDC_ZK_AUTH"] == f"digest:cdc:{ZK_PW}" and ZK_PW not in " ".join(seen["cmd"])
@@ -153,7 +153,7 @@ def test_cdc_run_submits_to_the_pipelines_spark_connection(tmp_path: Path, monke
 
 def test_cli_falls_back_to_local_only_without_the_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = pipeline(tmp_path, monkeypatch, None)
-    monkeypatch.setattr(p, "merge_application_args", lambda grant, seq: ["--seq", str(seq)])
+    monkeypatch.setattr(merge_step, "merge_application_args", lambda p, grant, seq: ["--seq", str(seq)])
     cmd = p.spark_submit_command(GRANT, 7)
     assert _master(cmd) == ("local[2]", "client")
     assert cmd[cmd.index("--jars") + 1] == "local:/jars/delta.jar"  # loaded in place, never copied per job
