@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -197,6 +197,31 @@ def lake_tables_of_schemas(
             found = delta_state.writer_and_txn(table_uri(lake_root, schema, name), app_id, storage=storage)
             if found is not None and writer_pipeline(found[0]) == pipeline:
                 out.setdefault(schema, []).append((schema, name))
+    return out
+
+
+def without_rowless_members(
+    targets: Sequence[LakeTarget], spans_of: Callable[[StagedTable], Sequence[tuple[int, int] | None]]
+) -> list[LakeTarget]:
+    """Each target with a member whose rows all land elsewhere (a renamed table's rows before the rename go to
+    the table it became) holding that member as named only (no files, no key): the name's next table may have
+    another key, and rows that do not land here must not decide this table's key. `spans_of`: each staged
+    file's (min, max) change version (None: no rows)."""
+    out = []
+    for target in targets:
+        if not target.bounds:
+            out.append(target)
+            continue
+        members = []
+        for i, (staged, where) in enumerate(target.members):
+            since, until = target.bound(i)
+            lands = any(
+                span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
+                for span in spans_of(staged)
+            )
+            named_only = replace(staged, key=(), columns=(), files=(), inserts=0, updates=0, deletes=0)
+            members.append((staged if lands or not staged.files else named_only, where))
+        out.append(replace(target, members=tuple(members)))
     return out
 
 

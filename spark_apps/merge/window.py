@@ -42,9 +42,10 @@ from cdc_core.model.schema_window import resolve as resolve_window
 from cdc_core.model.snapshot_state import chunks_of
 from cdc_core.model.sources import Route, unit_name
 from cdc_core.model.window_plan import KIND_SNAPSHOT
+from spark_apps.merge import schema_steps
 from spark_apps.merge.land import MergeRun
 from spark_apps.merge.tables import parse_table_options, table_writer_and_txn
-from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets
+from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets, without_rowless_members
 from spark_apps.spark_job import is_table_not_found
 
 log = logging.getLogger("cdc.merge")
@@ -241,6 +242,10 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         targets = lake_targets(manifest, routes, source, window.placements)
     except ValueError as e:  # a route whose target is not schema.table for this table
         raise ConfigError(str(e)) from None
+    if window.placements:  # a name renamed away: its rows before the rename do not decide the key after it
+        targets = without_rowless_members(
+            targets, lambda st: schema_steps.file_versions(window_dir, st, storage=storage)
+        )
     for target in targets:
         if path_component(target.schema) == TOMBSTONE_DIR:
             raise ConfigError(
