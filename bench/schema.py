@@ -142,9 +142,9 @@ class WideDef:
 
 def _statement(query: str, version: int, ordinal: int, commit_ts: float) -> Any:
     """The statement as the binlog reader stages it: parsed by the product's parser, placed at `version`."""
-    from cdc_core.capture.binlog import SchemaChangeEvent
+    from cdc_core.capture.binlog.schema_events import SchemaChangeEvent
     from cdc_core.capture.ddl_events import typed_statement
-    from cdc_core.model.schema_evolution import SchemaPolicy
+    from cdc_core.model.schema_policy import SchemaPolicy
 
     st = typed_statement(
         query, SCHEMA, version=version, commit_ts=commit_ts, position=f"{WINDOW_FILE}:{version & 0xFFFFFFFF}",
@@ -256,7 +256,7 @@ class Lake:
         self.build_seconds = 0.0
 
     def uri(self, root: Path | str | None = None) -> str:
-        from spark_apps.merge_window import table_uri
+        from spark_apps.merge import table_uri
 
         return table_uri(str(root or self.root), SCHEMA, self.name)
 
@@ -278,7 +278,7 @@ class Lake:
         from cdc_core.lake.staging import stage_window
         from cdc_core.model.changes import RowChange
         from cdc_core.model.positions import change_version
-        from spark_apps.merge_window import merge_window
+        from spark_apps.merge import merge_window
 
         t0 = time.perf_counter()
         base = change_version(0, BASE_FILE, 0) + 1000
@@ -374,7 +374,7 @@ def default_cases(td: TableDef, wide: WideDef) -> list[Case]:
 
 
 def _stage_case(case: Case, lake: Lake, workdir: Path, window: int) -> None:
-    from cdc_core.capture.binlog import SchemaChangeEvent
+    from cdc_core.capture.binlog.schema_events import SchemaChangeEvent
     from cdc_core.model.positions import change_version
 
     staging = workdir / f"staging_{case.name}"
@@ -445,8 +445,8 @@ def _writes_data(c: dict[str, Any]) -> bool:
 def run_case(spark: Any, case: Case, lake: Lake, workdir: Path, events: _Events, check: bool) -> dict[str, Any]:
     """One timed run on a fresh copy of the case's table; returns what it saw."""
     from cdc_core.model.manifest import COL_DELETED
-    from cdc_core.model.schema_evolution import SchemaPolicy
-    from spark_apps.merge_window import merge_window
+    from cdc_core.model.schema_policy import SchemaPolicy
+    from spark_apps.merge import merge_window
 
     root = workdir / f"run_{case.name}"
     lake.copy(root)
