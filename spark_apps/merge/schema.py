@@ -130,15 +130,12 @@ class SchemaChanges(RunBase):
 
     def create_for_schema(self, target: LakeTarget, uri: str, lc: LakeChange) -> bool:
         """Create a lake table a schema change needs: from a CREATE TABLE's columns, from a renamed table's, or
-        from the window's staged columns. False when nothing says what its columns are, and for a CREATE TABLE
-        whose rows are not in this window: a new table appears in the lake with its first rows, whether or not
-        the window runs a merge job at all (Pipeline.merge_needed skips windows of DDL only on new tables)."""
+        from the window's staged columns. False when nothing says what its columns are."""
         c = lc.change
         options = self.table_options.get(target.name, TableOptions())
         lineage_cols = [(n, StringType()) for n in target.lineage_columns]
         meta = metadata_columns(self.delete_mode)
-        rows = any(m.files for m, _ in target.members)
-        if lc.role == ROLE_OWN and c.kind == CREATE_TABLE and not c.as_select and rows:
+        if lc.role == ROLE_OWN and c.kind == CREATE_TABLE and not c.as_select:
             cols = [(x.name, parse_type(delta_type_of(x, target.name), f"table {target.name} column {x.name!r}"))
                     for x in c.columns]
         elif lc.role == ROLE_MOVED_IN and lc.source is not None:
@@ -147,7 +144,7 @@ class SchemaChanges(RunBase):
                 return False
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
             cols = [(x.name, DataType.fromDDL(x.delta_type)) for x in src.columns if x.name.lower() not in low]
-        elif rows:
+        elif any(m.files for m, _ in target.members):
             cols = self.first_shape(target)
         else:
             return False
