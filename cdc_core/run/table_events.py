@@ -4,8 +4,9 @@ The Airflow side (plugins/cdc_airflow/assets.py) turns these into asset events t
 `AssetAlias`; this module decides *which* windows and tables to announce, and with what extra, as pure
 functions over ZooKeeper's window records (no Airflow import here):
 
-- only acked windows, and of those only the tables the window changed (its staged tables; not a table named
-  only by DDL that the lake does not have, status `no table`);
+- only acked windows, and of those only the tables the window changed (its staged tables; a table the window
+  created is announced, it appeared in the lake; not a table named only by DDL that the lake does not have,
+  status `no table`);
 - a window is announced once: windows already announced (their seqs, as found in the alias's earlier
   events) are left out, so a retried or cleared ack, or a replayed window, emits nothing twice;
 - windows acked by recovery (a crashed run's window that the next run's plan step acked) are
