@@ -42,13 +42,9 @@ from cdc_core.model.window_plan import WindowPlan
 
 
 class PipelineCoordinator:
-    """The only object that touches ZooKeeper for one pipeline (or one source of a group pipeline).
-
-    It tracks the client's connection state with a listener: while SUSPENDED or after LOST nothing
-    is read or changed (an unknown answer is never "not there"), and after a LOST session the next
-    fenced operation re-verifies the lease before anything else (every fenced operation verifies it
-    anyway; the lease is a record, so it survives the session).
-    """
+    """The only object that touches ZooKeeper for one pipeline (or one source of a group pipeline): a facade
+    over the fenced core (`FencedStore`: connection state, reads, the one fenced commit) and one class per
+    record family."""
 
     def __init__(
         self,
