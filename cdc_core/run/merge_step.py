@@ -19,7 +19,7 @@ from cdc_core.lake.job_outcome import JobRef
 from cdc_core.lake.job_runner import JobRunner, MergeServerRunner, SparkSubmitRunner
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import SparkJob
-from cdc_core.model import faults, layout, retention
+from cdc_core.model import faults, lake_registry, layout, retention
 from cdc_core.model.layout import PROJECT_ROOT
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.schema_changes import DROP_DATABASE
@@ -134,14 +134,19 @@ def merge_runner(p: PipelineContext, seq: int, submit: JobRunner | None = None) 
 
 
 def merge_needed(p: PipelineContext, manifest: Manifest) -> bool:
-    """Whether the window gives the merge job anything to do: staged rows, or schema changes of a table the
-    lake has (a CREATE TABLE of a new table, or any DDL of a table the lake never had, waits for its first
-    rows: the ack counts such a table as landed). Saves a Spark job per window of DDL on new tables."""
+    """Whether the window gives the merge job anything to do: staged rows, schema changes of a table the
+    lake has, or a table the pipeline landed windows into before (a backfill rebuilding a deleted table
+    with no rows must still create it: the lake registry expects it). A CREATE TABLE of a new table, or any
+    DDL of a table the lake never had, waits for its first rows (the ack counts such a table as landed).
+    Saves a Spark job per window of DDL on new tables."""
     if any(t.files for t in manifest.tables):
         return True
     if any(c.kind == DROP_DATABASE for c in manifest.schema_changes):
         return True  # its lake tables are found by the merge job
-    return any(delta_state.table_exists(p.table_uri(t.schema, t.table), storage=p.storage) for t in manifest.tables)
+    if any(delta_state.table_exists(p.table_uri(t.schema, t.table), storage=p.storage) for t in manifest.tables):
+        return True
+    recorded = lake_registry.LakeRegistry.from_dict(p.coordinator.read_lake()).tables
+    return any(t.name in recorded for t in manifest.tables)
 
 
 def merge(p: PipelineContext, grant: LeaseGrant, seq: int, submit: JobRunner | None = None) -> MergeResult:
