@@ -22,6 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVICES = ROOT / "scripts" / "services.sh"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Cheaper Spark JVMs for every test that starts one (tests/support/jvm_archive.py), set up once by
+    xdist's controller (or the only process) before any worker starts; a unit-only run needs none."""
+    if hasattr(config, "workerinput"):
+        return
+    paths = [a for a in config.args if not a.startswith("-")]
+    if paths and all(Path(a.split("::")[0]).resolve().is_relative_to(ROOT / "tests" / "unit") for a in paths):
+        return
+    from tests.support.jvm_archive import configure
+
+    configure()
+
+
 @dataclass(frozen=True)
 class Services:
     mysql_host: str
@@ -222,11 +235,13 @@ def make_spark_session(app: str = "cdc-tests"):  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
     from cdc_core.lake.spark_conf import spark_confs
+    from tests.support.jvm_archive import long_lived_launch
 
     builder = SparkSession.builder.master("local[2]").appName(app)
     for k, v in spark_confs().items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with long_lived_launch():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
