@@ -113,6 +113,16 @@ TRIED: list[dict[str, str]] = [
         "verdict": "none kept: within the noise of one round, except C1 only, which is slower",
     },
     {
+        "what": "A cold Spark JVM, the test suite's (a spark-submit per window): a fresh session creates a 100-row "
+        "Delta table, MERGEs 100 rows, reads it back (bench/cold_jvm.py, 2 runs each, 2026-11-28, quiet)",
+        "figure": "JVM CPU s / wall s: defaults 48.5-55.6 / 27-32; C1 only 27.6-28.4 / 23; a class-data-sharing "
+        "archive of the session's classes 36.4-37.0 / 21-22; both 18.3-19.9 / 15. The e2e probe (test_secrets + "
+        "test_pipeline_dags, 2 workers, CPU-bound): 229 -> 164 s wall",
+        "verdict": "the suite's short-lived JVMs get both (tests/support/jvm_archive.py, SPARK_SUBMIT_OPTS), its "
+        "long-lived ones (the worker's session, the shared merge server) the archive only: C2 pays off there (row "
+        "above). The product keeps Spark's defaults: a big window's merge needs C2",
+    },
+    {
         "what": "4 writer threads instead of 1 for tiny MERGEs on local[2] (bench/tiny_merges.py --threads 4)",
         "figure": "1.14-1.29 s per table vs 1.43-1.66 sequential: the JVM is CPU-bound (JFR: ~97% user CPU of both "
         "cores; after 150 MERGEs C2 still compiles ~20 CPU-s per 30 s; 40% of Java samples generate Delta's "
