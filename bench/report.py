@@ -117,10 +117,10 @@ TRIED: list[dict[str, str]] = [
         "Delta table, MERGEs 100 rows, reads it back (bench/cold_jvm.py, 2 runs each, 2026-11-28, quiet)",
         "figure": "JVM CPU s / wall s: defaults 48.5-55.6 / 27-32; C1 only 27.6-28.4 / 23; a class-data-sharing "
         "archive of the session's classes 36.4-37.0 / 21-22; both 18.3-19.9 / 15. The e2e probe (test_secrets + "
-        "test_pipeline_dags, 2 workers, CPU-bound): 229 -> 164 s wall",
-        "verdict": "the suite's short-lived JVMs get both (tests/support/jvm_archive.py, SPARK_SUBMIT_OPTS), its "
-        "long-lived ones (the worker's session, the shared merge server) the archive only: C2 pays off there (row "
-        "above). The product keeps Spark's defaults: a big window's merge needs C2",
+        "test_pipeline_dags, 2 workers, CPU-bound): 229 s wall by default, 220 with the archive, 164 with both",
+        "verdict": "the suite's Spark JVMs get the archive (tests/support/jvm_archive.py, SPARK_SUBMIT_OPTS). C1 "
+        "only on every spark-submit as well: a fresh-clone suite run took as long as before (46.3 min), merge jobs "
+        "and servers doing real work ran slower; not kept. The product keeps Spark's defaults",
     },
     {
         "what": "4 writer threads instead of 1 for tiny MERGEs on local[2] (bench/tiny_merges.py --threads 4)",

@@ -235,13 +235,11 @@ def make_spark_session(app: str = "cdc-tests"):  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
     from cdc_core.lake.spark_conf import spark_confs
-    from tests.support.jvm_archive import long_lived_launch
 
     builder = SparkSession.builder.master("local[2]").appName(app)
     for k, v in spark_confs().items():
         builder = builder.config(k, v)
-    with long_lived_launch():
-        spark = builder.getOrCreate()
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -1,15 +1,16 @@
-"""Cheaper Spark JVMs for the test suite: a class-data-sharing archive of Spark's and Delta's classes, and
-the client JIT only for short-lived ones (`SPARK_SUBMIT_OPTS`, which every spark-submit of the tests inherits).
+"""Cheaper Spark JVM start-ups for the test suite: a class-data-sharing archive of Spark's and Delta's classes
+(`SPARK_SUBMIT_OPTS`, which every spark-submit and pyspark session of the tests inherits).
 
-The suite is CPU-bound on 2 cores and starts a hundred-odd short Spark JVMs (a spark-submit per window, a
-pyspark session per worker, merge servers, cluster drivers). A cold JVM that creates a Delta table, MERGEs
-into it and reads it back spends 48-56 CPU-s by default, 28 with `-XX:TieredStopAtLevel=1` (C2 compiles
-code that such a short JVM never runs long enough to use) and 18-20 with the archive as well (classes
-mapped, not parsed and verified). bench/RESULTS.md has the figures. Neither flag changes what a job
-does; a production merge of a big window keeps the default JIT.
+The suite is CPU-bound on 2 cores and starts a hundred-odd Spark JVMs (a spark-submit per window, a pyspark
+session per worker, merge servers, cluster drivers). A cold JVM that creates a Delta table, MERGEs into it and
+reads it back spends 48-56 CPU-s by default and 36-37 with the archive: its classes are mapped, not parsed and
+verified (bench/cold_jvm.py, bench/RESULTS.md). The client JIT only (`-XX:TieredStopAtLevel=1`) cuts that probe
+to 28 (18-20 with the archive), but a fresh-clone run of the whole suite with it on every spark-submit took as
+long as without it (46.3 min, 2026-11-28): merge jobs and merge servers that do real work ran slower. The
+archive changes nothing a job does; a JVM whose class path does not match it ignores it.
 
 The archive is built once per Java, Spark and Delta version (a throwaway session that does what the probe
-above does, dumped at exit) into .cache/jvm/. A JVM whose class path does not match it ignores it.
+does, dumped at exit) into .cache/jvm/.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from cdc_core.model.layout import PROJECT_ROOT
 
 ENV = "SPARK_SUBMIT_OPTS"
 DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to measure the difference)
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # measured by bench/cold_jvm.py, not used: see above
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
 
 _WORKLOAD = textwrap.dedent(
@@ -68,7 +68,7 @@ def _key() -> str:
 
 def build(directory: Path | None = None) -> Path | None:
     """The archive for this machine's Java, Spark and Delta, built if missing; None if it cannot be built
-    (the suite then runs with Spark's JVM defaults plus the client JIT)."""
+    (the suite then runs with Spark's JVM defaults)."""
     directory = directory or PROJECT_ROOT / ".cache" / "jvm"
     directory.mkdir(parents=True, exist_ok=True)
     archive = directory / f"spark-{_key()}.jsa"
@@ -87,35 +87,10 @@ def build(directory: Path | None = None) -> Path | None:
     return archive
 
 
-C1_ONLY = "-XX:TieredStopAtLevel=1"
-
-
-def long_lived(env: dict[str, str]) -> dict[str, str]:
-    """`env` for a JVM that lives through many tests (the session's pyspark, the shared merge server): the
-    archive, but the full JIT, whose compiled code such a JVM does get to run."""
-    opts = env.get(ENV, "").replace(C1_ONLY, "").strip()
-    return {**{k: v for k, v in env.items() if k != ENV}, **({ENV: opts} if opts else {})}
-
-
-@contextmanager
-def long_lived_launch() -> Iterator[None]:
-    """Within: a JVM launched from this process (pyspark's session) is a `long_lived` one."""
-    saved = os.environ.get(ENV)
-    if saved is None:
-        yield
-        return
-    os.environ.pop(ENV)
-    os.environ.update(long_lived({ENV: saved}))
-    try:
-        yield
-    finally:
-        os.environ[ENV] = saved
-
-
 def configure() -> None:
     """Set SPARK_SUBMIT_OPTS for this process and its children (pytest's controller, before workers start)."""
     if os.environ.get(DISABLE_ENV) == "1" or ENV in os.environ:
         return
     archive = build()
-    share = f"-XX:SharedArchiveFile={archive} {QUIET}" if archive else ""
-    os.environ[ENV] = f"{C1_ONLY} {share}".strip()
+    if archive is not None:
+        os.environ[ENV] = f"-XX:SharedArchiveFile={archive} {QUIET}"

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from cdc_core.lake import merge_client
-from tests.support.jvm_archive import long_lived
 
 
 def free_port() -> int:
@@ -118,7 +117,6 @@ class SharedMergeServer(ServerProcess):
 
     def __init__(self, address: str, workdir: Path) -> None:
         super().__init__("", "", address, workdir)
-        self.base_env = long_lived(self.base_env)
         self.base_env.pop(merge_client.ADDRESS_ENV, None)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
