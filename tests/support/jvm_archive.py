@@ -26,7 +26,6 @@ from cdc_core.model.layout import PROJECT_ROOT
 
 ENV = "SPARK_SUBMIT_OPTS"
 DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to measure the difference)
-C1_ONLY = "-XX:TieredStopAtLevel=1"  # measured by bench/cold_jvm.py, not used: see above
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
 
 _WORKLOAD = textwrap.dedent(
