@@ -265,6 +265,18 @@ def shared_merge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[An
 
 
 @pytest.fixture
+def spark_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's Spark JVMs (spark-submits, their drivers and executors) run with Spark's and Java's defaults:
+    generated code and the server JIT, as in production, not the suite's lean options (tests/support/
+    jvm_archive.py). For the tests whose subject is the production shape (the Spark cluster tier, the
+    production cycle); started after this fixture, a process inherits it."""
+    from tests.support.jvm_archive import ENV, spark_defaults_opts
+
+    if os.environ.get(ENV):
+        monkeypatch.setenv(ENV, spark_defaults_opts(os.environ[ENV]))
+
+
+@pytest.fixture
 def warm_merges(shared_merge_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """This test's windows merge on the session's warm merge server (CDC_MERGE_SERVER: the product's warm
     option, the merge job's own code) instead of a spark-submit each, ~25 s less per window. For tests whose

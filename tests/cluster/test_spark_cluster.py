@@ -27,7 +27,8 @@ from cdc_core.model.naming import path_component
 from tests.support.cli import cdc, cli_pipeline, write
 from tests.support.spark_cluster import Cluster, running_cluster
 
-pytestmark = pytest.mark.integration
+# The production shape: Spark's own execution (generated code, the server JIT), not the suite's lean JVMs.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark_defaults")]
 
 
 

@@ -43,7 +43,8 @@ from tests.support.object_store import ObjectStore, running_object_store
 from tests.support.real_airflow import RealAirflow, free_port, real_airflow
 from tests.support.spark_cluster import Cluster, running_cluster
 
-pytestmark = pytest.mark.e2e
+# The production shape: Spark's own execution (generated code, the server JIT), not the suite's lean JVMs.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("spark_defaults")]
 
 TABLES = ("orders", "items")
 

@@ -1,13 +1,26 @@
-"""Cheaper Spark JVM start-ups for the test suite: a class-data-sharing archive of Spark's and Delta's classes
-(`SPARK_SUBMIT_OPTS`, which every spark-submit and pyspark session of the tests inherits).
+"""Cheaper Spark JVMs for the test suite (`SPARK_SUBMIT_OPTS`, which every spark-submit and pyspark session of
+the tests inherits): a class-data-sharing archive of Spark's and Delta's classes, the client JIT only, and
+Spark's interpreted expression evaluation instead of generated code.
 
 The suite is CPU-bound on 2 cores and starts a hundred-odd Spark JVMs (a spark-submit per window, a pyspark
-session per worker, merge servers, cluster drivers). A cold JVM that creates a Delta table, MERGEs into it and
-reads it back spends 48-56 CPU-s by default and 36-37 with the archive: its classes are mapped, not parsed and
-verified (bench/cold_jvm.py, bench/RESULTS.md). The client JIT only (`-XX:TieredStopAtLevel=1`) cuts that probe
-to 28 (18-20 with the archive), but a fresh-clone run of the whole suite with it on every spark-submit took as
-long as without it (46.3 min, 2026-11-28): merge jobs and merge servers that do real work ran slower. The
-archive changes nothing a job does; a JVM whose class path does not match it ignores it.
+session per worker, merge servers, cluster drivers) on tiny tables. Where such a JVM spends its CPU (JFR and
+per-thread CPU of the fault suite's merge server, 2026-11-28): about half in the JIT compilers (C2 ~60 s of
+~163), and of the rest a third in generating and compiling Java code for each query's projections (Janino),
+code that then runs a few hundred rows. So, for the tests only:
+- the archive: a JVM's classes are mapped, not parsed and verified (a cold create+MERGE+read: 48-56 CPU-s by
+  default, 36-37 with it; bench/cold_jvm.py);
+- `-XX:TieredStopAtLevel=1`: no C2;
+- `spark.sql.codegen.wholeStage=false` and `spark.sql.codegen.factoryMode=NO_CODEGEN` (as Java system
+  properties, which SparkConf reads): Spark's interpreted projections and predicates, which Spark's own test
+  suites run against the generated ones. What a query returns does not change; what it costs here does.
+Measured one module at a time on a quiet machine (machine CPU-s over the module, bench/RESULTS.md): the fault
+suite's crash scenario 204 -> 157, the CLI and hostile-name modules (a spark-submit per window) 89 -> 56, the
+schema-change merges (in-process session) 208 -> 147. The client JIT alone did not make the suite faster
+(2026-11-28: merge servers doing real work ran slower with C2's code gone and Janino's still generated).
+
+The product keeps Spark's defaults, and so do the tests that take the `spark_defaults` fixture (the Spark
+cluster tier and the production cycle): their spark-submits and executors run Spark's generated code as
+production does. `CDC_TEST_JVM_DEFAULTS=1` runs the whole suite with Spark's defaults.
 
 The archive is built once per Java, Spark and Delta version (a throwaway session that does what the probe
 does, dumped at exit) into .cache/jvm/.
@@ -27,6 +40,9 @@ from cdc_core.model.layout import PROJECT_ROOT
 ENV = "SPARK_SUBMIT_OPTS"
 DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to measure the difference)
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
+# The client JIT and Spark's interpreted expressions: tiny tables, many queries (see above).
+LEAN = ("-XX:TieredStopAtLevel=1 -Dspark.sql.codegen.wholeStage=false "
+        "-Dspark.sql.codegen.factoryMode=NO_CODEGEN")
 
 _WORKLOAD = textwrap.dedent(
     """
@@ -91,5 +107,11 @@ def configure() -> None:
     if os.environ.get(DISABLE_ENV) == "1" or ENV in os.environ:
         return
     archive = build()
-    if archive is not None:
-        os.environ[ENV] = f"-XX:SharedArchiveFile={archive} {QUIET}"
+    archived = f"-XX:SharedArchiveFile={archive} {QUIET} " if archive is not None else ""
+    os.environ[ENV] = archived + LEAN
+
+
+def spark_defaults_opts(opts: str) -> str:
+    """`opts` without the client JIT and the interpreted expressions: Spark's own execution, as in production
+    (the archive stays: it changes nothing a job does)."""
+    return " ".join(opts.replace(LEAN, " ").split())

@@ -1,0 +1,22 @@
+"""The suite's lean Spark JVM options and the `spark_defaults` fixture's way back to Spark's own execution."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.jvm_archive import LEAN, QUIET, spark_defaults_opts
+
+pytestmark = pytest.mark.unit
+
+
+def test_spark_defaults_drop_the_lean_options_and_keep_the_archive() -> None:
+    suite = f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET} {LEAN}"
+    defaults = spark_defaults_opts(suite)
+    assert "TieredStopAtLevel" not in defaults and "codegen" not in defaults
+    assert defaults == f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET}"
+
+
+def test_the_lean_options_are_jit_and_spark_system_properties_only() -> None:
+    # Java options and spark.* system properties (which SparkConf reads): nothing a job's result depends on.
+    assert all(o.startswith(("-XX:", "-Dspark.sql.codegen.")) for o in LEAN.split())
+    assert spark_defaults_opts(LEAN) == ""
