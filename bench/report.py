@@ -123,6 +123,21 @@ TRIED: list[dict[str, str]] = [
         "and servers doing real work ran slower; not kept. The product keeps Spark's defaults",
     },
     {
+        "what": "The test suite's Spark JVMs lean: the archive plus the client JIT and Spark's interpreted expressions "
+        "(-XX:TieredStopAtLevel=1, spark.sql.codegen.wholeStage=false, spark.sql.codegen.factoryMode=NO_CODEGEN as "
+        "system properties), test modules one at a time (bench/suite_cpu.py, 2026-11-28, quiet)",
+        "figure": "machine CPU s / wall s, archive only -> lean: the fault suite's crash scenario (its merges on the "
+        "in-process merge server) 170 / 102 -> 137 / 98; the hostile-names module (a spark-submit per window) "
+        "59 / 39 -> 33 / 27; test_cli_run 16 / 17 -> 14 / 16. With a per-process CPU sampler beside it (a prototype "
+        "of the bench): the crash scenario 204 -> 157 (C1 alone 176, interpreted alone 168), the schema-change merges "
+        "(in-process session) 208 -> 147. Why: JFR and per-thread CPU of the fault suite's JVM, "
+        "C2 61 and C1 17 of 163 CPU-s, and of the Java samples 29% in Spark's code generation (Janino), for queries "
+        "over a few hundred rows. Whole suite, fresh clone: 45.4 min -> 37.5 min of pytest",
+        "verdict": "kept for the tests (tests/support/jvm_archive.py); the cluster tier and the production cycle keep "
+        "Spark's defaults (spark_defaults fixture), and so does the product: for the product's tiny MERGEs these "
+        "knobs were noise (the row above)",
+    },
+    {
         "what": "4 writer threads instead of 1 for tiny MERGEs on local[2] (bench/tiny_merges.py --threads 4)",
         "figure": "1.14-1.29 s per table vs 1.43-1.66 sequential: the JVM is CPU-bound (JFR: ~97% user CPU of both "
         "cores; after 150 MERGEs C2 still compiles ~20 CPU-s per 30 s; 40% of Java samples generate Delta's "

@@ -13,9 +13,10 @@ code that then runs a few hundred rows. So, for the tests only:
 - `spark.sql.codegen.wholeStage=false` and `spark.sql.codegen.factoryMode=NO_CODEGEN` (as Java system
   properties, which SparkConf reads): Spark's interpreted projections and predicates, which Spark's own test
   suites run against the generated ones. What a query returns does not change; what it costs here does.
-Measured one module at a time on a quiet machine (machine CPU-s over the module, bench/RESULTS.md): the fault
-suite's crash scenario 204 -> 157, the CLI and hostile-name modules (a spark-submit per window) 89 -> 56, the
-schema-change merges (in-process session) 208 -> 147. The client JIT alone did not make the suite faster
+Measured one module at a time on a quiet machine (machine CPU-s over the module, bench/suite_cpu.py,
+bench/RESULTS.md): the fault suite's crash scenario 170 -> 137, the hostile-names module (a spark-submit per
+window) 59 -> 33, the schema-change merges (in-process session) 208 -> 147; the whole suite from a fresh clone
+45.4 -> 37.5 min. The client JIT alone did not make the suite faster
 (2026-11-28: merge servers doing real work ran slower with C2's code gone and Janino's still generated).
 
 The product keeps Spark's defaults, and so do the tests that take the `spark_defaults` fixture (the Spark
