@@ -290,6 +290,18 @@ def warm_merges(shared_merge_server: Any, monkeypatch: pytest.MonkeyPatch) -> st
     return address
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """CDC_TEST_CPU_LOG=<file>: each test's CPU seconds (its process tree) to that file (tests/support/cpu_log.py)."""
+    path = os.environ.get("CDC_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    from tests.support.cpu_log import CpuLog
+
+    yield from CpuLog(path).around(item.nodeid)
+
+
 TIERS = ("unit", "integration", "e2e")
 
 

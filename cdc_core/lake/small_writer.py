@@ -14,8 +14,10 @@ of milliseconds, from inside the merge job, with the Spark MERGE's exact outcome
   comes back here after that (spark_apps/merge_window.py).
 - **Same outcome.** The clauses of `spark_apps.merge_window.merge_sql` (hard and soft deletes, the
   version test against replays), each key's last change in the window, NULL for table columns the window
-  does not carry; keys compared NULL-safe like Spark's `<=>`. The caller keeps the hard-delete cases
-  that need the tombstone table (a window with deletes, tombstones newer than the window) on Spark.
+  does not carry; keys compared NULL-safe like Spark's `<=>`. In hard-delete mode the window's deletes
+  are first appended to the table's tombstone table (as the Spark job does, same txn), which this writer
+  creates without deletion vectors or appends to when delta-rs may write it; the caller keeps a window
+  older than some tombstone (a replay, a backfill: its changes must be checked against them) on Spark.
 - **Same identity, checked and committed at one version.** The txn (`app_id`, `seq`) and the commit's
   `userMetadata` are the Spark job's, so `landed`, the ack and replays read them whichever writer
   committed. The txn version, the protocol and the schema are read at one table version V, and the
@@ -38,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake.object_store import AMBIENT, Storage
-from cdc_core.model import merge_semantics
+from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.manifest import (
@@ -142,8 +144,6 @@ def create(
     """Create an empty Delta table with delta-rs (one commit, version 0, put-if-absent); None when the table
     exists afterwards (created here or by a concurrent run: the caller checks whose it is), else why it
     must be created by Spark (which then does: a failed create commits nothing)."""
-    from deltalake import DeltaTable
-
     if local_path(uri) is None:
         return "not a local lake"
     why = untested_deltalake() or _refused_property(properties)
@@ -155,9 +155,15 @@ def create(
         if typ is None or needs_column_mapping(name):
             return f"column {name!r} ({ddl})"
         fields.append(pa.field(name, typ, nullable=True))
+    return _create(uri, pa.schema(fields), partition_by, properties)
+
+
+def _create(uri: str, schema: pa.Schema, partition_by: Sequence[str], properties: dict[str, str]) -> str | None:
+    from deltalake import DeltaTable
+
     try:
         DeltaTable.create(
-            uri, pa.schema(fields), mode="error", partition_by=list(partition_by) or None,
+            uri, schema, mode="error", partition_by=list(partition_by) or None,
             configuration=dict(properties), raise_if_key_not_exists=False,
         )
     except Exception as e:
@@ -176,6 +182,17 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Tombstones:
+    """The lake table's hard-delete tombstone table (cdc_core.model.layout.tombstone_uri): key columns and
+    the change version of each key deleted, appended once per window with the window's txn."""
+
+    uri: str
+    label: str
+    user_metadata: str
+    properties: dict[str, str]  # for a new tombstone table (the merge job's, deletion vectors off)
+
+
+@dataclass(frozen=True)
 class SmallMerge:
     uri: str
     label: str
@@ -187,6 +204,7 @@ class SmallMerge:
     seq: int
     user_metadata: str  # the commit's userMetadata (the merge job's commit record)
     max_rows: int
+    tombstones: Tombstones | None = None  # hard deletes: where the window's deletes go first (None: not here)
 
     @property
     def staged_rows(self) -> int:
@@ -412,11 +430,11 @@ def _derived(how: str, source: pa.Table | None, want: dict[str, tuple[str, pa.Da
     return pc.if_else(is_delete, ts, pa.nulls(n, ts.type))
 
 
-def _commit_properties(m: SmallMerge) -> Any:
+def _commit_properties(m: SmallMerge, user_metadata: str | None = None) -> Any:
     from deltalake import CommitProperties, Transaction
 
     return CommitProperties(
-        custom_metadata={"userMetadata": m.user_metadata},
+        custom_metadata={"userMetadata": m.user_metadata if user_metadata is None else user_metadata},
         # lastUpdated as Spark writes it: readers expire an identifier older than the table's
         # delta.setTransactionRetentionDuration by it (cdc_core.model.retention keeps that above the horizon).
         app_transactions=[Transaction(m.app_id, m.seq, last_updated=int(time.time() * 1000))],
@@ -460,6 +478,71 @@ def _merge(table: Any, source: pa.Table, m: SmallMerge) -> dict[str, Any]:
     return dict(merger.execute())
 
 
+def _deletes(source: pa.Table, m: SmallMerge) -> pa.Table:
+    """The tombstone rows of the window: key and change version of each key whose last change deletes it."""
+    spelled = {name.lower(): name for name in source.column_names}
+    deleted = source.filter(pc.equal(source[spelled[COL_OP.lower()]], OP_DELETE))
+    return deleted.select([spelled[k.lower()] for k in m.key] + [spelled[COL_VERSION.lower()]])
+
+
+def _tombstones_first(m: SmallMerge, source: pa.Table, fence: Callable[[], None]) -> str | None:
+    """Hard deletes: the window's deletes into the tombstone table before the MERGE (None: done, or none)."""
+    if m.delete_mode != merge_semantics.DELETE_HARD:
+        return None
+    deletes = _deletes(source, m)
+    if deletes.num_rows == 0:
+        return None
+    if m.tombstones is None:
+        return "deletes need the tombstone table"
+    why = _append_tombstones(m, deletes, fence)
+    if why is None:
+        faults.point("mid_merge_table")  # crash suite: tombstones committed, main MERGE not
+    return why
+
+
+def _append_tombstones(  # noqa: PLR0911 (guard clauses: each returns why Spark takes the table)
+    m: SmallMerge, rows: pa.Table, fence: Callable[[], None]
+) -> str | None:
+    """Append the window's deletes to the tombstone table once (its txn), creating the table if there is
+    none; None when they are there, else why delta-rs may not (nothing written then: Spark takes the table)."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    tomb = m.tombstones
+    assert tomb is not None
+    table = _open(tomb.uri)
+    if table is None:
+        why = _create(tomb.uri, rows.schema, (), tomb.properties)
+        if why is not None:
+            return f"tombstone table: {why}"
+        table = _open(tomb.uri)
+        if table is None:
+            return "tombstone table: not readable after its creation"
+    if holds_window(table.transaction_version(m.app_id), m.seq):
+        return None
+    why = _unsupported(table)
+    if why is not None:
+        return f"tombstone table: {why}"
+    have = {f.name.lower(): f.type for f in pa.schema(table.schema())}
+    if have != {f.name.lower(): f.type for f in rows.schema}:
+        return "tombstone table: its columns are not the window's key and version"
+    spelled = {f.name.lower(): f.name for f in pa.schema(table.schema())}
+    rows = rows.rename_columns([spelled[n.lower()] for n in rows.column_names])
+    fence()
+    try:
+        write_deltalake(table, rows, mode="append", commit_properties=_commit_properties(m, tomb.user_metadata))
+    except CommitFailedError as e:
+        from cdc_core.lake import delta_state
+
+        if holds_window(delta_state.last_txn_version(tomb.uri, m.app_id), m.seq):
+            return None  # a concurrent run of this window appended them
+        raise LakeError(
+            f"append to {tomb.label} ({tomb.uri}) lost a commit race ({one_line(e)}); another writer is changing "
+            "the table; the merge is safe to retry"
+        ) from e
+    return None
+
+
 def _refused_job(m: SmallMerge) -> str | None:
     if m.max_rows <= 0:
         return "off"
@@ -493,6 +576,9 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         source = _source(m, table)
         if isinstance(source, str):
             return Ineligible(source)
+        why = _tombstones_first(m, source, fence)
+        if why is not None:
+            return Ineligible(why)
         read_version = int(table.version())
         fence()
         try:

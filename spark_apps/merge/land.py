@@ -111,7 +111,10 @@ class MergeRun(Derived):
             translated = self.kept_lake_types(st, uri, self.read_translated(st, uri, work))
             step("schema_changes")
             columns = [(f.name, f.dataType) for f in translated.schema.fields if f.name not in STAGED_META_NAMES]
-            target = self.ensure_table(uri, described, [*columns, *metadata_columns(self.delete_mode)], options)
+            target = self.ensure_table(
+                uri, described, [*columns, *metadata_columns(self.delete_mode)], options,
+                small=self.starts_small(st, uri),  # created by the window's DDL: later windows may be delta-rs'
+            )
             changes = translated
         else:
             target = self.ensure_table(

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 )
 
 from cdc_core.lake.object_store import AMBIENT, Storage
-from cdc_core.lake.small_writer import needs_column_mapping
+from cdc_core.lake.small_writer import local_path, needs_column_mapping
 from cdc_core.model.errors import (
     LakeError,
     SchemaConflict,
@@ -208,6 +208,12 @@ class RunBase:
                          new=want.simpleString())
         return spark.read.format("delta").load(uri).schema
 
+    def starts_small(self, st: LakeTarget, uri: str) -> bool:
+        """Whether a table this window creates starts without deletion vectors, so that delta-rs may merge it
+        while it stays small (SmallTables.deletion_vectors_once_grown turns them on once it outgrows the limit)."""
+        return (self.small_table_rows > 0 and st.rows <= self.small_table_rows
+                and local_path(uri) is not None and local_path(self.window_dir) is not None)
+
     def create_table(
         self,
         uri: str,
@@ -344,7 +350,9 @@ class RunBase:
         if holds_window(landed, self.seq):
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
-        target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in key), (COL_VERSION, LongType())])
+        # Append-only, so without deletion vectors: whichever writer creates it, delta-rs may append to it.
+        target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in key), (COL_VERSION, LongType())],
+                                   small=True)
         deletes = conform(
             source.where(F.col(COL_OP) == OP_DELETE).select(
                 *[F.col(quote_spark(k)) for k in key], F.col(COL_VERSION)

@@ -148,7 +148,9 @@ class SchemaChanges(RunBase):
             cols = self.first_shape(target)
         else:
             return False
-        self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options)
+        # Created small (no deletion vectors) when the window is: later windows may then be delta-rs'.
+        self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options,
+                          small=self.starts_small(target, uri))
         return True
 
     def first_shape(self, target: LakeTarget) -> list[tuple[str, DataType]]:

@@ -15,6 +15,7 @@ from cdc_core.model.lake_writers import foreign_writer_message, writer_pipeline
 from cdc_core.model.layout import tombstone_uri
 from cdc_core.model.logfmt import one_line
 from cdc_core.model.merge_semantics import (
+    DELETE_HARD,
     DELETE_SOFT,
     STATUS_ALREADY,
     STATUS_COMMITTED,
@@ -40,16 +41,14 @@ class SmallTables(SchemaChanges):
 
     def may_land_small(self, st: LakeTarget, uri: str, facts: StagedFacts) -> bool:
         """Whether delta-rs may land this table's changes (cdc_core.lake.small_writer decides the rest): a
-        local lake, few staged rows, and in hard-delete mode no delete and no tombstone newer than the
-        window (both need the tombstone table, which Spark writes)."""
+        local lake, few staged rows, and in hard-delete mode no tombstone newer than the window (a replay or
+        a backfill, whose changes Spark checks against the tombstones)."""
         if self.small_table_rows <= 0 or st.rows == 0 or st.rows > self.small_table_rows:
             return False  # an empty staged table: Spark commits its txn as before
         if small_writer.local_path(uri) is None or small_writer.local_path(self.window_dir) is None:
             return False
         if self.delete_mode == DELETE_SOFT:
             return True
-        if st.may_have_deletes():
-            return False
         return not tombstones_may_supersede(
             tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version, storage=self.storage
         )
@@ -92,6 +91,7 @@ class SmallTables(SchemaChanges):
             seq=self.seq,
             user_metadata=self.commit_metadata(label),
             max_rows=self.small_table_rows,
+            tombstones=self.small_tombstones(st) if self.delete_mode == DELETE_HARD else None,
         )
         out = small_writer.land(job, self.fence)
         if isinstance(out, small_writer.Ineligible):
@@ -104,6 +104,20 @@ class SmallTables(SchemaChanges):
             delta_version=out.version, writer=small_writer.WRITER_NAME,
         )
         return result, False
+
+    def small_tombstones(self, st: LakeTarget) -> small_writer.Tombstones:
+        """The table's tombstone table as delta-rs appends to it (and creates it, as Spark's write_tombstones
+        would, but without deletion vectors: an append-only table)."""
+        label = f"tombstones of {st.name}"
+        return small_writer.Tombstones(
+            uri=tombstone_uri(self.lake_root, st.schema, st.table),
+            label=label,
+            user_metadata=self.commit_metadata(label),
+            properties=new_table_properties(
+                label, set(), TableOptions(), self.default_properties, writer=self.writer_record(),
+                deletion_vectors=False,
+            ),
+        )
 
     def deletion_vectors_once_grown(self, uri: str, label: str, window_rows: int) -> None:
         """Turn deletion vectors on for a table created small (without them) once it outgrows the small-table

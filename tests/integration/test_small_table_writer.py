@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from cdc_core.lake import small_writer
 from cdc_core.lake.delta_state import last_txn_version
+from cdc_core.model.layout import tombstone_uri
 from cdc_core.model.manifest import COL_DELETED, COL_VERSION
 from spark_apps.merge import STATUS_ALREADY, STATUS_COMMITTED, merge_window, table_uri
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
@@ -107,6 +108,11 @@ class Twin:
         rows = sorted((r.asDict() for r in df.collect()), key=lambda d: repr(sorted(d.items())))
         return types, rows
 
+    def tombstones(self, lake: str, schema: str, table: str) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+        df = self.spark.read.format("delta").load(tombstone_uri(str(self.lakes[lake]), schema, table))
+        return sorted((f.name, f.dataType.simpleString()) for f in df.schema.fields), sorted(
+            (r.asDict() for r in df.collect()), key=lambda d: repr(sorted(d.items())))
+
     def assert_same(self, schema: str, table: str, seq: int) -> None:
         a, b = self.rows("spark", schema, table), self.rows("small", schema, table)
         assert a[0] == b[0], "column types differ"
@@ -142,10 +148,12 @@ def test_hard_deletes_updates_duplicates_and_replays_land_as_spark_lands_them(sp
     again = twin.land(twin.window(2).extend(w2.files), {"shop.t": None})
     assert again["tables"]["shop.t"]["status"] == STATUS_ALREADY
 
-    # A delete needs the tombstone table: Spark, in both lakes (the table is checkpointed by now, by
-    # delta-rs in the second lake: Spark reads it).
-    w3 = twin.window(3).file("shop", "t", ("id",), COLS, [("D", row(4))])
-    twin.land(w3, {"shop.t": "spark"})
+    # A delete: delta-rs appends it to the tombstone table (which it creates, without deletion vectors),
+    # then merges; the tombstones are Spark's (the table is checkpointed by now, by delta-rs: Spark reads it).
+    w3 = twin.window(3).file("shop", "t", ("id",), COLS, [("D", row(4)), ("U", row(9)), ("D", row(9))])
+    twin.land(w3, {"shop.t": "delta-rs"})
+    assert twin.tombstones("small", "shop", "t") == twin.tombstones("spark", "shop", "t")
+    assert [r["id"] for r in twin.tombstones("small", "shop", "t")[1]] == [4, 9]
     # An older window replayed later (older versions): the tombstone keeps key 4 deleted, the version
     # test keeps rows 1-3 as window 2 left them. Tombstones newer than the window: Spark again.
     twin.land(twin.window(4).extend(w1.files), {"shop.t": "spark"})
