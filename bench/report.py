@@ -542,6 +542,10 @@ def _tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[str]:
         ("", "windows"),
         (f" (before the small-table writer: every table through a Spark MERGE; {tb.get('windows_spark_only_note', '')})"
          .replace("; )", ")"), "windows_spark_only"),
+        (" and its previous new row deleted (hard deletes: the tombstone table too), delta-rs (2026-11-28)",
+         "windows_deletes"),
+        (" and its previous new row deleted, every table through Spark (`small_table_rows: 0`: how such windows "
+         "landed before 2026-11-28)", "windows_deletes_spark"),
         (" (an earlier run on a machine shared with other engineers' suites)", "windows_loaded"),
         (" (an earlier second run, one round, load 5-6)", "rerun"),
         (" (baseline: `spark.merge_parallelism: 1`, before the change)", "baseline"),

@@ -80,12 +80,15 @@ class _Schema:
         conn.commit()
         self.conn = conn
 
-    def touch(self, k: int, first: int = 0) -> None:
-        """One new row in each of k tables from the `first` (wrapping around), one transaction per table."""
+    def touch(self, k: int, first: int = 0, change: str = "insert") -> None:
+        """One new row in each of k tables from the `first` (wrapping around), one transaction per table;
+        `change="delete"`: and the table's previous new row deleted in the same transaction."""
         with self.conn.cursor() as cur:
             for n in [self.names[(first + j) % len(self.names)] for j in range(k)]:
                 i = self.next_id[n]
                 cur.execute(f"INSERT INTO `{self.db}`.`{n}` VALUES (%s, %s, 'x', 0.5, NOW())", (i, i))
+                if change == "delete":
+                    cur.execute(f"DELETE FROM `{self.db}`.`{n}` WHERE id = %s", (i - 1,))
                 self.conn.commit()
                 self.next_id[n] = i + 1
 
@@ -131,11 +134,12 @@ def _last_report(case: Any) -> dict[str, Any] | None:
 
 
 def windows(
-    si: SourceInfo, workdir: Path, touched: list[int], repeats: int, overrides: dict[str, Any] | None = None
+    si: SourceInfo, workdir: Path, touched: list[int], repeats: int, overrides: dict[str, Any] | None = None,
+    change: str = "insert",
 ) -> dict[str, Any]:
     from bench.fixed import _zk_cleanup
 
-    out: dict[str, Any] = {"errors": [], "tables_touched": touched}
+    out: dict[str, Any] = {"errors": [], "tables_touched": touched, "change": change}
     schema = _Schema(si, max(touched))
     case = _case(si, workdir, "bt_" + uuid.uuid4().hex[:6], schema.db)
     try:
@@ -151,7 +155,7 @@ def windows(
         detail: dict[int, list[dict[str, Any]]] = {k: [] for k in touched}
         for r in range(repeats):
             for k in touched:
-                schema.touch(k)
+                schema.touch(k, change=change)
                 log(f"tables: round {r + 1}/{repeats}: window touching {k} tables")
                 secs, t0, t1, proc = _cli(case, "run", case.name)
                 if proc.returncode != 0:
@@ -271,10 +275,11 @@ def run(
     snapshot_rows: int = 100,
     overrides: dict[str, Any] | None = None,
     dag_tables: list[int] | None = None,
+    change: str = "insert",
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"load_start": load_avg()}
     if touched:
-        out["windows"] = windows(si, workdir / "windows", touched, repeats, overrides)
+        out["windows"] = windows(si, workdir / "windows", touched, repeats, overrides, change)
     loads = {}
     for n in snapshot_tables:
         log(f"tables: initial load of {n} tables x {snapshot_rows} rows")
@@ -307,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot-tables", default="1,300", help="initial loads: tables of --snapshot-rows rows")
     p.add_argument("--snapshot-rows", type=int, default=100)
     p.add_argument("--snapshot-dag-tables", default="", help="initial loads through DAG runs (airflow dags test)")
+    p.add_argument("--change", choices=("insert", "delete"), default="insert",
+                   help="windows: each touched table gets a new row, or a new row and its previous new row deleted")
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
     p.add_argument("--mariadb-port", type=int, default=13316)
@@ -328,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         started = now_iso()
         dag_tables = [int(x) for x in args.snapshot_dag_tables.split(",") if x.strip()]
         section = run(si, workdir, touched, args.repeats, snaps, args.snapshot_rows, json.loads(args.config),
-                      dag_tables)
+                      dag_tables, args.change)
         section.update(
             command="python -m bench.tables " + " ".join(argv if argv is not None else os.sys.argv[1:]),
             started=started,
