@@ -59,13 +59,13 @@ _PROBE = textwrap.dedent(
 
 
 def variants(extra: list[str]) -> dict[str, str]:
-    from tests.support.jvm_archive import QUIET, build
+    from tests.support.jvm_archive import build, options
 
     archive = build()
     out = {"defaults": "", "client JIT only": C1_ONLY}
     if archive is not None:
-        out["class-data archive"] = f"-XX:SharedArchiveFile={archive} {QUIET}"
-        out["archive + client JIT"] = f"{C1_ONLY} -XX:SharedArchiveFile={archive} {QUIET}"
+        out["class-data archive"] = options(archive, lean=False)
+        out["archive + client JIT"] = f"{C1_ONLY} {options(archive, lean=False)}"
     for item in extra:
         name, _, opts = item.partition("=")
         out[name] = opts

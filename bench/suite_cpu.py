@@ -31,11 +31,10 @@ def machine_cpu() -> float:
 
 
 def variants(defaults: bool) -> dict[str, str]:
-    from tests.support.jvm_archive import LEAN, QUIET, build
+    from tests.support.jvm_archive import build, options
 
     archive = build()
-    archived = f"-XX:SharedArchiveFile={archive} {QUIET}" if archive is not None else ""
-    out = {"archive": archived, "lean": f"{archived} {LEAN}".strip()}
+    out = {"archive": options(archive, lean=False), "lean": options(archive)}
     if defaults:
         out = {"defaults": "", **out}
     return out
