@@ -133,9 +133,9 @@ TRIED: list[dict[str, str]] = [
         "(in-process session) 208 -> 147. Why: JFR and per-thread CPU of the fault suite's JVM, "
         "C2 61 and C1 17 of 163 CPU-s, and of the Java samples 29% in Spark's code generation (Janino), for queries "
         "over a few hundred rows. Whole suite, fresh clone: 45.4 min -> 37.5 min of pytest",
-        "verdict": "kept for the tests (tests/support/jvm_archive.py); the Spark cluster tier keeps Spark's defaults "
-        "(spark_defaults fixture; the production cycle did until 2026-11-28, now lean with its cluster executors), "
-        "and so does the product: for the product's tiny MERGEs these knobs were noise (the row above)",
+        "verdict": "kept for the tests (tests/support/jvm_archive.py); the cluster tier and the production cycle keep "
+        "Spark's defaults (spark_defaults fixture), and so does the product: for the product's tiny MERGEs these "
+        "knobs were noise (the row above)",
     },
     {
         "what": "4 writer threads instead of 1 for tiny MERGEs on local[2] (bench/tiny_merges.py --threads 4)",

@@ -268,8 +268,8 @@ def shared_merge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[An
 def spark_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """This test's Spark JVMs (spark-submits, their drivers and executors) run with Spark's and Java's defaults:
     generated code and the server JIT, as in production, not the suite's lean options (tests/support/
-    jvm_archive.py). For the tests whose subject is Spark's production shape (the Spark cluster tier);
-    started after this fixture, a process inherits it."""
+    jvm_archive.py). For the tests whose subject is the production shape (the Spark cluster tier, the
+    production cycle); started after this fixture, a process inherits it."""
     from tests.support.jvm_archive import ENV, spark_defaults_opts
 
     if os.environ.get(ENV):

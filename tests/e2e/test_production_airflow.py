@@ -39,14 +39,12 @@ from cdc_core.lake import delta_state, object_store
 from cdc_core.model.connections import parse_connection
 from cdc_core.model.naming import path_component
 from tests.support.e2e import ROOT, binlog_position, sql
-from tests.support.jvm_archive import executor_java_options
 from tests.support.object_store import ObjectStore, running_object_store
 from tests.support.real_airflow import RealAirflow, free_port, real_airflow
 from tests.support.spark_cluster import Cluster, running_cluster
 
-# The suite's lean JVMs (tests/support/jvm_archive.py), the cluster's executors too: the subject here is the
-# faults across processes; the Spark cluster tier (tests/cluster) runs Spark's own execution on the cluster.
-pytestmark = pytest.mark.e2e
+# The production shape: Spark's own execution (generated code, the server JIT), not the suite's lean JVMs.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("spark_defaults")]
 
 TABLES = ("orders", "items")
 
@@ -205,8 +203,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
         "staging_root": store.url(name, "staging"), "lake_root": lake, "object_store": {"conn_id": "cdc_s3"},
         "schedule": "@daily", "retries": 0,
         "spark": {"conn_id": "spark_cluster", "merge_parallelism": 1,
-                  "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2",
-                           "spark.executor.extraJavaOptions": executor_java_options()}},
+                  "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
     }]}))
     sql(services, db, *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))" for t in TABLES),
         *(f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_8000" for t in TABLES))

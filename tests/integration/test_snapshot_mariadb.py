@@ -371,6 +371,13 @@ class Writer(threading.Thread):
         finally:
             self.conn.close()
 
+    def progress(self, changes: int, timeout: float = 60) -> None:
+        """Wait until the writer made `changes` more changes: each pipeline step then races the writer's
+        changes, however fast the steps themselves are."""
+        want, deadline = self.ops + changes, time.monotonic() + timeout
+        while self.ops < want and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
 
 def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_db: Any, source_db: str) -> None:  # type: ignore[no-untyped-def]
     n = 600
@@ -385,6 +392,7 @@ def test_concurrent_writes_during_the_snapshot_converge(spark, case: Case, root_
     grant = p.acquire("race")
     try:
         for _ in range(40):
+            writer.progress(8)
             step = p.plan(grant)
             kinds.append(step.kind)
             if step.kind == "snapshot":

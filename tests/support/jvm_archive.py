@@ -20,8 +20,7 @@ window) 59 -> 33, the schema-change merges (in-process session) 208 -> 147; the 
 (2026-11-28: merge servers doing real work ran slower with C2's code gone and Janino's still generated).
 
 The product keeps Spark's defaults, and so do the tests that take the `spark_defaults` fixture (the Spark
-cluster tier): their spark-submits run Spark's generated code as production does. The production cycle, whose
-subject is the faults across processes, runs lean, its cluster executors too (`executor_java_options`).
+cluster tier and the production cycle): their spark-submits run Spark's generated code as production does.
 `CDC_TEST_JVM_DEFAULTS=1` runs the whole suite with Spark's defaults.
 
 The archive is built once per Java, Spark and Delta version (a throwaway session that does what the probe
@@ -115,14 +114,6 @@ def configure() -> None:
     if os.environ.get(DISABLE_ENV) == "1" or ENV in os.environ:
         return
     os.environ[ENV] = options(build())
-
-
-def executor_java_options() -> str:
-    """`spark.executor.extraJavaOptions` for a test's jobs on the Spark cluster, whose executors the workers
-    start (SPARK_SUBMIT_OPTS does not reach them): the product's (UTC) plus the lean options when the suite
-    runs lean."""
-    lean = LEAN in os.environ.get(ENV, "")
-    return f"-Duser.timezone=UTC {LEAN}" if lean else "-Duser.timezone=UTC"
 
 
 def spark_defaults_opts(opts: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.jvm_archive import LEAN, QUIET, executor_java_options, options, spark_defaults_opts
+from tests.support.jvm_archive import LEAN, QUIET, options, spark_defaults_opts
 
 pytestmark = pytest.mark.unit
 
@@ -30,12 +30,3 @@ def test_one_option_string_with_or_without_the_archive_and_the_lean_options() ->
     assert options(archive, lean=False) == f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET}"
     assert options(None) == LEAN
     assert spark_defaults_opts(options(archive)) == options(archive, lean=False)
-
-
-def test_cluster_executors_get_the_lean_options_only_when_the_suite_is_lean(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", options(Path("/x/a.jsa")))
-    assert executor_java_options() == f"-Duser.timezone=UTC {LEAN}"  # the product's UTC kept
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", spark_defaults_opts(options(Path("/x/a.jsa"))))
-    assert executor_java_options() == "-Duser.timezone=UTC"
-    monkeypatch.delenv("SPARK_SUBMIT_OPTS")
-    assert executor_java_options() == "-Duser.timezone=UTC"
