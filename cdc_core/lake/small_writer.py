@@ -512,6 +512,7 @@ def _append_tombstones(  # noqa: PLR0911 (guard clauses: each returns why Spark 
     assert tomb is not None
     table = _open(tomb.uri)
     if table is None:
+        fence()  # a fenced run creates nothing either
         why = _create(tomb.uri, rows.schema, (), tomb.properties)
         if why is not None:
             return f"tombstone table: {why}"
