@@ -480,9 +480,10 @@ def _merge(table: Any, source: pa.Table, m: SmallMerge) -> dict[str, Any]:
 
 def _deletes(source: pa.Table, m: SmallMerge) -> pa.Table:
     """The tombstone rows of the window: key and change version of each key whose last change deletes it."""
+    rule = merge_semantics.tombstone_rows(m.key)
     spelled = {name.lower(): name for name in source.column_names}
-    deleted = source.filter(pc.equal(source[spelled[COL_OP.lower()]], OP_DELETE))
-    return deleted.select([spelled[k.lower()] for k in m.key] + [spelled[COL_VERSION.lower()]])
+    deleted = source.filter(pc.equal(source[spelled[rule.op_column.lower()]], rule.op))
+    return deleted.select([spelled[c.lower()] for c in rule.columns])
 
 
 def _tombstones_first(m: SmallMerge, source: pa.Table, fence: Callable[[], None]) -> str | None:

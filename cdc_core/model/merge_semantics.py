@@ -20,6 +20,9 @@ the metadata columns, the delete modes and the version rule exist in one place (
 
   Keys are compared NULL-safe (`IS NOT DISTINCT FROM`). Into a table without rows the MERGE's outcome is
   its not-matched clause alone (`insert_condition`), which the writers may run as an append.
+- **Tombstones** (hard deletes): before the MERGE, each staged change that is a delete appends one row, its
+  key and its `_cdc_version`, to the table's tombstone table (`tombstone_rows`), so that a replayed or
+  backfilled older window cannot bring the row back.
 - **Derived metadata columns** (`DERIVED_COLUMNS`): `_cdc_window_seq` = the window, and in soft mode
   `_cdc_deleted` = the change is a delete, `_cdc_deleted_at` = its commit time when it is.
 """
@@ -89,6 +92,21 @@ def derived_columns(delete_mode: str) -> tuple[tuple[str, str], ...]:
 def holds_window(landed: int | None, seq: int) -> bool:
     """Whether a table whose last txn version for the app id is `landed` already holds window `seq`."""
     return landed is not None and int(landed) >= seq
+
+
+@dataclass(frozen=True)
+class TombstoneRows:
+    """The rows a hard-delete window appends to a table's tombstone table: the staged changes whose `op_column`
+    is `op`, projected to `columns` (the key, then the change version), in that order."""
+
+    op_column: str
+    op: str
+    columns: tuple[str, ...]
+
+
+def tombstone_rows(key: Sequence[str]) -> TombstoneRows:
+    """The tombstone rule both writers render (module docstring)."""
+    return TombstoneRows(COL_OP, OP_DELETE, (*key, COL_VERSION))
 
 
 # ------------------------------------------------------------------------------------------- dialects

@@ -32,9 +32,7 @@ from cdc_core.model.errors import (
 from cdc_core.model.lake_writers import WRITER_PROPERTY, foreign_writer_message, writer_pipeline, writer_value
 from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.manifest import (
-    COL_OP,
     COL_VERSION,
-    OP_DELETE,
 )
 from cdc_core.model.merge_semantics import (
     SPARK,
@@ -42,6 +40,7 @@ from cdc_core.model.merge_semantics import (
     STATUS_COMMITTED,
     holds_window,
     insert_condition,
+    tombstone_rows,
 )
 from cdc_core.model.naming import quote_spark
 from cdc_core.model.schema_evolution import S_REWRITE, Structure
@@ -351,11 +350,12 @@ class RunBase:
             return
         src_types = {f.name: f.dataType for f in source.schema.fields}
         # Append-only, so without deletion vectors: whichever writer creates it, delta-rs may append to it.
+        rule = tombstone_rows(key)
         target = self.ensure_table(uri, label, [*((k, src_types[k]) for k in key), (COL_VERSION, LongType())],
                                    small=True)
         deletes = conform(
-            source.where(F.col(COL_OP) == OP_DELETE).select(
-                *[F.col(quote_spark(k)) for k in key], F.col(COL_VERSION)
+            source.where(F.col(quote_spark(rule.op_column)) == rule.op).select(
+                *[F.col(quote_spark(c)) for c in rule.columns]
             ),
             target,
         )
