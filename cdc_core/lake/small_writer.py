@@ -501,7 +501,7 @@ def _tombstones_first(m: SmallMerge, source: pa.Table, fence: Callable[[], None]
     return why
 
 
-def _append_tombstones(  # noqa: PLR0911 (guard clauses: each returns why Spark takes the table)
+def _append_tombstones(
     m: SmallMerge, rows: pa.Table, fence: Callable[[], None]
 ) -> str | None:
     """Append the window's deletes to the tombstone table once (its txn), creating the table if there is
@@ -534,15 +534,27 @@ def _append_tombstones(  # noqa: PLR0911 (guard clauses: each returns why Spark 
     try:
         write_deltalake(table, rows, mode="append", commit_properties=_commit_properties(m, tomb.user_metadata))
     except CommitFailedError as e:
-        from cdc_core.lake import delta_state
-
-        if holds_window(delta_state.last_txn_version(tomb.uri, m.app_id), m.seq):
-            return None  # a concurrent run of this window appended them
-        raise LakeError(
-            f"append to {tomb.label} ({tomb.uri}) lost a commit race ({one_line(e)}); another writer is changing "
-            "the table; the merge is safe to retry"
-        ) from e
+        _lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=1, attempts=1)  # landed, or raises
     return None
+
+
+def _lost_race(m: SmallMerge, uri: str, what: str, e: Exception, *, attempt: int, attempts: int) -> bool:
+    """After a commit to `uri` lost its race: True when the table holds the window now (a concurrent run of it
+    committed it); False to try again; on the last attempt a retryable LakeError."""
+    from cdc_core.lake import delta_state
+
+    landed = delta_state.last_txn_version(uri, m.app_id)
+    if holds_window(landed, m.seq):
+        log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
+        return True
+    if attempt >= attempts:
+        races = "a commit race" if attempts == 1 else f"{attempts} commit races"
+        raise LakeError(
+            f"{what} ({uri}) lost {races} ({one_line(e)}); another writer is changing the table; the merge is "
+            "safe to retry"
+        ) from e
+    log.info("%s", kv(event="merge.retry", table=m.label, reason=one_line(e), writer=WRITER_NAME))
+    return False
 
 
 def _refused_job(m: SmallMerge) -> str | None:
@@ -590,18 +602,8 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
                 _commit_txn_only(table, m)
                 version = read_version + 1
         except CommitFailedError as e:
-            from cdc_core.lake import delta_state
-
-            landed = delta_state.last_txn_version(m.uri, m.app_id)
-            if holds_window(landed, m.seq):
-                log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
+            if _lost_race(m, m.uri, f"MERGE into {m.label}", e, attempt=attempt, attempts=attempts):
                 return Landed("already")
-            if attempt == attempts:
-                raise LakeError(
-                    f"MERGE into {m.label} ({m.uri}) lost {attempts} commit races ({one_line(e)}); another writer "
-                    "is changing the table; the merge is safe to retry"
-                ) from e
-            log.info("%s", kv(event="merge.retry", table=m.label, reason=one_line(e), writer=WRITER_NAME))
             continue
         log.debug("%s", kv(event="merge.small_table", table=m.label, secs=round(time.monotonic() - t0, 3)))
         return Landed(
