@@ -22,8 +22,6 @@ import textwrap
 
 from bench.common import ROOT, load_avg, log
 
-C1_ONLY = "-XX:TieredStopAtLevel=1"  # the client JIT only
-
 _PROBE = textwrap.dedent(
     """
     import json, os, shutil, sys, tempfile, time
@@ -59,7 +57,7 @@ _PROBE = textwrap.dedent(
 
 
 def variants(extra: list[str]) -> dict[str, str]:
-    from tests.support.jvm_archive import build, options
+    from tests.support.jvm_archive import C1_ONLY, build, options
 
     archive = build()
     out = {"defaults": "", "client JIT only": C1_ONLY}

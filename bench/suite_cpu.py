@@ -4,7 +4,8 @@ under each SPARK_SUBMIT_OPTS variant, measuring the machine's CPU seconds (user 
 
 Variants: `archive` (the class-data archive only, the suite's options before 2026-11-28) and `lean` (the
 archive, the client JIT and Spark's interpreted expressions: tests/support/jvm_archive.py, what the suite uses
-now); `--defaults` adds Spark's and Java's defaults.
+now); `--defaults` adds Spark's and Java's defaults; `--opts name=options` (repeatable) adds a variant of the
+lean options plus `options` (e.g. another garbage collector); `--only name` runs the named variants alone.
 
     python -m bench.suite_cpu tests/faults/test_fault_crashes.py tests/integration/test_cli_run.py
 
@@ -30,14 +31,17 @@ def machine_cpu() -> float:
     return sum(int(x) for x in fields[:3]) / os.sysconf("SC_CLK_TCK")  # user, nice, system
 
 
-def variants(defaults: bool) -> dict[str, str]:
+def variants(defaults: bool, extra: list[str] = (), only: list[str] = ()) -> dict[str, str]:  # type: ignore[assignment]
     from tests.support.jvm_archive import build, options
 
     archive = build()
     out = {"archive": options(archive, lean=False), "lean": options(archive)}
     if defaults:
         out = {"defaults": "", **out}
-    return out
+    for item in extra:
+        name, _, opts = item.partition("=")
+        out[name] = f"{options(archive)} {opts}"
+    return {k: v for k, v in out.items() if not only or k in only}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("modules", nargs="+", help="test modules (or node ids)")
     p.add_argument("--defaults", action="store_true", help="also Spark's and Java's defaults")
+    p.add_argument("--opts", action="append", default=[], help="another variant: name=JVM options added to lean")
+    p.add_argument("--only", action="append", default=[], help="run only this variant (repeatable)")
     args = p.parse_args(argv)
     for module in args.modules:
-        for name, opts in variants(args.defaults).items():
+        for name, opts in variants(args.defaults, args.opts, args.only).items():
             env = {**os.environ, "SPARK_SUBMIT_OPTS": opts, "SPARK_LOCAL_IP": "127.0.0.1"}
             if not opts:
                 env.pop("SPARK_SUBMIT_OPTS")

@@ -39,12 +39,14 @@ from cdc_core.lake import delta_state, object_store
 from cdc_core.model.connections import parse_connection
 from cdc_core.model.naming import path_component
 from tests.support.e2e import ROOT, binlog_position, sql
+from tests.support.jvm_archive import lean_executor_confs
 from tests.support.object_store import ObjectStore, running_object_store
 from tests.support.real_airflow import RealAirflow, free_port, real_airflow
 from tests.support.spark_cluster import Cluster, running_cluster
 
-# The production shape: Spark's own execution (generated code, the server JIT), not the suite's lean JVMs.
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("spark_defaults")]
+# The suite's lean JVMs, the cluster's executors included (tests/support/jvm_archive.py): this test's subject
+# is the faults; Spark's own execution on a cluster is the cluster tier's (tests/cluster, `spark_defaults`).
+pytestmark = [pytest.mark.e2e]
 
 TABLES = ("orders", "items")
 
@@ -203,7 +205,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
         "staging_root": store.url(name, "staging"), "lake_root": lake, "object_store": {"conn_id": "cdc_s3"},
         "schedule": "@daily", "retries": 0,
         "spark": {"conn_id": "spark_cluster", "merge_parallelism": 1,
-                  "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}},
+                  "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2", **lean_executor_confs()}},
     }]}))
     sql(services, db, *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))" for t in TABLES),
         *(f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_8000" for t in TABLES))

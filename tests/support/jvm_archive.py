@@ -20,7 +20,9 @@ window) 59 -> 33, the schema-change merges (in-process session) 208 -> 147; the 
 (2026-11-28: merge servers doing real work ran slower with C2's code gone and Janino's still generated).
 
 The product keeps Spark's defaults, and so do the tests that take the `spark_defaults` fixture (the Spark
-cluster tier and the production cycle): their spark-submits run Spark's generated code as production does.
+cluster tier): their spark-submits run Spark's generated code as production does. The production cycle (a
+real Airflow on a cluster, through cross-process faults) runs lean, its executors too (`lean_executor_confs`):
+its subject is the faults, and the cluster tier already lands windows with Spark's own execution on a cluster.
 `CDC_TEST_JVM_DEFAULTS=1` runs the whole suite with Spark's defaults.
 
 The archive is built once per Java, Spark and Delta version (a throwaway session that does what the probe
@@ -42,8 +44,8 @@ ENV = "SPARK_SUBMIT_OPTS"
 DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to measure the difference)
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
 # The client JIT and Spark's interpreted expressions: tiny tables, many queries (see above).
-LEAN = ("-XX:TieredStopAtLevel=1 -Dspark.sql.codegen.wholeStage=false "
-        "-Dspark.sql.codegen.factoryMode=NO_CODEGEN")
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+LEAN = f"{C1_ONLY} -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 _WORKLOAD = textwrap.dedent(
     """
@@ -114,6 +116,15 @@ def configure() -> None:
     if os.environ.get(DISABLE_ENV) == "1" or ENV in os.environ:
         return
     os.environ[ENV] = options(build())
+
+
+def lean_executor_confs() -> dict[str, str]:
+    """Spark confs that make a cluster's executors lean too (SPARK_SUBMIT_OPTS reaches the driver only): the
+    client JIT. The interpreted expressions need nothing more: the driver's SQL confs travel with its tasks.
+    Spark refuses `-Dspark.*` in extraJavaOptions, hence the JIT flag alone. Empty under CDC_TEST_JVM_DEFAULTS=1."""
+    if os.environ.get(DISABLE_ENV) == "1":
+        return {}
+    return {"spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {C1_ONLY}"}
 
 
 def spark_defaults_opts(opts: str) -> str:

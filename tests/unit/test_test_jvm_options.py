@@ -30,3 +30,13 @@ def test_one_option_string_with_or_without_the_archive_and_the_lean_options() ->
     assert options(archive, lean=False) == f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET}"
     assert options(None) == LEAN
     assert spark_defaults_opts(options(archive)) == options(archive, lean=False)
+
+
+def test_lean_executors_get_the_jit_flag_only_and_keep_the_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.jvm_archive import C1_ONLY, DISABLE_ENV, lean_executor_confs
+
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    opts = lean_executor_confs()["spark.executor.extraJavaOptions"].split()
+    assert opts == ["-Duser.timezone=UTC", C1_ONLY]  # no -Dspark.*: Spark refuses those there
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    assert lean_executor_confs() == {}
