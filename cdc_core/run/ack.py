@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,10 @@ def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
     for r in rereads:
         p.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below)
     label = cursor.position.label() if cursor.position else None
-    p.log_event("window.acked", grant, seq=seq, cursor=label)
+    # The newest change the lake now holds: how long after its commit on the source it became visible.
+    commit_ts = cursor.position.commit_ts if cursor.position else None
+    age = {"commit_age_s": round(max(0.0, time.time() - commit_ts), 3)} if commit_ts is not None else {}
+    p.log_event("window.acked", grant, seq=seq, cursor=label, **age)
     if record.plan.kind == KIND_SNAPSHOT:
         snapshot_steps.log_acked(p, grant, record.plan)
     faults.point("after_ack")

@@ -543,7 +543,8 @@ def maintain(
         error=None if error is None else f"{type(error).__name__}: {error}"[:MAX_RECORDED_ERROR],
     )
     p.coordinator.record_maintenance(grant, record)
-    _log("maintenance.recorded", p.name, grant, status=record["status"], tables=len(record["tables"]))
+    p.log_event("maintenance.recorded", grant, status=record["status"], tables=len(record["tables"]),
+                failed=int(record["status"] != "ok"))  # the metrics' maintenance outcome
     return record, error
 
 

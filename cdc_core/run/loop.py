@@ -178,7 +178,7 @@ def note_failure(p: PipelineContext, step: str, error: BaseException, *, seq: in
                  holder: str = "") -> None:
     """Record a failed step for the monitor page (`status()["last_error"]`)."""
     message = f"{type(error).__name__}: {error}"
-    p.log_event("step.failed", None, step=step, seq=seq, error=message[:500])
+    p.log_event("step.failed", None, step=step, seq=seq, error_type=type(error).__name__, error=message[:500])
     p.coordinator.record_error(holder, step, seq, message)
 
 

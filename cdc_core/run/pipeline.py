@@ -60,6 +60,7 @@ from cdc_core.run import ack, lake_tables, loop, merge_step, plan, spark_jobs, s
 from cdc_core.run.ack import AckResult
 from cdc_core.run.loop import WindowsRun
 from cdc_core.run.merge_step import MergeResult
+from cdc_core.run.metrics import CONFIGURED, Metrics, Sink, metrics_for
 from cdc_core.run.plan import PlannedWindow
 from cdc_core.run.stage import StagedWindow
 from cdc_core.run.validate import capture_filter
@@ -87,6 +88,7 @@ class Pipeline:
     _zk_digest: Any = field(default=_FROM_CONFIG, repr=False)
     # One source of a group pipeline (cdc_core.model.sources); None: the pipeline's one source.
     source_id: str | None = None
+    metrics: Metrics = field(default_factory=lambda: Metrics(None, ""), repr=False)  # cdc_core/run/metrics.py
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -102,29 +104,29 @@ class Pipeline:
         clock: Callable[[], float] | None = None,
         before_commit: Callable[[str], None] | None = None,
         source_id: str | None = None,
+        metrics_sink: Sink | object | None = CONFIGURED,
     ) -> Pipeline:
         """`store`, `zk_digest`: the object store's credentials and ZooKeeper's digest identity as the caller
         resolved them (the Airflow glue, through Airflow); by default `object_store.conn_id` is looked up in
         the environment, as the source's is, and ZooKeeper's identity by `ZooKeeperConfig.digest`.
-        `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools).
-        `source_id`: which source of a group pipeline this object runs (its state, windows and Delta
-        writes are that source's; `source` must be its connection); None for a single-source pipeline."""
+        `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools). `source_id`:
+        which source of a group pipeline this object runs (its state, windows and Delta writes are that
+        source's; `source` must be its connection); None for a single-source pipeline. `metrics_sink`: where
+        the metrics go (Airflow: its `Stats`); by default `metrics_for`'s StatsD server, if configured."""
         config = config.for_source(source_id)
         if store is None:
             store = object_store.for_pipeline(config)
         if zk_digest is _FROM_CONFIG:
             zk_digest = config.zookeeper.digest(pipeline=config.name)
         owns = zk_client is None
-        if owns:
-            zk_client = zk_client_for(config, zk_digest)
+        zk_client = zk_client_for(config, zk_digest) if owns else zk_client
         coordinator = PipelineCoordinator(
             zk_client, config.zookeeper.root, config.name, before_commit=before_commit, source=source_id,
             **({"clock": clock} if clock is not None else {}),
         )
-        return cls(
-            config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client, store=store,
-            _zk_digest=zk_digest, source_id=source_id,
-        )
+        metrics = metrics_for(unit_name(config.name, source_id), config.metrics, metrics_sink)
+        return cls(config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client,
+                   store=store, _zk_digest=zk_digest, source_id=source_id, metrics=metrics)
 
     def close(self) -> None:
         self.coordinator.close()  # stop listening first: closing our own session is not a lost session
@@ -168,6 +170,7 @@ class Pipeline:
         """One structured log line, with the pipeline and the fencing token (`-` without a lease)."""
         token = f"{grant.token:#x}" if grant else "-"
         log.info("%s %s", event, kv(pipeline=self.name, token=token, **fields))
+        self.metrics.observe(event, fields)
 
     # ------------------------------------------------------------------------------------- source
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cdc_core.capture.lag import lag
 from cdc_core.coordination import LeaseGrant
 from cdc_core.model import faults, snapshot_state
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
@@ -134,6 +135,8 @@ def _binlog_plan(p: PipelineContext, grant: LeaseGrant, cursor: Any, first_rule:
         start.file, start.offset, start.gtid, start.epoch, stop=stop, start_commit_ts=start.commit_ts,
     )
     cut = plan_window(p.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+    behind = lag(cut.end, facts)  # what stays for later windows once this one lands (the metric lag.bytes)
+    p.log_event("source.behind", grant, seq=seq, bytes=behind["bytes"], binlog_bytes=behind["binlog_bytes"])
     if cut.info.get("capped") and facts.end is not None:
         # What "behind" meant when the cap cut the window (see `loop.more_work`).
         info["source_end"] = {"file": facts.end.file, "offset": facts.end.offset}

@@ -154,7 +154,8 @@ class CdcPipelineHook(BaseHook):
 
         digest = self.zookeeper_digest()  # first: a missing credential is named before anything connects
         return Pipeline.from_config(
-            self.config, self.source_params(), store=self.object_store(), zk_digest=digest, source_id=self.unit_source
+            self.config, self.source_params(), store=self.object_store(), zk_digest=digest, source_id=self.unit_source,
+            metrics_sink=airflow_stats(),
         )
 
     @contextmanager
@@ -170,3 +171,23 @@ class CdcPipelineHook(BaseHook):
     def secrets(p: Pipeline) -> list[str]:
         """Every credential value the open pipeline `p` uses (to keep off command lines and pages)."""
         return secrets_of(p.source, p.zk_auth(), p.store)
+
+
+_stats_ready = False
+
+
+def airflow_stats() -> Any:
+    """Airflow's own metrics (StatsD or OpenTelemetry, as its `[metrics]` section configures; a no-op when
+    off): the pipeline's metrics go where the deployment's Airflow metrics go (cdc_core/run/metrics.py).
+    Set up from the `[metrics]` section once per process, as Airflow's task runner does: `airflow dags test`
+    runs tasks without it."""
+    global _stats_ready  # noqa: PLW0603 (once per process)
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    if not _stats_ready:
+        stats.initialize(factory=stats_utils.get_stats_factory(),
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
+        _stats_ready = True
+    return stats.Stats

@@ -78,7 +78,8 @@ def pipeline_status(pc: Any, source: str | None = None) -> dict[str, Any]:
         secrets = secrets_of(source_params, ":".join(digest) if digest else None, store)
         from cdc_core.run.pipeline import Pipeline
 
-        with Pipeline.from_config(pc, source_params, store=store, zk_digest=digest, source_id=source) as p:
+        with Pipeline.from_config(pc, source_params, store=store, zk_digest=digest, source_id=source,
+                                  metrics_sink=None) as p:  # reads only: no metrics
             status = dict(run_status.pipeline_status(p))
     except Exception as e:  # one broken pipeline must not take the page down
         status = {"pipeline": unit_name(pc.name, source), "error": f"{type(e).__name__}: {e}"}

@@ -450,7 +450,8 @@ def test_hook_opens_the_pipeline_with_what_it_resolved(monkeypatch: pytest.Monke
     monkeypatch.setattr(hooks.CdcPipelineHook, "zookeeper_digest", lambda self: ("u", "p"))
     pc = _pc()
     assert hooks.CdcPipelineHook("orders", config=pc).get_conn() == "pipeline"
-    assert seen == {"config": pc, "source": "source", "store": None, "zk_digest": ("u", "p"), "source_id": None}
+    assert seen == {"config": pc, "source": "source", "store": None, "zk_digest": ("u", "p"), "source_id": None,
+                    "metrics_sink": hooks.airflow_stats()}  # the pipeline's metrics through Airflow's Stats
 
     class Opened:
         closed = False

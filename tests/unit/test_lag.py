@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from cdc_core.capture.lag import lag
 from cdc_core.capture.source import SourceEnd, SourceFacts
 from cdc_core.model.positions import BinlogFile, BinlogPosition, ServerIdentity
-from cdc_core.run.status import lag
 
 pytestmark = pytest.mark.unit
 

@@ -28,6 +28,7 @@ from cdc_core.model.config.sections import (
     TABLE_OPTION_DEFAULTS,
     CapsConfig,
     MaintenanceConfig,
+    MetricsConfig,
     ObjectStoreConfig,
     SchemaChangesConfig,
     SnapshotConfig,
@@ -71,6 +72,7 @@ class PipelineSettings(StrictModel):
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     schema_changes: SchemaChangesConfig = Field(default_factory=SchemaChangesConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @field_validator("staging_root", "lake_root")
     @classmethod

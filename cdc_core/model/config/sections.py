@@ -1,5 +1,5 @@
 """The settings sections of a pipeline: ZooKeeper, Spark (and its warm merge server), the object store,
-window caps, the snapshot, per-table Delta options, schema changes and maintenance."""
+window caps, the snapshot, per-table Delta options, schema changes, maintenance and metrics."""
 
 from __future__ import annotations
 
@@ -119,10 +119,27 @@ class MergeServerConfig(StrictModel):
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        host, sep, port = v.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("must be host:port, e.g. 127.0.0.1:7199")
-        return v.strip()
+        return check_host_port(v, "127.0.0.1:7199")
+
+
+def check_host_port(v: str, example: str) -> str:
+    host, sep, port = v.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be host:port, e.g. {example}")
+    return v.strip()
+
+
+class MetricsConfig(StrictModel):
+    """Where `cdc` commands send the pipeline's metrics (cdc_core/run/metrics.py, docs/operations.md). Under
+    Airflow they go through Airflow's own `Stats` (its `[metrics]` section) instead."""
+
+    statsd: str | None = None  # host:port of a StatsD server; env CDC_STATSD overrides; None: no metrics
+    prefix: str = Field(default="cdc", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+    @field_validator("statsd")
+    @classmethod
+    def _statsd(cls, v: str | None) -> str | None:
+        return None if v is None else check_host_port(v, "127.0.0.1:8125")
 
 
 class SparkConfig(StrictModel):
