@@ -277,6 +277,15 @@ def spark_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def statsd_listener() -> Iterator[Any]:
+    """A real StatsD server stand-in: a UDP socket on loopback (tests/support/statsd.py `received`)."""
+    from tests.support.statsd import udp_listener
+
+    with udp_listener() as sock:
+        yield sock
+
+
+@pytest.fixture
 def warm_merges(shared_merge_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """This test's windows merge on the session's warm merge server (CDC_MERGE_SERVER: the product's warm
     option, the merge job's own code) instead of a spark-submit each, ~25 s less per window. For tests whose

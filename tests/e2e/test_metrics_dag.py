@@ -6,37 +6,30 @@ merge server: the subject is the metrics, not how the merge job starts."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 
 from tests.support.e2e import CdcCase, assert_lake_equals_source, binlog_position, sql
-from tests.support.statsd import received, udp_listener
+from tests.support.statsd import received
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("warm_merges")]
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    with udp_listener() as sock:
-        yield sock
-
-
 def test_a_dag_run_sends_the_pipelines_metrics_through_airflows_statsd(
-    cdc_case: CdcCase, listener: socket.socket
+    cdc_case: CdcCase, statsd_listener: socket.socket
 ) -> None:
     case = cdc_case
     sql(case.services, case.database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
     case.write_config(binlog_position(case.services))
     sql(case.services, case.database, "INSERT INTO t VALUES (1, 'a'), (2, 'b')", "UPDATE t SET v = 'c' WHERE id = 1")
     statsd = {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-              "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
+              "AIRFLOW__METRICS__STATSD_PORT": str(statsd_listener.getsockname()[1]),
               "AIRFLOW__METRICS__STATSD_PREFIX": "af"}
     result = case.run_pipeline(env=statsd)
     assert result.state == "success", result.explain()
     assert_lake_equals_source(case, ["t"])
 
-    got = received(listener)
+    got = received(statsd_listener)
     ours = {k: v for k, v in got.items() if k.startswith("af.cdc.")}
     assert ours.get("af.cdc.window.changes") == ["3|c"], ours
     assert ours.get(f"af.cdc.window.acked.{case.name}") == ["1|c"], ours

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +15,20 @@ import pytest
 from cdc_core.cli import main
 from cdc_core.run.metrics import STATSD_ENV
 from tests.support.e2e import binlog_position, sql
-from tests.support.statsd import received, udp_listener
+from tests.support.statsd import received
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    with udp_listener() as sock:
-        yield sock
-
-
 def test_a_run_sends_its_windows_numbers_to_statsd(
-    services: Any, source_db: str, zk_root: str, tmp_path: Path, listener: socket.socket,
+    services: Any, source_db: str, zk_root: str, tmp_path: Path, statsd_listener: socket.socket,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     name = "met_" + source_db[-6:]
     conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
             "login": services.mysql_user, "password": services.mysql_password}
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_METRICS", json.dumps(conn))
-    monkeypatch.setenv(STATSD_ENV, f"127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setenv(STATSD_ENV, f"127.0.0.1:{statsd_listener.getsockname()[1]}")
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [{
         "name": name, "source": {"conn_id": "cdc_source_metrics"}, "tables": {"include": [f"{source_db}.*"]},
@@ -54,7 +47,7 @@ def test_a_run_sends_its_windows_numbers_to_statsd(
     windows = json.loads(out)["windows"]
     assert [w["changes"] for w in windows] == [5], windows
 
-    got = received(listener)
+    got = received(statsd_listener)
     assert got["etl.cdc.lease.acquired"] == ["1|c"]
     assert got[f"etl.cdc.window.planned.{name}"] == ["1|c"]
     assert got["etl.cdc.window.changes"] == ["5|c"]

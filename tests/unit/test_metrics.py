@@ -12,6 +12,7 @@ from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError
 from cdc_core.run import metrics
 from cdc_core.run.metrics import EVENT_METRICS, Metrics, StatsdSink
+from tests.support.statsd import received
 
 pytestmark = pytest.mark.unit
 
@@ -76,21 +77,17 @@ def test_every_metric_of_the_table_is_well_formed() -> None:
             assert m.name == m.name.lower() and " " not in m.name, m
 
 
-def test_statsd_lines_reach_a_real_udp_listener() -> None:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.settimeout(5)
-    sink = StatsdSink(f"127.0.0.1:{listener.getsockname()[1]}")
+def test_statsd_lines_reach_a_real_udp_listener(statsd_listener: socket.socket) -> None:
+    sink = StatsdSink(f"127.0.0.1:{statsd_listener.getsockname()[1]}")
     try:
         m = Metrics(sink, "p")
         m.observe("window.merged", {"seq": 1, "secs": "12.0"})
         m.observe("window.acked", {"seq": 1, "commit_age_s": 2.5})
-        got = [listener.recv(512).decode() for _ in range(6)]
     finally:
         sink.close()
-        listener.close()
-    assert got == ["cdc.merge.duration:12000|ms", "cdc.merge.duration.p:12000|ms", "cdc.window.acked:1|c",
-                   "cdc.window.acked.p:1|c", "cdc.lag.seconds:2.500|g", "cdc.lag.seconds.p:2.500|g"]
+    assert received(statsd_listener) == {
+        "cdc.merge.duration": ["12000|ms"], "cdc.merge.duration.p": ["12000|ms"], "cdc.window.acked": ["1|c"],
+        "cdc.window.acked.p": ["1|c"], "cdc.lag.seconds": ["2.500|g"], "cdc.lag.seconds.p": ["2.500|g"]}
 
 
 def test_the_cli_sends_to_the_configured_or_the_environments_statsd(monkeypatch: pytest.MonkeyPatch) -> None:
