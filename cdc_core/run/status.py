@@ -69,8 +69,18 @@ def pipeline_status(p: PipelineContext) -> dict[str, Any]:
         end = facts.end
         out["source_end"] = {"file": end.file, "offset": end.offset, "gtid": end.gtid} if end else None
         out["lag"] = lag(cursor.position, facts)
+        out["alerts"] = lag_alerts(out["lag"], p.config.alerts.max_lag_seconds)
     except CdcError as e:
         out["source_error"] = str(e)
     return out
 
+
+def lag_alerts(lag_now: dict[str, Any], max_lag_seconds: int | None) -> list[dict[str, Any]]:
+    """The pipeline's breached alerts (`alerts.max_lag_seconds`): the lag in seconds above its threshold."""
+    seconds = lag_now.get("seconds")
+    if max_lag_seconds is None or seconds is None or seconds <= max_lag_seconds:
+        return []
+    return [{"alert": "lag", "seconds": round(float(seconds), 1), "max_seconds": max_lag_seconds,
+             "message": f"the lake is {seconds:.0f} s behind the source, above alerts.max_lag_seconds "
+                        f"({max_lag_seconds} s): see docs/operations.md, 'Lag'"}]
 

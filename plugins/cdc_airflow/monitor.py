@@ -339,7 +339,12 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
         secs = lag.get("seconds")
         level = secs or 0  # no lag figure counts as none
         cls = "ok" if level < 900 else "warn" if level < 3600 else "bad"
+        alerts = [a for a in s.get("alerts") or [] if a.get("alert") == "lag"]
+        cls = "bad" if alerts else cls  # above the pipeline's own threshold (alerts.max_lag_seconds)
         rows.append(_row("lag", f'<span class="{cls}">{esc(fmt_seconds(secs))}</span>', "lag_seconds"))
+        for a in alerts:
+            rows.append(_row("alert", f'<span class="bad">lag above {esc(fmt_seconds(a.get("max_seconds")))} '
+                                      f'(alerts.max_lag_seconds)</span>', "lag_alert"))
         rows.append(_row("lag bytes", esc(fmt_bytes(lag.get("bytes"))), "lag_bytes"))
         end = s.get("source_end") or {}
         if end:

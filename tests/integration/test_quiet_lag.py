@@ -66,6 +66,7 @@ def quiet(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "staging_root": str(tmp_path / "staging"),
         "lake_root": str(tmp_path / "lake"),
         "schedule": None,
+        "alerts": {"max_lag_seconds": 1},
     }
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [pipeline]}))
@@ -122,6 +123,7 @@ def test_lag_returns_to_zero_after_rotation_and_restart(
         end, cursor = status["source_end"], status["cursor"]["position"]
         assert (cursor["file"], cursor["offset"]) == (end["file"], end["offset"]), (fault, cursor, end)
         assert status["lag"] == {"bytes": 0, "seconds": 0.0, "binlog_bytes": 0}, (fault, status["lag"])
+        assert status["alerts"] == [], fault  # caught up: no lag alert, however old the last commit
         assert cursor["gtid"] == first_gtid(first), fault
         assert status["cursor"]["commit_ts"] is not None  # kept from the last transaction: failover by time works
         again = _cdc(quiet, capsys, "resolve", name)  # the moved cursor resumes (file on the server, GTIDs ok)
@@ -139,6 +141,9 @@ def test_lag_returns_to_zero_after_rotation_and_restart(
     with root.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (2, 'b')")
     root.close()
+    # Now a change is pending and the last landed commit is older than alerts.max_lag_seconds (1 s).
+    (alert,) = _cdc(quiet, capsys, "status", name)["alerts"]
+    assert (alert["alert"], alert["max_seconds"]) == ("lag", 1) and alert["seconds"] > 1, alert
     from cdc_core.cli import source_params_for
     from cdc_core.model.config import load_config
     from cdc_core.run.pipeline import Pipeline

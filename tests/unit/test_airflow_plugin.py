@@ -299,6 +299,15 @@ def test_page_shows_cursor_lag_lease_and_windows() -> None:
         assert text in page, text
 
 
+def test_page_marks_a_lag_above_the_pipelines_alert_threshold() -> None:
+    calm = monitor.render_page([STATUS], now=NOW)
+    assert 'data-field="lag_alert"' not in calm
+    breached = {**STATUS, "alerts": [{"alert": "lag", "seconds": 65.0, "max_seconds": 60}]}
+    page = monitor.render_page([breached], now=NOW)
+    assert 'data-field="lag_alert"' in page and "lag above 60s (alerts.max_lag_seconds)" in page
+    assert '<span class="bad">65s</span>' in page
+
+
 def test_page_escapes_everything() -> None:
     page = monitor.render_page([STATUS], now=NOW)
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -44,3 +44,20 @@ def test_at_the_end_and_unknown() -> None:
     cursor = BinlogPosition("mysql-bin.000002", 385, SERVER, "0-1-11", 1_000.0)
     assert lag(cursor, FACTS) == {"bytes": 0, "seconds": 0.0, "binlog_bytes": 0}
     assert lag(None, FACTS) == {"bytes": None, "seconds": None, "binlog_bytes": None}
+
+
+def test_a_lag_above_the_configured_threshold_is_a_breached_alert() -> None:
+    from cdc_core.run.status import lag_alerts
+
+    assert lag_alerts({"seconds": 30.0, "bytes": 10}, None) == []
+    assert lag_alerts({"seconds": 30.0, "bytes": 10}, 60) == []
+    assert lag_alerts({"seconds": None, "bytes": None}, 60) == []  # nothing landed yet: no figure to judge
+    (alert,) = lag_alerts({"seconds": 125.4, "bytes": 900}, 60)
+    assert (alert["alert"], alert["seconds"], alert["max_seconds"]) == ("lag", 125.4, 60)
+    assert "above alerts.max_lag_seconds (60 s)" in alert["message"]
+    from cdc_core.model.config import PipelineConfig
+
+    base = {"name": "p", "source": {"conn_id": "src"}, "tables": {"include": ["db.*"]}}
+    assert PipelineConfig.model_validate({**base, "alerts": {"max_lag_seconds": 900}}).alerts.max_lag_seconds == 900
+    with pytest.raises(ValueError, match="greater than 0"):
+        PipelineConfig.model_validate({**base, "alerts": {"max_lag_seconds": 0}})

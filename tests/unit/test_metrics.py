@@ -140,3 +140,4 @@ def test_the_grafana_dashboard_charts_metrics_the_pipelines_send() -> None:
         (target,) = [t["target"] for t in panel["targets"]]
         m = re.search(r"\$prefix\.([a-z_.]+?)\.\*", target)
         assert m and m.group(1) in sent, (panel["title"], target)
+

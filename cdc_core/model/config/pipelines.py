@@ -26,6 +26,7 @@ from cdc_core.model.config.checks import (
 )
 from cdc_core.model.config.sections import (
     TABLE_OPTION_DEFAULTS,
+    AlertsConfig,
     CapsConfig,
     MaintenanceConfig,
     MetricsConfig,
@@ -73,6 +74,7 @@ class PipelineSettings(StrictModel):
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     schema_changes: SchemaChangesConfig = Field(default_factory=SchemaChangesConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @field_validator("staging_root", "lake_root")
     @classmethod

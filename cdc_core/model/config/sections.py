@@ -129,6 +129,12 @@ def check_host_port(v: str, example: str) -> str:
     return v.strip()
 
 
+class AlertsConfig(StrictModel):
+    """When a pipeline counts as behind (`cdc status` and the monitor page show the breach; docs/operations.md)."""
+
+    max_lag_seconds: int | None = Field(default=None, gt=0)  # None: no lag alert
+
+
 class MetricsConfig(StrictModel):
     """Where `cdc` commands send the pipeline's metrics (cdc_core/run/metrics.py, docs/operations.md). Under
     Airflow they go through Airflow's own `Stats` (its `[metrics]` section) instead."""
