@@ -96,10 +96,12 @@ class StatsdSink:
     def __init__(self, address: str) -> None:
         host, _, port = address.rpartition(":")
         self.target = (host, int(port))
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
     def _send(self, line: str) -> None:
-        self.sock.sendto(line.encode(), self.target)
+        # A socket per line (a few per window): nothing stays open for the pipeline's owner to close.
+        with socket.socket(self.family, socket.SOCK_DGRAM) as sock:
+            sock.sendto(line.encode(), self.target)
 
     def incr(self, stat: str, count: int = 1, rate: float = 1, *, tags: dict[str, str] | None = None) -> None:
         self._send(f"{stat}:{count}|c")
@@ -110,9 +112,6 @@ class StatsdSink:
 
     def timing(self, stat: str, dt: float, *, tags: dict[str, str] | None = None) -> None:
         self._send(f"{stat}:{_number(dt)}|ms")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _number(v: float) -> str:

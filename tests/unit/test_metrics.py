@@ -78,13 +78,9 @@ def test_every_metric_of_the_table_is_well_formed() -> None:
 
 
 def test_statsd_lines_reach_a_real_udp_listener(statsd_listener: socket.socket) -> None:
-    sink = StatsdSink(f"127.0.0.1:{statsd_listener.getsockname()[1]}")
-    try:
-        m = Metrics(sink, "p")
-        m.observe("window.merged", {"seq": 1, "secs": "12.0"})
-        m.observe("window.acked", {"seq": 1, "commit_age_s": 2.5})
-    finally:
-        sink.close()
+    m = Metrics(StatsdSink(f"127.0.0.1:{statsd_listener.getsockname()[1]}"), "p")
+    m.observe("window.merged", {"seq": 1, "secs": "12.0"})
+    m.observe("window.acked", {"seq": 1, "commit_age_s": 2.5})
     assert received(statsd_listener) == {
         "cdc.merge.duration": ["12000|ms"], "cdc.merge.duration.p": ["12000|ms"], "cdc.window.acked": ["1|c"],
         "cdc.window.acked.p": ["1|c"], "cdc.lag.seconds": ["2.500|g"], "cdc.lag.seconds.p": ["2.500|g"]}
