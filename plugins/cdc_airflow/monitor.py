@@ -3,10 +3,11 @@
 Served by `airflow api-server` under /cdc-monitor (a FastAPI app registered through the plugin
 below) and linked from the sidebar. For every configured pipeline it shows the cursor (binlog
 file:offset, GTID, commit time), the lag behind the source (seconds and bytes), the lease (holder,
-expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome),
-the snapshot's progress per table (chunks done / estimated total, rows), the last error, and per
-Delta table its files, size and last maintenance (cdc_core.run.housekeeping). The
-data is `cdc_core.run.status.pipeline_status`, gathered fresh on every request.
+expiry), the recent windows (seq, range, changes per table, durations, Delta versions, outcome) and
+charts of them (lag at ack, sizes, durations, per table: `render_charts`, inline SVG), the snapshot's
+progress per table (chunks done / estimated total, rows), the last error, and per Delta table its
+files, size and last maintenance (cdc_core.run.housekeeping). The data is
+`cdc_core.run.status.pipeline_status`, gathered fresh on every request.
 
 Every route requires an Airflow login (`GetUserDep`: the Bearer header or the `_token` cookie the UI
 sets); plugin routes are not protected otherwise. Nothing secret is shown: `status()` carries none,
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -27,6 +28,8 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
+
+from cdc_airflow import charts
 
 URL_PREFIX = "/cdc-monitor"
 MASK = "***"
@@ -286,6 +289,8 @@ th{background:#f4f6f8} td.num{text-align:right}
 .error{background:#fdecea;color:#8a1c12;border-radius:6px;padding:.5rem .7rem;white-space:pre-wrap;
 font-family:ui-monospace,Menlo,monospace;font-size:.85rem;margin:.5rem 0}
 .ok{color:#1e7b34} .warn{color:#a15c00} .bad{color:#b42318} .muted{color:#8592a0}
+.charts{display:flex;flex-wrap:wrap;gap:0 1.5rem;align-items:flex-start;margin-top:.8rem}
+.charts p{flex-basis:100%;font-size:.85rem;margin:.2rem 0}
 """
 
 
@@ -419,10 +424,103 @@ def render_pipeline(s: Mapping[str, Any], now: float) -> str:
                 f"<td>{changes}</td><td>{versions}</td><td>{timing or '-'}</td><td>{outcome}</td></tr>"
             )
         parts.append("</tbody></table>")
+        parts.append(render_charts([w for w in s["windows"] if isinstance(w, Mapping)]))
     elif "windows" in s:
         parts.append('<p class="muted">No windows yet.</p>')
     parts.append("</section>")
     return "".join(parts)
+
+
+# Tables in the per-table chart: the slowest (or busiest) few.
+CHART_TABLES = 8
+
+
+def chart_figures(w: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: what the charts plot for one window record (ZooKeeper's), None where the record has no such figure.
+
+    `commit_age`: the ack time minus the commit time of the window's last transaction (`plan.end.commit_ts`),
+    i.e. how old the window's newest change was when the lake held it: the lag the window had at ack. The ack
+    logs that figure (`window.acked commit_age_s`) but does not store it, so it is derived from what the record
+    holds (the worker's clock against the source's commit timestamps, whole seconds). A snapshot chunk reads
+    rows as of its watermark, not binlog changes: it has none. `plan_to_ack`: acked_at - planned_at."""
+    from cdc_core.model.window_plan import KIND_SNAPSHOT
+
+    view = window_view(w)
+    plan_value = w.get("plan")
+    plan: Mapping[str, Any] = plan_value if isinstance(plan_value, Mapping) else w
+    end = plan.get("end")
+    commit_ts = end.get("commit_ts") if isinstance(end, Mapping) else None
+    acked_at, planned_at = view["times"].get("acked_at"), view["times"].get("planned_at")
+    acked = w.get("state") == "acked" and acked_at is not None
+    age = None
+    if acked and commit_ts is not None and view["kind"] != KIND_SNAPSHOT:
+        age = round(float(acked_at) - float(commit_ts), 3)
+    return {
+        "seq": view["seq"],
+        "commit_age": age,
+        "changes": view["changes"],
+        "transactions": view["transactions"],
+        "merge": view["durations"].get("merge"),
+        "plan_to_ack": round(float(acked_at) - float(planned_at), 3) if acked and planned_at else None,
+        "tables": view["tables"],
+    }
+
+
+def table_totals(figures: Iterable[Mapping[str, Any]]) -> tuple[str, dict[str, float]]:
+    """Pure: per table, summed over the windows, its merge seconds ("seconds") if any window records them, else
+    its changes ("changes"). The ack stores per table the changes, Delta version and merge counts but only the
+    window's total merge seconds (`result.durations.merge`, in the durations chart): so today the per-table
+    chart shows the changes each table brought, and per-table seconds as soon as a window record carries them."""
+    totals: dict[str, dict[str, float]] = {"seconds": {}, "changes": {}}
+    for f in figures:
+        for name, info in f["tables"].items():
+            for key, found in totals.items():
+                value = info.get(key)
+                if charts.plotted(value):
+                    found[name] = found.get(name, 0) + value
+    key = "seconds" if totals["seconds"] else "changes"
+    return key, totals[key]
+
+
+def render_charts(records: Sequence[Mapping[str, Any]]) -> str:
+    """Pure: the charts over the recent window records (newest first, as `status()` lists them): lag at ack,
+    sizes, durations, and per table the slowest (or busiest) tables. Inline SVG (cdc_airflow.charts)."""
+    figures = [chart_figures(w) for w in reversed(records)]  # oldest first: time runs left to right
+    seqs = [f["seq"] for f in figures]
+
+    def series(*keys: str) -> list[tuple[str, list[Any]]]:
+        names = {"commit_age": "commit age", "plan_to_ack": "plan to ack", "merge": "merge job"}
+        return [(names.get(k, k), [f[k] for f in figures]) for k in keys]
+
+    key, per_table = table_totals(figures)
+    top = sorted(per_table.items(), key=lambda kv: (-kv[1], kv[0]))[:CHART_TABLES]
+    what = "merge seconds" if key == "seconds" else "changes"
+    lag_title = "Lag at ack: age of the window's last commit when acked"
+    acked, staged = "no window acked yet", "no window staged yet"
+    missing = "; nor is merge time per table: the last chart shows the changes per table instead"
+    missing = missing if key == "changes" else ""
+    out = [
+        charts.line_chart(
+            "lag", lag_title, seqs, series("commit_age"), y_label="seconds (ack - commit)", empty_text=acked
+        ),
+        charts.line_chart(
+            "sizes", "Window sizes", seqs, series("changes", "transactions"), y_label="count", empty_text=staged
+        ),
+        charts.line_chart(
+            "durations", "Window durations", seqs, series("merge", "plan_to_ack"), y_label="seconds", empty_text=acked
+        ),
+        charts.bar_chart(
+            "tables",
+            f"{what.capitalize()} per table, top {CHART_TABLES}, over these {len(seqs)} windows",
+            [n for n, _ in top],
+            [v for _, v in top],
+            value_label=what,
+            empty_text=acked,
+        ),
+        '<p class="muted">Stage seconds are not in the window records (the <code>window.staged</code> log line and '
+        f"the <code>stage.duration</code> metric have them){missing}.</p>",
+    ]
+    return '<div class="charts" data-field="charts">' + "".join(out) + "</div>"
 
 
 def render_snapshot(snap: Any) -> str:

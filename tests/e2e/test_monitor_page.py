@@ -1,8 +1,9 @@
 """The monitor page in a real `airflow api-server` and a real (headless) browser.
 
-A pipeline is given state through cdc_core itself (a held lease, an initialised cursor, a planned
-window); the page at /cdc-monitor/ must show the pipeline, its cursor and its lease to a logged-in
-user, its JSON twin must refuse a request without a token, and no credential may appear anywhere.
+A pipeline is given state through cdc_core itself (a held lease, two acked windows, a planned one);
+the page at /cdc-monitor/ must show the pipeline, its cursor and its lease to a logged-in user, and
+charts whose points (read back from the DOM) are the numbers of the windows in its JSON twin; that
+JSON must refuse a request without a token, and no credential may appear anywhere.
 """
 
 from __future__ import annotations
@@ -87,21 +88,50 @@ def api_server(cdc_case: CdcCase, tmp_path) -> Iterator[str]:  # type: ignore[no
 
 @pytest.fixture
 def pipeline_with_state(cdc_case: CdcCase) -> Iterator[dict[str, Any]]:
-    """The test pipeline with an initialised cursor, a planned window and a lease held by HOLDER."""
+    """The test pipeline with two acked windows, a third one planned, and a lease held by HOLDER. The acked
+    ones hold only DDL of tables the lake never had: the merge step skips them, so no Spark job runs."""
     cdc_case.write_config(binlog_position(cdc_case.services))
-    sql(
-        cdc_case.services,
-        cdc_case.database,
-        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-        "INSERT INTO t VALUES (1, 'a'), (2, 'b')",
-    )
+    sql(cdc_case.services, cdc_case.database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
     with cdc_case.pipeline() as p:
         grant = p.acquire(HOLDER)
         try:
+            for then in ("CREATE TABLE u (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1, 'a'), (2, 'b')"):
+                seq = p.plan(grant).seq
+                p.stage(grant, seq)
+                assert p.merge_locally(grant, seq).skipped is not None
+                p.ack(grant, seq)
+                sql(cdc_case.services, cdc_case.database, then)
             p.plan(grant)
             yield pipeline_status(p)
         finally:
             p.release(grant)
+
+
+def chart_points(windows: list[dict[str, Any]]) -> list[tuple[str, str | None, str, float]]:
+    """What the page's charts must plot, read from the JSON's window records (newest first there): per chart,
+    series and window (or table) the value. Lag: ack time minus the commit time of the window's last
+    transaction; sizes: changes and transactions; durations: the merge job's seconds and plan to ack; per
+    table: its changes over these windows (the records hold no per-table merge seconds), the most first."""
+    oldest_first = list(reversed(windows))
+    acked = [w for w in oldest_first if w["state"] == "acked"]
+
+    def per_window(chart: str, series: str, pairs: list[tuple[dict[str, Any], Any]]) -> list[Any]:
+        return [(chart, series, str(w["plan"]["seq"]), v) for w, v in pairs if v is not None]
+
+    changes: dict[str, int] = {}
+    for w in oldest_first:
+        for name, info in (w["result"].get("tables") or {}).items():
+            changes[name] = changes.get(name, 0) + info["changes"]
+    return [
+        *per_window("lag", "commit age", [(w, round(w["acked_at"] - w["plan"]["end"]["commit_ts"], 3)) for w in acked]),
+        *per_window("sizes", "changes", [(w, w["result"].get("changes")) for w in oldest_first]),
+        *per_window("sizes", "transactions", [(w, w["plan"]["transactions"]) for w in oldest_first]),
+        *per_window("durations", "merge job", [(w, (w["result"].get("durations") or {}).get("merge")) for w in acked]),
+        *per_window(
+            "durations", "plan to ack", [(w, round(w["acked_at"] - w["plan"]["planned_at"], 3)) for w in acked]
+        ),
+        *[("tables", None, name, v) for name, v in sorted(changes.items(), key=lambda kv: (-kv[1], kv[0]))[:8]],
+    ]
 
 
 def test_monitor_page_shows_pipeline_cursor_and_lease(cdc_case: CdcCase, pipeline_with_state, api_server: str) -> None:  # type: ignore[no-untyped-def]
@@ -124,6 +154,11 @@ def test_monitor_page_shows_pipeline_cursor_and_lease(cdc_case: CdcCase, pipelin
     assert data["pipeline"] == cdc_case.name and data["error"] is None, data
     assert data["lease"]["holder"] == HOLDER and data["cursor"]["position"]["offset"] == cursor["offset"]
     assert password not in body
+    windows = data["windows"]
+    assert [(w["plan"]["seq"], w["state"]) for w in windows] == [(3, "planned"), (2, "acked"), (1, "acked")]
+    expected_points = chart_points(windows)
+    lags = [v for chart, _, _, v in expected_points if chart == "lag"]
+    assert len(lags) == 2 and all(0 <= v < 600 for v in lags), lags  # one source clock: never negative
 
     from playwright.sync_api import sync_playwright
 
@@ -146,6 +181,14 @@ def test_monitor_page_shows_pipeline_cursor_and_lease(cdc_case: CdcCase, pipelin
             assert "held" in section.locator('[data-field="lease"]').inner_text()
             text = page.content()
             assert password not in text
+
+            # The charts (inline SVG drawn by the server): each point carries its window and value.
+            drawn = section.locator("[data-chart] [data-value]").evaluate_all(
+                """els => els.map(e => [e.closest("[data-chart]").dataset.chart, e.dataset.series || null,
+                                        e.dataset.seq || e.dataset.label, parseFloat(e.dataset.value)])"""
+            )
+            assert [tuple(p) for p in drawn] == expected_points
+            assert section.locator('figure[data-chart="lag"] svg').count() == 1
 
             # Airflow's own UI links the page straight from the sidebar and shows it in an iframe.
             page.goto(f"{base}/")
