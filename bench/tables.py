@@ -82,11 +82,14 @@ class _Schema:
 
     def touch(self, k: int, first: int = 0, change: str = "insert") -> None:
         """One new row in each of k tables from the `first` (wrapping around), one transaction per table;
-        `change="delete"`: and the table's previous new row deleted in the same transaction."""
+        `change="delete"`: and the table's previous new row deleted in the same transaction; `change="ddl"`:
+        first a column added with a DEFAULT that fills the table's existing rows (a schema change per table)."""
         with self.conn.cursor() as cur:
             for n in [self.names[(first + j) % len(self.names)] for j in range(k)]:
                 i = self.next_id[n]
-                cur.execute(f"INSERT INTO `{self.db}`.`{n}` VALUES (%s, %s, 'x', 0.5, NOW())", (i, i))
+                if change == "ddl":
+                    cur.execute(f"ALTER TABLE `{self.db}`.`{n}` ADD COLUMN `x{i}` INT NOT NULL DEFAULT 7")
+                cur.execute(f"INSERT INTO `{self.db}`.`{n}` (id, a, b, c, d) VALUES (%s, %s, 'x', 0.5, NOW())", (i, i))
                 if change == "delete":
                     cur.execute(f"DELETE FROM `{self.db}`.`{n}` WHERE id = %s", (i - 1,))
                 self.conn.commit()
@@ -312,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot-tables", default="1,300", help="initial loads: tables of --snapshot-rows rows")
     p.add_argument("--snapshot-rows", type=int, default=100)
     p.add_argument("--snapshot-dag-tables", default="", help="initial loads through DAG runs (airflow dags test)")
-    p.add_argument("--change", choices=("insert", "delete"), default="insert",
-                   help="windows: each touched table gets a new row, or a new row and its previous new row deleted")
+    p.add_argument("--change", choices=("insert", "delete", "ddl"), default="insert",
+                   help="windows: each touched table gets a new row, or a new row and its previous new row deleted, "
+                   "or a new column with a DEFAULT (filling its rows) and a new row")
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
     p.add_argument("--mariadb-port", type=int, default=13316)

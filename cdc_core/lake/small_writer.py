@@ -33,12 +33,13 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_core.lake.delta_rs_rules import refused_property, unsupported, untested_deltalake
 from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import LakeError
@@ -69,34 +70,6 @@ log = logging.getLogger("cdc.merge")
 
 WRITER_NAME = "delta-rs"
 DEFAULT_MAX_ROWS = 100_000
-# The deltalake release whose commit and protocol behaviour this writer was tested against
-# (tests/integration/test_small_table_writer.py); any other leaves every table to Spark until re-tested.
-TESTED_DELTALAKE = "1.6."
-
-
-def untested_deltalake() -> str | None:
-    import deltalake
-
-    version = str(getattr(deltalake, "__version__", "?"))
-    if version.startswith(TESTED_DELTALAKE):
-        return None
-    return f"deltalake {version} is not the tested {TESTED_DELTALAKE}x"
-
-# Writer features delta-rs 1.6 writes correctly on the tables the merge job creates small. Legacy
-# protocols up to writer version 2 imply appendOnly and invariants, which are checked below.
-_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz"})
-_READER_FEATURES = frozenset({"timestampNtz"})
-# Table properties that switch on something this writer does not do.
-_REFUSED_PROPERTIES = {
-    "delta.enableDeletionVectors": "true",
-    "delta.enableChangeDataFeed": "true",
-    "delta.appendOnly": "true",
-    "delta.enableTypeWidening": "true",
-    "delta.enableRowTracking": "true",
-}
-_FIELD_METADATA_REFUSED = ("delta.invariants", "delta.generationExpression", "delta.identity.start",
-                           "delta.columnMapping.id")
-
 # The Spark SQL types the manifest uses (cdc_core.model.types), as Delta's schema names them.
 _DDL_TO_DELTA = {
     "TINYINT": "byte", "BYTE": "byte", "SMALLINT": "short", "SHORT": "short", "INT": "integer",
@@ -146,7 +119,7 @@ def create(
     must be created by Spark (which then does: a failed create commits nothing)."""
     if local_path(uri) is None:
         return "not a local lake"
-    why = untested_deltalake() or _refused_property(properties)
+    why = untested_deltalake() or refused_property(properties)
     if why is not None:
         return why
     fields = []
@@ -260,39 +233,6 @@ def _rows(table: Any) -> int | None:
     if "num_records" not in adds.column_names or adds["num_records"].null_count:
         return None
     return int(pc.sum(adds["num_records"]).as_py() or 0)
-
-
-def _refused_property(config: dict[str, str]) -> str | None:
-    for k, v in _REFUSED_PROPERTIES.items():
-        if str(config.get(k, "")).lower() == v:
-            return f"{k}={v}"
-    if config.get("delta.columnMapping.mode", "none") != "none":
-        return "column mapping"
-    if any(k.startswith("delta.constraints.") for k in config):
-        return "check constraints"
-    return None
-
-
-def _unsupported(table: Any) -> str | None:  # noqa: PLR0911 (one answer per rule)
-    """Why delta-rs must not write this table version (None: it may)."""
-    proto = table.protocol()
-    if proto.min_reader_version > 3 or proto.min_writer_version > 7:
-        return f"protocol {proto.min_reader_version}/{proto.min_writer_version}"
-    if proto.min_writer_version == 7:
-        extra = set(proto.writer_features or ()) - _WRITER_FEATURES
-        if extra:
-            return f"writer features {sorted(extra)}"
-    elif proto.min_writer_version > 2:
-        return f"legacy writer version {proto.min_writer_version}"
-    if proto.min_reader_version == 3 and set(proto.reader_features or ()) - _READER_FEATURES:
-        return f"reader features {sorted(set(proto.reader_features or ()) - _READER_FEATURES)}"
-    why = _refused_property(dict(table.metadata().configuration or {}))
-    if why is not None:
-        return why
-    for f in table.schema().fields:
-        if any(k in (f.metadata or {}) for k in _FIELD_METADATA_REFUSED):
-            return f"column {f.name!r} has invariants, a generation expression, an identity or a mapping"
-    return None
 
 
 def _too_big(table: Any, m: SmallMerge) -> str | None:
@@ -430,7 +370,28 @@ def _derived(how: str, source: pa.Table | None, want: dict[str, tuple[str, pa.Da
     return pc.if_else(is_delete, ts, pa.nulls(n, ts.type))
 
 
-def _commit_properties(m: SmallMerge, user_metadata: str | None = None) -> Any:
+class WindowCommit(Protocol):
+    """Whose commit: the window's txn (app id, seq), the table's label and the commit record (SmallMerge is one)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def user_metadata(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Commit:
+    label: str
+    app_id: str
+    seq: int
+    user_metadata: str
+
+
+def _commit_properties(m: WindowCommit, user_metadata: str | None = None) -> Any:
     from deltalake import CommitProperties, Transaction
 
     return CommitProperties(
@@ -442,7 +403,7 @@ def _commit_properties(m: SmallMerge, user_metadata: str | None = None) -> Any:
     )
 
 
-def _commit_txn_only(table: Any, m: SmallMerge) -> None:
+def _commit_txn_only(table: Any, m: WindowCommit) -> None:
     """A commit of the window's txn alone: delta-rs writes no commit for a MERGE that changes nothing
     (a replayed window's older changes), but the window must still be recorded as landed."""
     table.create_write_transaction(
@@ -522,7 +483,7 @@ def _append_tombstones(
             return "tombstone table: not readable after its creation"
     if holds_window(table.transaction_version(m.app_id), m.seq):
         return None
-    why = _unsupported(table)
+    why = unsupported(table)
     if why is not None:
         return f"tombstone table: {why}"
     have = {f.name.lower(): f.type for f in pa.schema(table.schema())}
@@ -567,10 +528,31 @@ def _refused_job(m: SmallMerge) -> str | None:
     return untested_deltalake()
 
 
+def _given(rows: pa.Table, table: Any) -> pa.Table | str:
+    """`rows` (the MERGE source as the Spark job computed it: a window with schema changes, translated) in the
+    table's schema, or why not."""
+    schema = pa.schema(table.schema())
+    by_lower = {name.lower(): name for name in rows.column_names}
+    if len(by_lower) != len(rows.column_names) or len(schema) != len({f.name.lower() for f in schema}):
+        return "column names that differ only by case"
+    unknown = set(by_lower) - {f.name.lower() for f in schema}
+    if unknown:
+        return f"columns {sorted(unknown)} are not in the table"
+    out: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for f in schema:
+        name = by_lower.get(f.name.lower())
+        try:
+            out[f.name] = pa.nulls(rows.num_rows, f.type) if name is None else rows[name].cast(f.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            return f"column {f.name!r}: {one_line(e)}"
+    return pa.table(out, schema=schema)
+
+
 def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Spark)
-    m: SmallMerge, fence: Callable[[], None], *, attempts: int = 2
+    m: SmallMerge, fence: Callable[[], None], *, attempts: int = 2, rows: pa.Table | None = None
 ) -> Landed | Ineligible:
-    """MERGE the window's changes of one table with delta-rs, exactly once, or say why not."""
+    """MERGE the window's changes of one table with delta-rs, exactly once, or say why not. `rows`: the
+    source as given (each key's last change, derived columns set) instead of the one read from staging."""
     from deltalake.exceptions import CommitFailedError
 
     refused = _refused_job(m)
@@ -584,10 +566,10 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         landed = table.transaction_version(m.app_id)
         if holds_window(landed, m.seq):
             return Landed("already")
-        why = _unsupported(table) or _too_big(table, m)
+        why = unsupported(table) or _too_big(table, m)
         if why is not None:
             return Ineligible(why)
-        source = _source(m, table)
+        source = _source(m, table) if rows is None else _given(rows, table)
         if isinstance(source, str):
             return Ineligible(source)
         why = _tombstones_first(m, source, fence)
@@ -614,6 +596,69 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
             version=version,
         )
     raise AssertionError("unreachable")
+
+
+def _metadata_writable(uri: str) -> tuple[Any, None] | tuple[None, str]:
+    """(the table, None) when delta-rs may commit to it here, else (None, why not)."""
+    if local_path(uri) is None:
+        return None, "not a local lake"  # object stores need a commit lock delta-rs is not given here
+    untested = untested_deltalake()
+    if untested is not None:
+        return None, untested
+    table = _open(uri)
+    if table is None:
+        return None, "no table yet"
+    why = unsupported(table)
+    return (table, None) if why is None else (None, why)
+
+
+def commit_txn_only(c: WindowCommit, uri: str, fence: Callable[[], None]) -> Landed | Ineligible:
+    """Record the window as landed in a table it changes no row of (nothing staged for it): the txn alone, as
+    the MERGE of an empty source would commit it, in milliseconds rather than a Spark job's seconds."""
+    from deltalake.exceptions import CommitFailedError
+
+    table, why = _metadata_writable(uri)
+    if table is None:
+        return Ineligible(str(why))
+    if holds_window(table.transaction_version(c.app_id), c.seq):
+        return Landed("already")
+    read_version = int(table.version())
+    fence()
+    try:
+        _commit_txn_only(table, c)
+    except CommitFailedError as e:
+        from cdc_core.lake import delta_state
+
+        if holds_window(delta_state.last_txn_version(uri, c.app_id), c.seq):
+            return Landed("already")  # a concurrent run of this window committed it
+        return Ineligible(f"a concurrent commit ({one_line(e)})")
+    return Landed("committed", version=read_version + 1)
+
+
+def set_properties(uri: str, properties: dict[str, str], user_metadata: str, fence: Callable[[], None]) -> str | None:
+    """Set table properties that are the product's own records (never `delta.*`, which may change the protocol)
+    as one commit; None when committed, else why delta-rs did not (nothing written: Spark sets them)."""
+    from deltalake import CommitProperties
+    from deltalake.exceptions import CommitFailedError
+
+    if any(k.lower().startswith("delta.") for k in properties):
+        return "Delta properties"
+    table, why = _metadata_writable(uri)
+    if table is None:
+        return why
+    if table.protocol().min_writer_version > 2:
+        # deltalake 1.6's set_table_properties rewrites a table-features protocol with features the table does
+        # not use (variantType), which readers without them then refuse; legacy protocols it leaves alone.
+        return "a table-features protocol"
+    fence()
+    try:
+        table.alter.set_table_properties(
+            dict(properties), raise_if_not_exists=False,
+            commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}, max_commit_retries=0),
+        )
+    except CommitFailedError as e:
+        return f"a concurrent commit ({one_line(e)})"
+    return None
 
 
 def members_of(pairs: Sequence[tuple[StagedTable, Sequence[tuple[str, str]]]]) -> tuple[Member, ...]:

@@ -140,6 +140,13 @@ class MergeRun(Derived):
         changes = with_derived_columns(changes, self.delete_mode, self.seq)
         source = conform(changes, target)
         step("read_staged")
+        if work is not None and key and st.rows and self.may_land_small(st, uri, facts):
+            # The window's schema changes are applied (Spark, above): its translated rows may land as any
+            # small table's do, with delta-rs (milliseconds, not a Spark MERGE's seconds).
+            done, _ = self.land_small(st, uri, key, label, result, source=source)
+            step("small_table")
+            if done is not None:
+                return self._table_done(label, result, steps, t0)
 
         # The source is read from the staged window's files, which never change, so Delta need not copy
         # it before merging (it would: Delta copies any source but a Delta table). Not when it joins the
@@ -155,8 +162,11 @@ class MergeRun(Derived):
                 source = drop_superseded(source, spark.read.format("delta").load(tomb), key)
                 immutable = False
             step("tombstones")
-        if not key:  # a table the window names only in DDL (no row, so no key): its txn commit alone
-            status, version = self.idempotent_append(uri, label, source.limit(0))
+        writer = "spark"
+        if not key or st.rows == 0:
+            # Nothing staged (a table the window names only in DDL, with or without a key): the MERGE of an
+            # empty source changes no row, so the window's txn alone (a MERGE costs Spark seconds even so).
+            status, version, writer = self.commit_window_only(uri, label, source.limit(0))
             metrics = {"inserted": 0, "updated": 0, "deleted": 0}
         elif has_no_rows(uri):
             # Nothing to match (a table created by this window, e.g. by a snapshot chunk): the MERGE's
@@ -173,5 +183,5 @@ class MergeRun(Derived):
         step("merge_commit")
         if status == STATUS_COMMITTED and st.rows == 0:
             status = STATUS_EMPTY
-        result.update(status=status, delta_version=version, writer="spark", **metrics)
+        result.update(status=status, delta_version=version, writer=writer, **metrics)
         return self._table_done(label, result, steps, t0)

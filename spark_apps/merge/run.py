@@ -19,10 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
     LongType,
+    StructField,
     StructType,
     TimestampNTZType,
 )
 
+from cdc_core.lake import small_writer
 from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.small_writer import local_path, needs_column_mapping
 from cdc_core.model.errors import (
@@ -58,6 +60,7 @@ from spark_apps.merge.tables import (
     commit_output_rows,
     create_table_sql,
     last_txn_version,
+    new_table_properties,
     table_writer_and_txn,
 )
 from spark_apps.merge.targets import LakeTarget
@@ -150,7 +153,7 @@ class RunBase:
         spark = self.spark
         if not DeltaTable.isDeltaTable(spark, uri):
             self.create_table(uri, label, columns, options or TableOptions(), small=small)
-        target = spark.read.format("delta").load(uri).schema
+        target = self.lake_schema(uri)
         by_name = {f.name.lower(): f for f in target.fields}
         new_cols = [(n, t) for n, t in columns if n.lower() not in by_name]
         widen: list[tuple[str, DataType, DataType]] = []
@@ -205,7 +208,21 @@ class RunBase:
             for col, have, want in widen:
                 self.log("merge.type_widened", table=label, column=col, old=have.simpleString(),
                          new=want.simpleString())
-        return spark.read.format("delta").load(uri).schema
+        return self.lake_schema(uri)
+
+    def lake_schema(self, uri: str) -> StructType:
+        """The table's columns as a Spark read of it has them, from its Delta log with delta-rs (milliseconds;
+        a Spark read loads a snapshot, a job), or with Spark when delta-rs cannot read the table."""
+        from cdc_core.lake import delta_state
+
+        try:
+            table = delta_state.open_table(uri, storage=self.storage)
+            if table is not None:  # Delta's schema is Spark's StructType JSON; the log's field metadata is not read
+                schema = StructType.fromJson(json.loads(table.schema().to_json()))
+                return StructType([StructField(f.name, f.dataType, f.nullable) for f in schema.fields])
+        except Exception as e:  # a table feature delta-rs does not read: Spark reads it
+            log.debug("%s", kv(event="merge.schema_read_fallback", table=uri, reason=one_line(e)))
+        return self.spark.read.format("delta").load(uri).schema
 
     def starts_small(self, st: LakeTarget, uri: str) -> bool:
         """Whether a table this window creates starts without deletion vectors, so that delta-rs may merge it
@@ -222,6 +239,8 @@ class RunBase:
         *,
         small: bool = False,
     ) -> None:
+        if small and self.created_by_delta_rs(uri, label, columns, options):
+            return
         ddl = create_table_sql(
             uri, label, columns, options, self.default_properties, writer=self.writer_record(),
             deletion_vectors=not small,
@@ -237,12 +256,42 @@ class RunBase:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        # CREATE TABLE IF NOT EXISTS keeps a table another pipeline created meanwhile: its writer decides.
+        self.claim_created(uri, label)
+
+    def delta_rs_commits(self, uri: str) -> bool:
+        """Whether delta-rs may make this run's commits to `uri` that carry no window rows (a new table, the txn
+        of a table the window changes no row of, the schema changes' records): the small-table writer is on and
+        the lake is local. Milliseconds each, not a Spark job's seconds; cdc_core.lake.small_writer still checks
+        each table and leaves to Spark what it may not write."""
+        return self.small_table_rows > 0 and local_path(uri) is not None
+
+    def created_by_delta_rs(
+        self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
+    ) -> bool:
+        """Create a table that starts small (no deletion vectors) with delta-rs, as create_table_sql would;
+        False (logged why): Spark creates it."""
+        if not self.delta_rs_commits(uri):
+            return False
+        props = new_table_properties(
+            label, {n for n, _ in columns}, options, self.default_properties, writer=self.writer_record(),
+            deletion_vectors=False,
+        )
+        self.fence()
+        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props)
+        if why is not None:
+            self.log("merge.spark_table", table=label, reason=why)
+            return False
+        self.claim_created(uri, label, writer=small_writer.WRITER_NAME)
+        return True
+
+    def claim_created(self, uri: str, label: str, **fields: Any) -> None:
+        """A create keeps a table another pipeline created meanwhile (IF NOT EXISTS, put-if-absent): its writer
+        record decides whose it is."""
         state = table_writer_and_txn(self.spark, uri, self.app_id, storage=self.storage)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != self.pipeline:
             raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
-        self.log("merge.table_created", table=label, uri=uri)
+        self.log("merge.table_created", table=label, uri=uri, **fields)
 
     def wait_for_table(self, uri: str, cause: BaseException) -> None:
         deadline = time.monotonic() + CREATE_RACE_SECONDS

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,9 +30,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from cdc_core.lake import small_writer
 from cdc_core.lake.object_store import Storage
 from cdc_core.model import faults
 from cdc_core.model.errors import SchemaConflict, StagingError
+from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
 from cdc_core.model.merge_semantics import metadata_columns
 from cdc_core.model.naming import quote_spark
@@ -53,7 +56,9 @@ from cdc_core.model.schema_evolution import (
     translate_columns,
 )
 from cdc_core.model.schema_values import Literal, normalise_delta_type
+from spark_apps.merge.tables import has_no_rows
 
+log = logging.getLogger("cdc.merge")
 
 class Runner(Protocol):
     """What the steps need of the merge job's run (spark_apps.merge_window._Run)."""
@@ -70,6 +75,8 @@ class Runner(Protocol):
 
     @property
     def storage(self) -> Storage: ...
+
+    def delta_rs_commits(self, uri: str) -> bool: ...
 
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -135,7 +142,9 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
             run.fence()
             _structure(run, uri, label, op.structure, table=table, delete_mode=delete_mode,
                        column_mapping=column_mapping)
-    for step in op.rows:
+    # A table without data files has no row a step could change (a table created by this window): no Spark job.
+    steps = op.rows if op.rows and not has_no_rows(uri) else ()
+    for step in steps:
         run.fence()
         statement = _row_sql(uri, step, delete_mode, lineage)
         _with_metadata(run, label, functools.partial(_collect, spark, statement))
@@ -170,6 +179,13 @@ def sweep_after_reread(run: Runner, uri: str, label: str, *, app_id: str, versio
 
 
 def set_properties(run: Runner, uri: str, label: str, props: dict[str, str]) -> None:
+    """One commit of the table properties (a schema change's record: `mark`); delta-rs where it may write the
+    table, milliseconds rather than a Spark job's seconds per schema change."""
+    if run.delta_rs_commits(uri):
+        why = small_writer.set_properties(uri, props, run.commit_metadata(label), run.fence)
+        if why is None:
+            return
+        log.debug("%s", kv(event="merge.spark_properties", table=label, reason=why))
     run.fence()
     _with_metadata(run, label, lambda: run.spark.sql(
         f"ALTER TABLE delta.{quote_spark(uri)} SET TBLPROPERTIES ("

@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pyspark.sql import DataFrame
+
 from cdc_core.lake import small_writer
-from cdc_core.model.errors import (
-    LakeError,
-)
-from cdc_core.model.lake_writers import foreign_writer_message, writer_pipeline
 from cdc_core.model.layout import tombstone_uri
 from cdc_core.model.logfmt import one_line
 from cdc_core.model.merge_semantics import (
@@ -28,7 +26,6 @@ from spark_apps.merge.tables import (
     DV_PROPERTY,
     TableOptions,
     new_table_properties,
-    table_writer_and_txn,
 )
 from spark_apps.merge.targets import LakeTarget
 from spark_apps.spark_job import sql_str
@@ -56,30 +53,29 @@ class SmallTables(SchemaChanges):
     def create_small(self, st: LakeTarget, uri: str, label: str, options: TableOptions) -> bool:
         """Create a new table with delta-rs (no Spark job), as create_table would with `small`: True when the
         table exists now (this run's, or a concurrent run's of the same pipeline); False: Spark creates it."""
-        columns = [*st.columns(), *metadata_columns(self.delete_mode)]
-        props = new_table_properties(
-            label, {n for n, _ in columns}, options, self.default_properties, writer=self.writer_record(),
-            deletion_vectors=False,
-        )
-        self.fence()
-        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props)
-        if why is not None:
-            self.log("merge.spark_table", table=label, reason=why)
-            return False
-        state = table_writer_and_txn(  # a concurrent creator's table is kept
-            self.spark, uri, self.app_id, storage=self.storage
-        )
-        owner = writer_pipeline(state[0]) if state else None
-        if owner is not None and owner != self.pipeline:
-            raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))
-        self.log("merge.table_created", table=label, uri=uri, writer=small_writer.WRITER_NAME)
-        return True
+        return self.created_by_delta_rs(uri, label, [*st.columns(), *metadata_columns(self.delete_mode)], options)
+
+    def commit_window_only(self, uri: str, label: str, empty: DataFrame) -> tuple[str, int | None, str]:
+        """(status, version, writer) of the window's txn alone on a table it changes no row of: delta-rs when it
+        may write the table, else Spark's append of `empty` (the MERGE of an empty source would commit the same)."""
+        if self.delta_rs_commits(uri):
+            c = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
+            out = small_writer.commit_txn_only(c, uri, self.fence)
+            if isinstance(out, small_writer.Landed):
+                status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
+                return status, out.version, small_writer.WRITER_NAME
+            self.log("merge.spark_table", table=label, reason=out.reason)
+        status, version = self.idempotent_append(uri, label, empty)
+        return status, version, "spark"
 
     def land_small(
-        self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any]
+        self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any], *,
+        source: DataFrame | None = None,
     ) -> tuple[dict[str, Any] | None, bool]:
         """(the result, False) when delta-rs landed the table (or found it landed); (None, whether the
-        table is missing) when the table is not one delta-rs may write."""
+        table is missing) when the table is not one delta-rs may write. `source`: the MERGE source Spark
+        computed (a window with schema changes: its rows translated), collected for delta-rs; None: delta-rs
+        reads the staged files itself."""
         job = small_writer.SmallMerge(
             uri=uri,
             label=label,
@@ -93,7 +89,8 @@ class SmallTables(SchemaChanges):
             max_rows=self.small_table_rows,
             tombstones=self.small_tombstones(st) if self.delete_mode == DELETE_HARD else None,
         )
-        out = small_writer.land(job, self.fence)
+        rows = None if source is None else source.toArrow()  # few rows: may_land_small bounds them
+        out = small_writer.land(job, self.fence, rows=rows)
         if isinstance(out, small_writer.Ineligible):
             if not out.missing:
                 self.log("merge.spark_table", table=label, reason=out.reason)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from cdc_core.lake.small_writer import _unsupported, delta_type_name
+from cdc_core.lake.delta_rs_rules import unsupported
+from cdc_core.lake.small_writer import delta_type_name
 
 pytestmark = pytest.mark.unit
 
@@ -66,9 +67,9 @@ class _Table:
 
 
 def test_tables_created_small_are_writable() -> None:
-    assert _unsupported(_Table()) is None
+    assert unsupported(_Table()) is None
     ntz = _Protocol(3, 7, ["timestampNtz"], ["appendOnly", "invariants", "timestampNtz"])
-    assert _unsupported(_Table(ntz, {"delta.logRetentionDuration": "interval 30 days", "cdc.writer": "x"})) is None
+    assert unsupported(_Table(ntz, {"delta.logRetentionDuration": "interval 30 days", "cdc.writer": "x"})) is None
 
 
 @pytest.mark.parametrize(
@@ -87,7 +88,7 @@ def test_tables_created_small_are_writable() -> None:
     ],
 )
 def test_anything_delta_rs_does_not_fully_write_goes_to_spark(table: _Table, reason: str) -> None:
-    why = _unsupported(table)
+    why = unsupported(table)
     assert why is not None and reason in why
 
 
