@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule
-from cdc_airflow import assets, tasks
+from cdc_airflow import alerts, assets, tasks
 from cdc_airflow.operators import CdcMergeOperator
 
 from cdc_core.model.config import PipelineConfig, load_config
@@ -152,6 +152,7 @@ def pipeline_dag(pc: PipelineConfig) -> DAG:
         default_args=tasks.task_defaults(pc),
         tags=["cdc", f"cdc:{pc.name}"],
         doc_md=__doc__,
+        deadline=alerts.lag_deadline(pc),  # alerts.max_lag_seconds: a run that has not caught up in time
     ) as dag:
         lease = tasks.acquire_lease(pc.name)
         window_steps(pc, lease, first_step=lease)

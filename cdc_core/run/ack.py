@@ -139,9 +139,14 @@ def schema_rereads(p: PipelineContext, manifest: Manifest) -> list[TableRequest]
     return [TableRequest(name, None, rows, sweep_below=v) for name, v in sorted(out.items())]
 
 
+# What the window record keeps of each table's merge report entry ("seconds" since 2026-11-29: optional).
+RECORDED_TABLE_KEYS = ("delta_version", "status", "inserted", "updated", "deleted", "seconds")
+
+
 def window_result(p: PipelineContext, seq: int, manifest: Manifest) -> dict[str, Any]:
     """What the ack records for the window (the window record's `result` in ZooKeeper, a persisted format):
-    per table its changes, Delta version and merge counts."""
+    per table its changes, Delta version, merge counts and merge seconds (an optional key, since 2026-11-29:
+    readers of older records find it missing)."""
     tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
     result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
     merged = merge_report(p, seq)
@@ -150,9 +155,7 @@ def window_result(p: PipelineContext, seq: int, manifest: Manifest) -> dict[str,
         for t in manifest.tables:  # the report is per lake table (routes may land several tables in one)
             info = reported.get(p.lineage(t.schema, t.table).lake_name)
             if isinstance(info, dict):
-                tables[t.name].update(
-                    {k: info[k] for k in ("delta_version", "status", "inserted", "updated", "deleted") if k in info}
-                )
+                tables[t.name].update({k: info[k] for k in RECORDED_TABLE_KEYS if k in info})
         result["durations"] = {"merge": merged.get("seconds")}
     for name, entry in tables.items():
         if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta

@@ -468,9 +468,7 @@ def chart_figures(w: Mapping[str, Any]) -> dict[str, Any]:
 
 def table_totals(figures: Iterable[Mapping[str, Any]]) -> tuple[str, dict[str, float]]:
     """Pure: per table, summed over the windows, its merge seconds ("seconds") if any window records them, else
-    its changes ("changes"). The ack stores per table the changes, Delta version and merge counts but only the
-    window's total merge seconds (`result.durations.merge`, in the durations chart): so today the per-table
-    chart shows the changes each table brought, and per-table seconds as soon as a window record carries them."""
+    its changes ("changes"): window records acked before 2026-11-29 carry no per-table seconds."""
     totals: dict[str, dict[str, float]] = {"seconds": {}, "changes": {}}
     for f in figures:
         for name, info in f["tables"].items():

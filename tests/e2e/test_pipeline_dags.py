@@ -108,6 +108,7 @@ def test_failed_merge_is_retried_and_converges(cdc_case: CdcCase, tmp_path: Path
     tables = window["result"]["tables"]
     assert set(tables) == {f"{case.database}.customers", f"{case.database}.orders"}, tables
     assert all(isinstance(t["delta_version"], int) for t in tables.values()), tables
+    assert all(isinstance(t["seconds"], (int, float)) for t in tables.values()), tables  # the monitor's chart
     assert window["result"]["durations"]["merge"] > 0, window
 
 

@@ -1,6 +1,6 @@
 """The tests where the scheduler is the point, not `airflow dags test`: one real Airflow for this module (the API
-server, the scheduler and the DAG processor as separate processes, as scripts/ui.sh runs them:
-tests/support/real_airflow.py), started once with the DAGs of two pipelines, each over a database, ZooKeeper
+server, the scheduler, the DAG processor and the triggerer as separate processes, as scripts/ui.sh runs them:
+tests/support/real_airflow.py), started once with the DAGs of three pipelines, each over a database, ZooKeeper
 root, staging area and lake of its own; their windows merge on the session's warm merge server. (One module: a
 test module stays on one xdist worker, so both tests share this Airflow. The production shape, on PostgreSQL
 with LocalExecutor, a Spark cluster and fault points armed for the whole deployment, has an Airflow of its
@@ -18,6 +18,10 @@ own: test_production_airflow.py.)
    (`cdc versions`); the DAG on the untouched table gets no run. Then the ack task is cleared through the
    REST API, as an operator retries a step: it runs again, finds the window acked, and emits nothing: no new
    asset event, no new downstream run.
+3. The lag deadline (issue 38 §3): a pipeline with `alerts.max_lag_seconds: 3` and `alerts.notify` naming a
+   test callback (tests/support/alert_sink.py); with the merge server stopped (SIGSTOP) the run is still
+   unfinished 3 s after it was queued, the scheduler has the triggerer call the callback with the run's
+   context, and once the server resumes a retry lands the window.
 
 Every process the module starts is stopped by its PID (each leads its own process group, which takes its
 children along).
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,6 +92,8 @@ class Scheduler:
     env: dict[str, str]  # what the Airflow processes got besides scripts/airflow_env.sh's environment
     ui: Pipeline  # the backfill form's pipeline (test 1)
     assets: Pipeline  # the downstream DAGs' pipeline (test 2)
+    lag: Pipeline  # the lag deadline's pipeline (test 3)
+    alerts: Path  # where its deadline's callback writes (tests/support/alert_sink.py)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +103,11 @@ def scheduler(
     tmp = tmp_path_factory.mktemp("scheduler")
     ui = Pipeline("ui_" + uuid.uuid4().hex[:6], "t_" + uuid.uuid4().hex[:10], "/cdc-test-" + uuid.uuid4().hex[:10])
     assets = Pipeline("as_" + uuid.uuid4().hex[:6], "t_" + uuid.uuid4().hex[:10], "/cdc-test-" + uuid.uuid4().hex[:10])
-    sql(services, None, *(f"CREATE DATABASE `{p.database}` CHARACTER SET utf8mb4" for p in (ui, assets)))
+    lag = Pipeline("lag_" + uuid.uuid4().hex[:6], "t_" + uuid.uuid4().hex[:10], "/cdc-test-" + uuid.uuid4().hex[:10])
+    alerts = tmp / "alerts.jsonl"
+    everyone = (ui, assets, lag)
+    sql(services, None, *(f"CREATE DATABASE `{p.database}` CHARACTER SET utf8mb4" for p in everyone))
+    sql(services, lag.database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
     # The assets pipeline starts after its tables exist: a window that creates a table announces it (it appeared
     # in the lake), and test 2 is about the row changes of one transaction.
     sql(services, assets.database, *ASSET_TABLES)
@@ -118,6 +129,15 @@ def scheduler(
             "staging_root": str(tmp / "assets" / "staging"), "lake_root": str(tmp / "assets" / "lake"),
             "schedule": None, "retries": 0,
         },
+        {
+            "name": lag.name, "source": {"conn_id": CONN_ID}, "tables": {"include": [f"{lag.database}.*"]},
+            "start": binlog_position(services), "snapshot": {"on_start": False},
+            "zookeeper": {"hosts": services.zk_hosts, "root": lag.zk_root}, "lease_seconds": 300,
+            "staging_root": str(tmp / "lag" / "staging"), "lake_root": str(tmp / "lag" / "lake"),
+            "schedule": None, "retries": 3,
+            "alerts": {"max_lag_seconds": 3, "notify": {"callable": "tests.support.alert_sink.record_alert",
+                                                        "kwargs": {"path": str(alerts), "pipeline": lag.name}}},
+        },
     ]}))
     dags = tmp / "dags"
     dags.mkdir()
@@ -128,14 +148,15 @@ def scheduler(
     env = {"CDC_CONFIG": str(config), f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(conn),
            "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "CDC_EXAMPLE_PIPELINE": assets.name,
            "CDC_EXAMPLE_ORDERS": f"{db}.orders", "CDC_EXAMPLE_ITEMS": f"{db}.order_items",
-           "CDC_EXAMPLE_UNTOUCHED": f"{db}.untouched", ADDRESS_ENV: shared_merge_server.ensure_running()}
+           "CDC_EXAMPLE_UNTOUCHED": f"{db}.untouched", ADDRESS_ENV: shared_merge_server.ensure_running(),
+           "PYTHONPATH": str(ROOT)}  # the triggerer imports the deadline's callback from tests/support
     try:
-        with real_airflow(env) as airflow:
+        with real_airflow(env, triggerer=True) as airflow:
             airflow.login()
-            yield Scheduler(airflow, config, env, ui, assets)
+            yield Scheduler(airflow, config, env, ui, assets, lag, alerts)
     finally:
-        sql(services, None, *(f"DROP DATABASE IF EXISTS `{p.database}`" for p in (ui, assets)))
-        for p in (ui, assets):
+        sql(services, None, *(f"DROP DATABASE IF EXISTS `{p.database}`" for p in everyone))
+        for p in everyone:
             zk_client.delete(p.zk_root, recursive=True)
 
 
@@ -260,3 +281,42 @@ def test_a_real_ack_starts_the_downstream_dags_once(scheduler: Scheduler, servic
     assert ti["state"] == "success", ti
     assert len(_events(airflow, name)) == len(events)
     assert len(airflow.runs("cdc_downstream_orders")) == 1
+
+
+# ------------------------------------------------------------------ 3. the lag deadline
+
+
+def test_a_run_that_has_not_caught_up_in_time_raises_the_lag_deadline(
+    scheduler: Scheduler, services: Any, shared_merge_server: Any
+) -> None:
+    """`alerts.max_lag_seconds: 3` gives the pipeline DAG an Airflow deadline alert (cdc_airflow.alerts): with the
+    merge server stopped (SIGSTOP: the merge step waits, then fails and retries), the run is still unfinished 3 s
+    after it was queued, and the scheduler has the triggerer call `alerts.notify` with the run's context. The
+    server resumed, a retry lands the window: the alert changed nothing."""
+    airflow, lag = scheduler.airflow, scheduler.lag
+    dag_id = f"cdc_{lag.name}"
+    airflow.wait_for_dags([dag_id])
+    status, body = airflow.api(f"dags/{dag_id}", {"is_paused": False}, method="PATCH")  # paused when created
+    assert status == 200, body
+    sql(services, lag.database, "INSERT INTO t VALUES (1, 'late')")
+    server = shared_merge_server.proc
+    assert server is not None and server.poll() is None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        status, run = airflow.api(f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {}})
+        assert status == 200, run
+        run_id = run["dag_run_id"]
+
+        def alerted() -> list[dict[str, Any]]:
+            lines = scheduler.alerts.read_text().splitlines() if scheduler.alerts.exists() else []
+            return [a for a in map(json.loads, lines) if a["run_id"] == run_id]
+
+        (alert,) = airflow.wait(f"the lag deadline of {run_id} calls alerts.notify", alerted, 180)
+        assert alert["dag_id"] == dag_id and alert["pipeline"] == lag.name, alert
+        assert alert["deadline"]["deadline_time"], alert
+        assert _run_state(airflow, dag_id, run_id) not in ("success", "failed")  # raised while it was behind
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    final = airflow.wait(f"{run_id} finishes", lambda: (s := _run_state(airflow, dag_id, run_id))
+                         in ("success", "failed") and s, 300)
+    assert final == "success", airflow.api(f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")

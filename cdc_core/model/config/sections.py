@@ -129,10 +129,27 @@ def check_host_port(v: str, example: str) -> str:
     return v.strip()
 
 
+class NotifyConfig(StrictModel):
+    """What the pipeline DAG's lag deadline calls (Airflow's deadline alerts run it in the triggerer): an Airflow
+    notifier class or an async function, by its dotted path, with keyword arguments (docs/operations.md)."""
+
+    callable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kwargs")
+    @classmethod
+    def _kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "context" in v:
+            raise ValueError("'context' is Airflow's: the deadline passes the run's context itself")
+        return v
+
+
 class AlertsConfig(StrictModel):
-    """When a pipeline counts as behind (`cdc status` and the monitor page show the breach; docs/operations.md)."""
+    """When a pipeline counts as behind (`cdc status` and the monitor page show the breach; the pipeline DAG
+    carries an Airflow deadline alert: docs/operations.md)."""
 
     max_lag_seconds: int | None = Field(default=None, gt=0)  # None: no lag alert
+    notify: NotifyConfig | None = None  # None: the deadline logs a warning (cdc_airflow.alerts)
 
 
 class MetricsConfig(StrictModel):
