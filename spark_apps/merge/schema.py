@@ -40,6 +40,7 @@ from spark_apps.merge.run import RunBase
 from spark_apps.merge.staged import STAGED_META, StagedFacts, can_widen, metadata_columns, parse_type
 from spark_apps.merge.tables import TableOptions
 from spark_apps.merge.targets import LakeTarget, SchemaMember, schema_state_key
+from spark_apps.merge.threads import in_threads
 
 log = logging.getLogger("cdc.merge")
 
@@ -81,52 +82,106 @@ class SchemaChanges(RunBase):
             out.add((where.lake_schema, where.lake_table))
         return out
 
-    def schema_phase(self, targets: Sequence[LakeTarget]) -> None:
-        """Every schema change of the window, one after another in binlog order, on the lake tables that do not
-        hold the window yet (cdc_core.model.schema_window resolves them; spark_apps.schema_steps applies them).
-        Before any row lands: a rename's target takes its source's rows while the source still has them."""
+    def schema_phase(self, targets: Sequence[LakeTarget], parallelism: int = 1) -> None:
+        """Every schema change of the window, in binlog order, on the lake tables that do not hold the window yet
+        (cdc_core.model.schema_window resolves them; spark_apps.schema_steps applies them). Before any row lands:
+        a rename's target takes its source's rows while the source still has them. Changes of tables that share
+        nothing (independent_changes) go on up to `parallelism` writer threads, each group in binlog order."""
         if not self.window.changes:
             return
         pending = {(t.schema, t.table): t for t in targets}
+        groups = self.independent_changes()
+        if parallelism <= 1 or len(groups) <= 1:
+            for lc in self.window.changes:
+                self.apply_schema_change(pending, lc)
+            return
+
+        def apply_group(run: SchemaChanges, group: list[LakeChange]) -> None:
+            for lc in group:
+                run.apply_schema_change(pending, lc)
+
+        in_threads(self, groups, parallelism, apply_group)
+
+    def independent_changes(self) -> list[list[LakeChange]]:
+        """The window's schema changes in groups that share no lake table, each in binlog order: the tables a
+        change names (its own, a rename's or LIKE's other table, a swap's ghost, the table a moved-in table comes
+        from) and every source table routed into one lake table fall in one group."""
+        parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+        def find(x: tuple[str, str]) -> tuple[str, str]:
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def lake(table: tuple[str, str]) -> tuple[str, str]:
+            where = lineage(self.routes, self.source, *table)
+            return (where.lake_schema, where.lake_table)
+
+        def named(lc: LakeChange) -> list[tuple[str, str]]:
+            c = lc.change
+            out = [lc.lake, (c.schema, c.table)]
+            if lc.source is not None:
+                out.append(lc.source)
+            if c.to_table:
+                out.append((c.to_schema or c.schema, c.to_table))
+            if lc.ghost:
+                out.append((lc.lake[0], lc.ghost))
+            return out
+
         for lc in self.window.changes:
-            where = lineage(self.routes, self.source, *lc.lake)
-            target = pending.get((where.lake_schema, where.lake_table))
-            if target is None:
-                continue  # the table already holds the window (or was never part of it)
-            # A derived table's rows live in its base (the derived table is recomputed from it after).
-            uri = (base_uri if target.derived else table_uri)(self.lake_root, where.lake_schema, where.lake_table)
-            label = target.name
-            member = next((m for m, w in target.members if (m.schema, m.table) == lc.lake), target.members[0][0])
-            key = schema_state_key(self.app_id, member, where)
+            first, *rest = [lake(t) for t in named(lc)]
+            for other in rest:
+                parent[find(other)] = find(first)
+        groups: dict[tuple[str, str], list[LakeChange]] = {}
+        for lc in self.window.changes:
+            groups.setdefault(find(lake(lc.lake)), []).append(lc)
+        return list(groups.values())
+
+    def apply_schema_change(self, pending: dict[tuple[str, str], LakeTarget], lc: LakeChange) -> None:
+        """One schema change on its lake table, if that table is one this run lands."""
+        where = lineage(self.routes, self.source, *lc.lake)
+        target = pending.get((where.lake_schema, where.lake_table))
+        if target is not None:  # else the table already holds the window (or was never part of it)
+            self._apply(target, where, lc)
+
+    def _apply(self, target: LakeTarget, where: Lineage, lc: LakeChange) -> None:
+        """Plan the change against the table's schema record and apply its steps (structure, rows, mark)."""
+        # A derived table's rows live in its base (the derived table is recomputed from it after).
+        uri = (base_uri if target.derived else table_uri)(self.lake_root, where.lake_schema, where.lake_table)
+        label = target.name
+        member = next((m for m, w in target.members if (m.schema, m.table) == lc.lake), target.members[0][0])
+        key = schema_state_key(self.app_id, member, where)
+        table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
+        if not table.exists:
+            if not self.create_for_schema(target, uri, lc):
+                return  # DDL on a table the lake never had: nothing to change, nothing to record
             table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
-            if not table.exists:
-                if not self.create_for_schema(target, uri, lc):
-                    continue  # DDL on a table the lake never had: nothing to change, nothing to record
-                table = schema_steps.read_lake_table(self.spark, uri, storage=self.storage)
-            meta = metadata_columns(self.delete_mode)
-            reserved = [*(n for n, _ in meta), *target.lineage_columns]
-            ctx = PlanContext(
-                table=label, app_id=key, delete_mode=self.delete_mode,
-                mode=self.schema_policy.mode_for(table_id(*lc.lake), label), zero_dates=self.zero_dates,
-                lineage=tuple(where.columns), routed=bool(where.columns),
-            )
-            ops, _, rereads = plan_change(
-                ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,
-                functools.partial(self.moved_from, key=key, reserved=reserved),
-                created_columns=functools.partial(self.created_columns, target, reserved),
-            )
-            for planned in ops:
-                op = planned
-                if op.structure is not None and op.structure.kind == S_COPY:
-                    assert op.structure.source is not None
-                    self.copy_table(op.structure.source, uri, label)
-                    op = replace(op, structure=None)
-                schema_steps.apply_op(self, uri, label, op, app_id=key, delete_mode=self.delete_mode,
-                                      lineage=tuple(where.columns), column_mapping=self.schema_policy.column_mapping)
-            for change, why in rereads:
-                self.log("merge.schema_reread", table=label, change=change.kind, version=change.version, reason=why)
-                self.rereads.append({"table": label, "source": table_id(*lc.lake), "version": change.version,
-                                     "change": change.kind, "reason": why})
+        meta = metadata_columns(self.delete_mode)
+        reserved = [*(n for n, _ in meta), *target.lineage_columns]
+        ctx = PlanContext(
+            table=label, app_id=key, delete_mode=self.delete_mode,
+            mode=self.schema_policy.mode_for(table_id(*lc.lake), label), zero_dates=self.zero_dates,
+            lineage=tuple(where.columns), routed=bool(where.columns),
+        )
+        ops, _, rereads = plan_change(
+            ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,
+            functools.partial(self.moved_from, key=key, reserved=reserved),
+            created_columns=functools.partial(self.created_columns, target, reserved),
+        )
+        for planned in ops:
+            op = planned
+            if op.structure is not None and op.structure.kind == S_COPY:
+                assert op.structure.source is not None
+                self.copy_table(op.structure.source, uri, label)
+                op = replace(op, structure=None)
+            schema_steps.apply_op(self, uri, label, op, app_id=key, delete_mode=self.delete_mode,
+                                  lineage=tuple(where.columns), column_mapping=self.schema_policy.column_mapping)
+        for change, why in rereads:
+            self.log("merge.schema_reread", table=label, change=change.kind, version=change.version, reason=why)
+            self.rereads.append({"table": label, "source": table_id(*lc.lake), "version": change.version,
+                                 "change": change.kind, "reason": why})
 
     def create_for_schema(self, target: LakeTarget, uri: str, lc: LakeChange) -> bool:
         """Create a lake table a schema change needs: from a CREATE TABLE's columns, from a renamed table's, or

@@ -19,7 +19,6 @@ from cdc_core.model import faults
 from cdc_core.model.errors import (
     CdcError,
     ConfigError,
-    Fenced,
     LakeError,
     StagingError,
 )
@@ -46,6 +45,7 @@ from spark_apps.merge import schema_steps
 from spark_apps.merge.land import MergeRun
 from spark_apps.merge.tables import parse_table_options, table_writer_and_txn
 from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets, without_rowless_members
+from spark_apps.merge.threads import in_threads
 from spark_apps.spark_job import is_table_not_found
 
 log = logging.getLogger("cdc.merge")
@@ -123,7 +123,7 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
         else:
             todo.append(st)
     run.log("merge.plan", tables=len(targets), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
-    run.schema_phase(todo)
+    run.schema_phase(todo, parallelism)
     crash_after_first = len(targets) > 1
     done: dict[str, Any] = {}
     if parallelism <= 1 or len(todo) <= 1:
@@ -142,52 +142,14 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
 def _merge_concurrently(
     run: MergeRun, todo: Sequence[LakeTarget], parallelism: int, crash_after_first: bool
 ) -> dict[str, Any]:
-    import queue
-    import threading
+    def after_each(n: int) -> None:
+        if crash_after_first and n == 1:
+            # Crash suite: some tables committed, others still merging. An in-process fault (the suite's merge
+            # server) raises here: it stops the whole job as a SIGKILL would.
+            faults.point("mid_merge")
 
-    work: queue.Queue[LakeTarget] = queue.Queue()
-    for st in todo:
-        work.put(st)
-    done: dict[str, Any] = {}
-    errors: list[tuple[int, BaseException]] = []
-    order = {st.name: i for i, st in enumerate(todo)}
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def worker() -> None:
-        mine = replace(run, spark=run.spark.newSession())  # own SQL conf: own txn identity
-        while not stop.is_set():
-            try:
-                st = work.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                result = _land_table(mine, st)
-                with lock:
-                    done[st.name] = result
-                    first = len(done) == 1
-                if crash_after_first and first:
-                    # Crash suite: some tables committed, others still merging. An in-process fault (the
-                    # suite's merge server) raises here: it stops the whole job as a SIGKILL would.
-                    faults.point("mid_merge")
-            except BaseException as e:  # re-raised by the caller
-                with lock:
-                    errors.append((order[st.name], e))
-                stop.set()
-                return
-
-    threads = [
-        threading.Thread(target=worker, name=f"cdc-merge-{i}", daemon=True) for i in range(min(parallelism, len(todo)))
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        # Prefer a fencing verdict (exit code 5 tells the caller it is a zombie), else the first table's error.
-        fenced = [e for _, e in errors if isinstance(e, Fenced)]
-        raise fenced[0] if fenced else min(errors, key=lambda x: x[0])[1]
-    return done
+    results = in_threads(run, todo, parallelism, _land_table, after_each)
+    return {st.name: r for st, r in zip(todo, results, strict=True) if r is not None}
 
 
 def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it positionally)
