@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule
 from cdc_airflow import alerts, assets, tasks
-from cdc_airflow.operators import CdcMergeOperator
+from cdc_airflow.operators import CdcAckOperator, CdcMergeOperator
 
 from cdc_core.model.config import PipelineConfig, load_config
 from cdc_core.model.sources import unit_name
@@ -77,16 +77,17 @@ START_DATE = datetime(2024, 1, 1)
 
 def source_window(
     pc: PipelineConfig, unit: str, lease: XComArg, first_step: XComArg, plan_kwargs: dict[str, Any] | None
-) -> XComArg:
+) -> CdcAckOperator:
     """plan -> stage -> merge -> ack of one source (`unit`: the pipeline, or `<pipeline>.<source>`) after
     `first_step`; returns the ack."""
     plan = tasks.plan_window(unit, grant=lease, **(plan_kwargs or {}))
     stage = tasks.stage_window(unit, window=plan)
     merge = CdcMergeOperator(task_id="merge_window", pipeline=unit, conn_id=pc.spark.conn_id, window=plan)
     alias = assets.tables_alias(pc.name)  # the ack emits one asset event per lake table the window changed
-    ack = tasks.ack_window.override(
-        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, outlets=[alias], inlets=[alias]
-    )(unit, window=plan)
+    ack = CdcAckOperator(
+        task_id=tasks.ACK_TASK, pipeline=unit, window=plan,
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, outlets=[alias], inlets=[alias],
+    )
     first_step >> plan >> stage >> merge >> ack
     stage >> ack  # so ack runs when merge was skipped (empty window) but not when it failed
     return ack

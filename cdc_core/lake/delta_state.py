@@ -326,3 +326,16 @@ def read_rows(
         next((pa.field(f.name, t, f.nullable) for test, t in plain.items() if test(f.type)), f) for f in data.schema
     ]
     return data.cast(pa.schema(fields)) if fields != list(data.schema) else data
+
+
+def table_columns(table_uri: str, *, storage: Storage = AMBIENT) -> tuple[tuple[str, str], ...] | None:
+    """The table's top-level columns as (name, Delta type name) in table order, None when there is no table."""
+    table = _open(table_uri, storage)
+    if table is None:
+        return None
+    try:
+        fields = table.schema().fields
+    except Exception as e:
+        raise LakeError(f"cannot read the schema of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+    # A primitive type's name ("long", "decimal(10,2)"); a nested one's kind ("struct", "array", "map").
+    return tuple((f.name, str(getattr(f.type, "type", f.type))) for f in fields)

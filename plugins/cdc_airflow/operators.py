@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from cdc_airflow.lineage import ReportsWindowLineage
 from cdc_core.lake.job_outcome import JobExit
 from cdc_core.lake.spark_conf import SparkJob, spark_env
 from cdc_core.model.config.sections import ZK_AUTH_ENV  # noqa: F401 - ZK_AUTH_ENV re-exported
@@ -257,7 +258,7 @@ class HookRunner:
         return self.operator.run_job(submit)
 
 
-class CdcMergeOperator(SparkJobOperator):
+class CdcMergeOperator(ReportsWindowLineage, SparkJobOperator):
     """MERGE the run's staged window into Delta with spark_apps/merge_window.py, through the pipeline's merge
     step (`Pipeline.merge_locally`, the CLI's): spark-submit through a `SparkSubmitHook` (the Spark
     connection), or, with the warm option (`spark.merge_server.address`, or CDC_MERGE_SERVER in the worker's
@@ -288,6 +289,8 @@ class CdcMergeOperator(SparkJobOperator):
         try:
             with hook.pipeline() as p:
                 result = p.merge_locally(grant, seq, submit=self.runner(p, hook.secrets(p), "merge job"))
+                if not result.skipped:
+                    self.gather_lineage(p, seq)
         except CdcError as e:
             raise_for(e, self.pipeline)
         if result.skipped:
@@ -295,3 +298,27 @@ class CdcMergeOperator(SparkJobOperator):
                 f"pipeline {self.pipeline!r}: window {seq} has no changes for the captured tables; "
                 "nothing to merge (the ack step records the empty window)"
             )
+
+
+class CdcAckOperator(ReportsWindowLineage, BaseOperator):
+    """The ack step of the run's window (`cdc_airflow.tasks.ack_window`): the cursor moves past the window
+    once Delta holds it in every table; returns the ack's result with `more_work` (the XCom `more_work`
+    reads). An operator rather than a TaskFlow task so that it reports the window's lineage, as the merge
+    does (`ReportsWindowLineage`).
+
+    :param pipeline: the pipeline's name in the configuration file (or `<pipeline>.<source>`).
+    :param window: the planned window (`plan_window`'s result; templated: pass the TaskFlow result).
+    """
+
+    template_fields: Sequence[str] = ("window",)
+    ui_color = "#8fbc8f"
+
+    def __init__(self, *, pipeline: str, window: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.window = window
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from cdc_airflow.tasks import ack_window
+
+        return ack_window(self.pipeline, self.window, context, self.gather_lineage)

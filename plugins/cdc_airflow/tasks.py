@@ -261,16 +261,19 @@ def stage_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
     return staged
 
 
-@task(task_id=ACK_TASK)
-def ack_window(pipeline: str, window: dict[str, Any]) -> dict[str, Any]:
-    """Move the cursor past the window once Delta holds it for every staged table (and the lake's
-    checkpoints table records it); emit an asset event per table it changed (plugins/cdc_airflow/assets.py,
-    through the outlet alias the DAG gives this task); say whether more work is waiting
-    (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets)."""
-    ctx = get_current_context()
+def ack_window(
+    pipeline: str, window: dict[str, Any], ctx: Any, after_ack: Callable[[Any, int], None] | None = None
+) -> dict[str, Any]:
+    """The ack step (`CdcAckOperator`'s): move the cursor past the window once Delta holds it for every
+    staged table (and the lake's checkpoints table records it); emit an asset event per table it changed
+    (plugins/cdc_airflow/assets.py, through the outlet alias the DAG gives the task); say whether more work
+    is waiting (`Pipeline.more_work`, under "more_work", with the run id a continuation run gets).
+    `after_ack(p, seq)`: called with the open pipeline once the window is acked (the operator's lineage)."""
     lease, seq = window_lease(window, ACK_TASK)
     with pipeline_step(pipeline) as p:
         result: dict[str, Any] = p.ack(lease, seq).to_dict()
+        if after_ack is not None:
+            after_ack(p, seq)
         more = dict(p.more_work(seq))
         # One asset event per table the window (and any window acked by recovery before it) changed,
         # recorded by Airflow when this task succeeds; windows already announced are left out.

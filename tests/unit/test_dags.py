@@ -188,7 +188,9 @@ def test_steps_take_the_grant_and_the_window_as_taskflow_arguments(dagbag) -> No
     from airflow.sdk.definitions.xcom_arg import XComArg
 
     def source(dag_id: str, task_id: str) -> dict[str, str]:
-        kwargs = dagbag.dags[dag_id].get_task(task_id).op_kwargs
+        task = dagbag.dags[dag_id].get_task(task_id)
+        # A TaskFlow task's arguments, or an operator's templated fields (the ack: CdcAckOperator).
+        kwargs = getattr(task, "op_kwargs", None) or {k: getattr(task, k) for k in task.template_fields}
         return {k: v.operator.task_id for k, v in kwargs.items() if isinstance(v, XComArg)}
 
     assert source("cdc_orders", "plan_window") == {"grant": "acquire_lease"}
