@@ -18,7 +18,7 @@ from typing import Any
 from cdc_core.coordination import LeaseGrant
 from cdc_core.lake import delta_state
 from cdc_core.model import faults, layout
-from cdc_core.model.errors import LakeError
+from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.schema_changes import RENAME_TABLE
@@ -64,7 +64,12 @@ def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
     record = stage.window(p, seq)
     if record.state == "acked":
         return AckResult(seq, already=True)
-    manifest = stage.manifest(p, seq)
+    manifest = stage.recorded_manifest(p, record.plan)  # Delta decides, not the files: no second download
+    if manifest is None:
+        raise StagingError(
+            f"pipeline {p.name!r}: cannot ack window {seq}: it is not staged; run the stage and merge steps "
+            "(the stage step re-stages the stored plan)"
+        )
     missing = {name: v for name, v in landed(p, manifest).items() if v is None or v < seq}
     if missing:
         raise LakeError(
@@ -99,9 +104,9 @@ def recover(p: PipelineContext, grant: LeaseGrant) -> str | None:
     pending = p.coordinator.pending_window()
     if pending is None:
         return None
-    manifest = stage.staged_manifest(p, pending.plan)
+    manifest = stage.recorded_manifest(p, pending.plan)
     if manifest is None:
-        return None  # not (validly) staged, so it cannot have been merged: replay it
+        return None  # not staged, so it cannot have been merged: replay it
     if all(v is not None and v >= pending.plan.seq for v in landed(p, manifest).values()):
         lake_tables.record_lake(p, grant, pending.plan, manifest)
         result = {**window_result(p, pending.plan.seq, manifest), "recovered": True}

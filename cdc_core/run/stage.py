@@ -106,6 +106,22 @@ def _progress(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Callab
 def staged_manifest(p: PipelineContext, plan: WindowPlan) -> Manifest | None:
     """The window's staged manifest when a valid staged copy of exactly this plan exists, else None (stage it
     again). A staged copy of another plan is a StagingError: a planned window is immutable."""
+    manifest = recorded_manifest(p, plan)
+    if manifest is None:
+        return None
+    try:
+        staging.verify_window(p.staging_root, manifest, storage=p.storage)
+    except StagingError as e:
+        log.warning("%s", kv(event="window.restage", pipeline=p.name, seq=plan.seq, reason=str(e)))
+        return None
+    return manifest
+
+
+def recorded_manifest(p: PipelineContext, plan: WindowPlan) -> Manifest | None:
+    """The staged manifest of exactly this plan (None: not staged), without hashing the staged files: what
+    the steps after the merge read (the ack and recovery decide by what Delta holds, not by the files; on
+    an object store, hashing would download the whole window again). A manifest of another plan is a
+    StagingError."""
     manifest = staging.read_manifest(p.staging_root, p.name, plan.seq, storage=p.storage)
     if manifest is None:
         return None
@@ -114,11 +130,6 @@ def staged_manifest(p: PipelineContext, plan: WindowPlan) -> Manifest | None:
             f"pipeline {p.name!r}: staged window {plan.seq} does not match its stored plan; "
             f"delete {layout.window_dir(p.staging_root, p.name, plan.seq)} and re-run the stage step"
         )
-    try:
-        staging.verify_window(p.staging_root, manifest, storage=p.storage)
-    except StagingError as e:
-        log.warning("%s", kv(event="window.restage", pipeline=p.name, seq=plan.seq, reason=str(e)))
-        return None
     return manifest
 
 
