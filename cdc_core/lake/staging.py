@@ -52,6 +52,7 @@ from cdc_core.model.changes import RowBatch, RowChange, TableSchema
 from cdc_core.model.errors import StagingError
 from cdc_core.model.logfmt import line
 from cdc_core.model.manifest import MANIFEST_NAME, OP_DELETE, OP_INSERT, OP_UPDATE, Manifest
+from cdc_core.model.transforms import Transforms
 from cdc_core.model.types import TYPE_MAP_VERSION
 from cdc_core.model.window_plan import WindowPlan
 
@@ -102,6 +103,7 @@ def stage_window(
     progress_every_secs: float = PROGRESS_EVERY_SECS,
     declare: Iterable[TableSchema] = (),
     storage: Storage = AMBIENT,
+    transforms: Transforms | None = None,
 ) -> Manifest:
     """Stage a window's changes and return its manifest (or the existing one if already staged).
 
@@ -110,6 +112,8 @@ def stage_window(
     bytes=...)` is called every `progress_every_rows` rows or `progress_every_secs` seconds (checked every
     1,024 rows), and once at the end; never per row. Tables in `declare` are staged even when no change
     arrives for them (a file with their columns and no rows), so the merge creates their Delta table.
+    `transforms`: the tables' transform rules (cdc_core/model/transforms.py), applied before anything is
+    written.
     """
     t0 = time.monotonic()
     store = StagingStore(staging_root, storage)
@@ -139,7 +143,7 @@ def stage_window(
         store.remove(final)
         target = final
 
-    writer = WindowWriter(store, target, plan, rg_rows)
+    writer = WindowWriter(store, target, plan, rg_rows, transforms)
     for shape in declare:
         writer.segment_for(shape)[1].declared = True
     try:

@@ -24,6 +24,7 @@ from cdc_core.model.manifest import (
     OP_INSERT,
     OP_UPDATE,
     SCRATCH_PREFIX,
+    STAGED_META_COLUMNS,
     Manifest,
     SchemaEvent,
     StagedColumn,
@@ -32,7 +33,8 @@ from cdc_core.model.manifest import (
     is_reserved_column,
 )
 from cdc_core.model.schema_changes import SchemaChange
-from cdc_core.model.types import TableCodec, table_codec
+from cdc_core.model.transforms import TableTransform, Transforms, schema_change_lands, table_transform
+from cdc_core.model.types import META_FIELDS, ColumnCodec, TableCodec, table_codec
 from cdc_core.model.window_plan import WindowPlan
 
 # Rows buffered across all tables before every buffer is flushed (bounds memory with many tables).
@@ -61,6 +63,16 @@ class Segment:
     sink: HashingSink | None = None
     staged: StagedFile | None = None
     declared: bool = False  # written even without rows (an empty table still gets its Delta table)
+    # The table's transform rule for this shape (cdc_core/model/transforms.py) and the staged form it gives
+    # (`out_codec`); None: the rows are staged as read.
+    transform: TableTransform | None = None
+    out_codec: TableCodec | None = None
+    to_delete: dict[str, int] = field(default_factory=lambda: {OP_INSERT: 0, OP_UPDATE: 0})  # by the filter
+
+    @property
+    def output(self) -> TableCodec:
+        """The staged form of the rows: the transform's, or the source's."""
+        return self.out_codec or self.codec
 
 
 @dataclass
@@ -74,8 +86,12 @@ class TableState:
 
 
 class WindowWriter:
-    def __init__(self, store: StagingStore, dir_path: str, plan: WindowPlan, row_group_rows: int) -> None:
+    def __init__(
+        self, store: StagingStore, dir_path: str, plan: WindowPlan, row_group_rows: int,
+        transforms: Transforms | None = None,
+    ) -> None:
         self.store = store
+        self.transforms = transforms if transforms else None
         self.dir = dir_path
         self.plan = plan
         self.row_group_rows = row_group_rows
@@ -95,6 +111,10 @@ class WindowWriter:
     # -- background writes
 
     def _write(self, seg: Segment, table: pa.Table) -> None:
+        if seg.transform is not None:  # on the reader's thread: the clear values never reach the writer's
+            table, moved = seg.transform.apply(table, STAGED_META_COLUMNS)
+            for op, n in moved.items():
+                seg.to_delete[op] += n
         self._pending.append(self._pool.submit(self._write_now, seg, table))
         while len(self._pending) > MAX_PENDING_WRITES:  # bounds the row groups held in memory
             self._pending.popleft().result()
@@ -142,6 +162,13 @@ class WindowWriter:
         codec = table_codec(shape)
         index = len(state.segments)
         seg = Segment(codec, index, f"{table_dir_rel(shape.schema, shape.table)}/{part_name(index)}")
+        rule = self.transforms.rule_for(shape.name) if self.transforms is not None else None
+        if rule is not None:
+            assert self.transforms is not None
+            seg.transform = table_transform(rule, self.transforms.key, shape.name, codec.columns, shape.key)
+            out = tuple(ColumnCodec(c.name, c.mysql_type, c.arrow_type, c.delta_type, c.nullable, None)
+                        for c in seg.transform.columns)
+            seg.out_codec = TableCodec(shape, out, seg.transform.arrow_schema(META_FIELDS))
         state.segments.append(seg)
         state.current_shape = shape
         self.open_segments.append(seg)
@@ -155,11 +182,11 @@ class WindowWriter:
         seg.buffer = []
         self.buffered -= len(rows) + seg.batch_rows
         if not seg.batches:
-            self._write(seg, pa.Table.from_batches([self._batch(seg.codec, rows)]))
+            self._write(seg, pa.Table.from_batches([self._batch(seg, rows)]))
             return
         batches = seg.batches
         if rows:
-            batches.append(self._batch(seg.codec, rows))
+            batches.append(self._batch(seg, rows))
         seg.batches, seg.batch_rows = [], 0
         self._write(seg, pa.Table.from_batches(batches).combine_chunks())
 
@@ -167,7 +194,7 @@ class WindowWriter:
         """Buffer rows in staged form; cut a row group every `row_group_rows` rows of the segment, as the
         row-by-row path does."""
         if seg.buffer:  # keep arrival order: earlier RowChanges go first
-            seg.batches.append(self._batch(seg.codec, seg.buffer))
+            seg.batches.append(self._batch(seg, seg.buffer))
             seg.batch_rows += len(seg.buffer)
             seg.buffer = []
         n = batch.num_rows
@@ -193,7 +220,7 @@ class WindowWriter:
             schema,
             compression=COMPRESSION,
             compression_level=COMPRESSION_LEVEL,
-            use_dictionary=_dictionary_columns(seg.codec),
+            use_dictionary=_dictionary_columns(seg.output),
             write_statistics=True,
         )
 
@@ -205,7 +232,7 @@ class WindowWriter:
         self.flush(seg)
         self.drain()
         if seg.writer is None and seg.declared:
-            self._open(seg, seg.codec.arrow_schema)  # a file with the schema and no rows
+            self._open(seg, seg.output.arrow_schema)  # a file with the schema and no rows
         if seg.writer is not None and seg.sink is not None:
             seg.writer.close()
             self.store.finish_file(seg.file)
@@ -214,7 +241,7 @@ class WindowWriter:
                 rows=seg.rows,
                 bytes=seg.sink.size,
                 sha256=seg.sink.sha.hexdigest(),
-                columns=tuple(c.name for c in seg.codec.columns),
+                columns=tuple(c.name for c in seg.output.columns),
             )
             self.bytes += seg.sink.size
             seg.writer = seg.file = seg.sink = None
@@ -231,7 +258,8 @@ class WindowWriter:
                 if seg.file is not None:
                     seg.file.close()
 
-    def _batch(self, codec: TableCodec, rows: list[RowChange]) -> pa.RecordBatch:
+    def _batch(self, seg: Segment, rows: list[RowChange]) -> pa.RecordBatch:
+        codec = seg.codec
         schema = codec.arrow_schema
         arrays: list[pa.Array] = [
             pa.array([r.op for r in rows], schema.field(0).type),
@@ -254,6 +282,14 @@ class WindowWriter:
             try:
                 arrays.append(pa.array(col.convert_values(raw), col.arrow_type))
             except Exception as e:
+                # A column the transform hides is never named with its value, not even in an error.
+                if seg.transform is not None and name in seg.transform.sensitive:
+                    raise StagingError(
+                        f"window {self.plan.label()}: table {codec.table.name!r} column {name!r} "
+                        f"({col.mysql_type} -> {col.arrow_type}) cannot stage a value (not shown: the table's "
+                        f"transform hides the column; {type(e).__name__}). This is a type-map or reader bug: "
+                        "report it; exclude the table to proceed"
+                    ) from None
                 bad = _first_bad_value(col, raw)
                 raise StagingError(
                     f"window {self.plan.label()}: table {codec.table.name!r} column {name!r} "
@@ -265,12 +301,23 @@ class WindowWriter:
     def add_ddl(self, item: Any, label: str) -> None:
         """A DDL statement of the window: its text, its typed changes, and the tables it changes."""
         self.ddl.append(_schema_event(item, label))
-        self.schema_changes.extend(getattr(item, "changes", ()))
+        self.schema_changes.extend(c for c in getattr(item, "changes", ()) if self._lands(c))
         keys = list(getattr(item, "keys", ()))
         for i, name in enumerate(getattr(item, "tables", ())):
             key = tuple(keys[i]) if i < len(keys) else ()
             if key or tuple(name) not in self.ddl_tables:
                 self.ddl_tables[tuple(name)] = key
+
+    def _lands(self, change: SchemaChange) -> bool:
+        """Whether a schema change goes on to the lake under the tables' transforms (SchemaConflict: it would
+        defeat one)."""
+        if self.transforms is None or not change.table:
+            return True
+        rule = self.transforms.rule_for(change.table_name)
+        if rule is None:
+            return True
+        target = self.transforms.rule_for(change.target_name) if change.target_name is not None else rule
+        return schema_change_lands(rule, change, target)
 
     # -- the manifest
 
@@ -283,16 +330,17 @@ class WindowWriter:
             if not files:
                 continue
             latest = state.segments[-1].codec
+            moved = {op: sum(s.to_delete[op] for s in state.segments) for op in (OP_INSERT, OP_UPDATE)}
             tables.append(
                 StagedTable(
                     schema=schema,
                     table=table,
                     key=latest.table.key,
-                    columns=_union_columns([s.codec for s in state.segments]),
+                    columns=_union_columns([s.output for s in state.segments]),
                     files=files,
-                    inserts=state.counts[OP_INSERT],
-                    updates=state.counts[OP_UPDATE],
-                    deletes=state.counts[OP_DELETE],
+                    inserts=state.counts[OP_INSERT] - moved[OP_INSERT],
+                    updates=state.counts[OP_UPDATE] - moved[OP_UPDATE],
+                    deletes=state.counts[OP_DELETE] + moved[OP_INSERT] + moved[OP_UPDATE],
                 )
             )
         staged = {(t.schema, t.table) for t in tables}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from cdc_core.lake import delta_state
+from cdc_core.model import transforms
 from cdc_core.run import ack, stage
 from cdc_core.run.context import PipelineContext
 
@@ -34,7 +35,8 @@ class LakeTableLineage:
     output: DatasetName
     inputs: tuple[DatasetName, ...]  # the source tables routed into it, in manifest order
     columns: tuple[tuple[str, str], ...]  # (column, Delta type) as the table holds them after the window
-    copied_from: dict[str, tuple[DatasetName, ...]]  # column -> the source tables whose same-named column it is
+    # column -> the source tables whose same-named column it copies (not one a transform hashes, masks or cuts)
+    copied_from: dict[str, tuple[DatasetName, ...]]
     rows_changed: int  # inserted + updated + deleted by the merge; the staged changes when no report says
 
 
@@ -65,14 +67,19 @@ def window_lineage(p: PipelineContext, seq: int) -> tuple[LakeTableLineage, ...]
     """The lineage of staged window `seq`, one entry per lake table, in manifest order (none when the window
     is not staged). The manifest alone is read (`stage.recorded_manifest`): the step that asks has landed the
     window from verified files."""
-    manifest = stage.recorded_manifest(p, stage.window(p, seq).plan)
+    plan = stage.window(p, seq).plan
+    manifest = stage.recorded_manifest(p, plan)
     if manifest is None:
         return ()
+    rules = transforms.Transforms(transforms.recorded_rules((plan.capture or {}).get("transform", ())))
     reported = (ack.merge_report(p, seq) or {}).get("tables") or {}
     landings: dict[str, _Landing] = {}
     for t in manifest.tables:
         landing = landings.setdefault(p.table_uri(t.schema, t.table), _Landing(p.lineage(t.schema, t.table).lake_name))
-        landing.staged[source_dataset(p.source.host, p.source.port, t.schema, t.table)] = {c.name for c in t.columns}
+        rule = rules.rule_for(t.name)
+        shaped = {*rule.hash, *rule.mask, *rule.truncate} if rule is not None else set()
+        copied = {c.name for c in t.columns} - shaped  # a hashed, masked or truncated column is no copy
+        landing.staged[source_dataset(p.source.host, p.source.port, t.schema, t.table)] = copied
         landing.changes += t.rows
     return tuple(_lake_table(p, uri, landing, reported.get(landing.lake_name)) for uri, landing in landings.items())
 

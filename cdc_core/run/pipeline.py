@@ -45,7 +45,7 @@ from cdc_core.lake import object_store
 from cdc_core.lake.job_runner import JobRunner
 from cdc_core.lake.job_specs import MergeJobSpec
 from cdc_core.lake.spark_conf import SparkJob
-from cdc_core.model import faults, holders, layout, sources
+from cdc_core.model import faults, holders, layout, sources, transforms
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.errors import ConfigError, LeaseHeld, StateConflict
 from cdc_core.model.lake_writers import route_target_pattern
@@ -187,7 +187,8 @@ class Pipeline:
     def capture_settings(self, tables: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
         """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
         f = self.table_filter(tables)
-        return {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+        out = {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+        return {**out, **transforms.plan_record(self.config.transform, self.name)}
 
     def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
         """The table filter and full-row-key patterns a stored plan was planned with."""

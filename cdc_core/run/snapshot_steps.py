@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cdc_core.capture.snapshot_reads import estimate_rows, plan_next_chunk_from_source, read_chunk
 from cdc_core.capture.source import connect
+from cdc_core.model import transforms
 from cdc_core.model.changes import RowChange, TableSchema
 from cdc_core.model.errors import ConfigError, CoordinationError
 from cdc_core.model.snapshot_state import (
@@ -247,7 +248,10 @@ def stage_chunk(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Mani
                 yield change
             done_rows[0] += n
 
-    manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare), storage=p.storage)
+    capture = plan.capture or p.capture_settings(plan.tables)  # the rules the chunk was planned with
+    shaping = transforms.planned(p.config.transform, capture, p.name, plan.seq)
+    manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare), storage=p.storage,
+                                    transforms=shaping)
     p.log_event(
         "snapshot.chunk_staged", grant, seq=plan.seq, table=specs[0].table, chunk=specs[0].chunk,
         rows=manifest.changes, secs=f"{time.time() - t0:.2f}",

@@ -16,7 +16,7 @@ from typing import Any
 from cdc_core.capture.binlog import read_change_batches, read_changes
 from cdc_core.coordination import LeaseGrant, WindowRecord
 from cdc_core.lake import staging
-from cdc_core.model import faults, layout
+from cdc_core.model import faults, layout, transforms
 from cdc_core.model.errors import StagingError, StateConflict
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import Manifest
@@ -72,7 +72,8 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
         if faults.armed("mid_stage"):
             changes = faults.midway(changes, plan.events, "mid_stage")
         manifest = staging.stage_window(
-            plan, changes, p.staging_root, progress=_progress(p, grant, plan), storage=p.storage
+            plan, changes, p.staging_root, progress=_progress(p, grant, plan), storage=p.storage,
+            transforms=plan_transforms(p, plan),
         )
         p.log_event(
             "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
@@ -88,6 +89,12 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
         window_dir=layout.window_dir(p.staging_root, p.name, seq),
         empty=not manifest.tables,
     )
+
+
+def plan_transforms(p: PipelineContext, plan: WindowPlan) -> transforms.Transforms:
+    """The transform rules a stored plan was planned with (cdc_core/model/transforms.py)."""
+    capture = plan.capture or p.capture_settings(plan.tables)
+    return transforms.planned(p.config.transform, capture, p.name, plan.seq)
 
 
 def _progress(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Callable[..., None]:

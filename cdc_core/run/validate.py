@@ -5,17 +5,21 @@ Offline (plain `cdc validate`) only the connections are read, from the environme
 (`AIRFLOW_CONN_<ID>`), for each source's host:port; a connection that is not defined there is simply not
 compared. With `--check-sources` every source is asked for its identity (MySQL's server_uuid) and describes
 the tables the pipeline captures there, as a run would (a literal include that does not exist, a table without
-a usable key: the run's own errors): no ZooKeeper, no lake, nothing written.
+a usable key, a transform rule that cannot apply to its table or whose hash key is missing: the run's own
+errors): no ZooKeeper, no lake, nothing written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cdc_core.capture.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.model import transforms
+from cdc_core.model.changes import TableSchema
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.connections import lookup_connection
+from cdc_core.model.types import table_codec
 from cdc_core.model.validation import SourceServer, server_address
 
 
@@ -35,6 +39,16 @@ def configured_servers(config: PipelineConfig, environ: Mapping[str, str] | None
         info = lookup_connection(conn_id, environ)
         out.append(SourceServer(sid, conn_id, server_address(info.host, info.port) if info else None))
     return out
+
+
+def check_transforms(config: PipelineConfig, tables: Iterable[TableSchema]) -> None:
+    """Each captured table's transform rule against the table as it is (a key column excluded, a filter over a
+    column it lacks, ...: the staging step's own ConfigError), and the hash key in this environment."""
+    rules = transforms.resolve(config.transform, config.name)
+    for table in tables:
+        rule = rules.rule_for(table.name)
+        if rule is not None:
+            transforms.table_transform(rule, rules.key, table.name, table_codec(table).columns, table.key)
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ def read_sources(
             described = describe_tables(conn, capture_filter(unit), unit.name, tuple(unit.tables.full_row_key))
         finally:
             conn.close()
+        check_transforms(unit, described.values())
         tables = tuple(sorted((t.schema, t.table) for t in described.values()))
         views.append(SourceView(SourceServer(server.source, server.conn_id, server.address, identity.server_uuid),
                                 tables))

@@ -41,6 +41,7 @@ from cdc_core.model.errors import ConfigError
 from cdc_core.model.naming import parse_table_pattern, table_id
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
 from cdc_core.model.sources import SOURCE_ID_RE, Route
+from cdc_core.model.transforms import TransformConfig
 from cdc_core.model.window_plan import WindowCaps
 
 
@@ -285,6 +286,8 @@ class PipelineConfig(PipelineSettings):
     tables: TablesConfig
     start: StartConfig = Field(default_factory=StartConfig)
     routes: list[RouteConfig] = Field(default_factory=list)
+    # What lands of each table: columns, hashing, masking, a row filter (cdc_core/model/transforms.py).
+    transform: TransformConfig = Field(default_factory=TransformConfig)
 
     @model_validator(mode="after")
     def _one_source_form(self) -> PipelineConfig:

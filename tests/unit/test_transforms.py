@@ -1,0 +1,204 @@
+"""The transform rules (cdc_core/model/transforms.py): configuration checks, what each treatment stages, the
+filter's semantics, the key rules, the plan's record, and which schema changes may pass."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pydantic import ValidationError
+
+from cdc_core.model import schema_changes as sc
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.errors import ConfigError, SchemaConflict
+from cdc_core.model.manifest import STAGED_META_COLUMNS
+from cdc_core.model.transforms import (
+    TransformConfig,
+    TransformRule,
+    Transforms,
+    evaluate_filter,
+    from_plan,
+    parse_filter,
+    resolve,
+    schema_change_lands,
+    table_transform,
+)
+from cdc_core.model.types import table_codec
+
+pytestmark = pytest.mark.unit
+
+KEY = b"k" * 32
+
+
+def shape(*cols: tuple[str, str], key: tuple[str, ...] = ("id",)) -> TableSchema:
+    return TableSchema("shop", "customers", tuple(SourceColumn(n, t) for n, t in cols), key)
+
+
+CUSTOMERS = shape(("id", "int"), ("email", "varchar(100)"), ("phone", "varchar(20)"), ("card", "varchar(19)"),
+                  ("note", "text"), ("country", "char(2)"), ("amount", "decimal(8,2)"))
+
+
+def rows(*changes: tuple[str, dict[str, Any]]) -> pa.Table:
+    """A staged row group of CUSTOMERS: (op, values) per change."""
+    codec = table_codec(CUSTOMERS)
+    cols: dict[str, list[Any]] = {n: [] for n in codec.arrow_schema.names}
+    for i, (op, values) in enumerate(changes):
+        cols["_cdc_op"].append(op)
+        cols["_cdc_version"].append(i)
+        cols["_cdc_ordinal"].append(i)
+        cols["_cdc_commit_ts"].append(0)
+        for c in codec.columns:
+            cols[c.name].append(values.get(c.name))
+    return pa.table({n: pa.array(v, codec.arrow_schema.field(n).type) for n, v in cols.items()})
+
+
+def apply(rule: TransformRule, table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    t = table_transform(rule, KEY, CUSTOMERS.name, table_codec(CUSTOMERS).columns, CUSTOMERS.key)
+    return t.apply(table, STAGED_META_COLUMNS)
+
+
+def test_each_treatment_stages_what_it_says_and_nothing_in_the_clear() -> None:
+    rule = TransformRule(match=["shop.customers"], columns={"exclude": ["note"]}, hash=["email"],
+                         mask={"card": "keep_last_4", "phone": "null"}, truncate={"country": 1})
+    out, moved = apply(rule, rows(("I", {"id": 1, "email": "a@x.io", "phone": "+49 170", "card": "4111111111111111",
+                                         "note": "secret", "country": "DE", "amount": Decimal("1.50")}),
+                                  ("U", {"id": 2, "email": None, "card": "12", "country": None})))
+    assert moved == {"I": 0, "U": 0}
+    assert out.column_names == [*STAGED_META_COLUMNS, "id", "email", "phone", "card", "country", "amount"]
+    got = out.to_pylist()
+    assert got[0]["email"] == hmac.new(KEY, b"a@x.io", hashlib.sha256).hexdigest()
+    assert got[1]["email"] is None  # NULL stays NULL
+    assert [r["phone"] for r in got] == [None, None]
+    assert [r["card"] for r in got] == ["************1111", "**"]
+    assert [r["country"] for r in got] == ["D", None]
+    assert got[0]["amount"] == Decimal("1.50") and out.schema.field("phone").type == pa.string()
+
+
+def test_hashes_are_deterministic_and_keyed() -> None:
+    rule = TransformRule(match=["shop.*"], hash=["email", "amount"])
+    one = apply(rule, rows(("I", {"id": 1, "email": "a@x.io", "amount": Decimal("2.00")})))[0].to_pylist()[0]
+    two = apply(rule, rows(("U", {"id": 9, "email": "a@x.io", "amount": Decimal("2.00")})))[0].to_pylist()[0]
+    assert (one["email"], one["amount"]) == (two["email"], two["amount"])
+    assert one["amount"] == hmac.new(KEY, b"2.00", hashlib.sha256).hexdigest()
+    other = table_transform(rule, b"o" * 32, CUSTOMERS.name, table_codec(CUSTOMERS).columns, ("id",))
+    assert other.apply(rows(("I", {"id": 1, "email": "a@x.io"})), STAGED_META_COLUMNS)[0].to_pylist()[0]["email"] \
+        != one["email"]
+
+
+def test_a_row_outside_the_filter_lands_as_a_delete_of_its_key_alone() -> None:
+    rule = TransformRule(match=["shop.customers"], filter="country = 'DE' AND amount > 1")
+    out, moved = apply(rule, rows(
+        ("I", {"id": 1, "country": "DE", "amount": Decimal("5"), "email": "in@x"}),  # passes
+        ("I", {"id": 2, "country": "FR", "amount": Decimal("5"), "email": "out@x"}),  # never in: a delete
+        ("U", {"id": 3, "country": "DE", "amount": None, "email": "null@x"}),  # NULL predicate: does not pass
+        ("U", {"id": 4, "country": "DE", "amount": Decimal("2"), "email": "moved-in@x"}),  # moves in: upsert
+        ("D", {"id": 5, "country": "FR", "amount": Decimal("1"), "email": "gone@x"}),  # a delete stays one
+    ))
+    got = out.to_pylist()
+    assert [(r["_cdc_op"], r["id"]) for r in got] == [("I", 1), ("D", 2), ("D", 3), ("U", 4), ("D", 5)]
+    assert moved == {"I": 1, "U": 1}
+    assert got[1]["email"] is None and got[1]["country"] is None and got[2]["email"] is None  # key only
+    assert got[4]["email"] == "gone@x"  # a real delete keeps its image (soft deletes keep the last image)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("country IN ('DE', 'AT')", [True, False, False]),
+        ("country IS NULL", [False, False, True]),
+        ("NOT (country = 'DE')", [False, True, False]),
+        ("email LIKE '%@x.io'", [True, False, False]),
+        ("amount BETWEEN 1 AND 2.5", [True, False, False]),
+        ("id >= 2 OR country = 'DE'", [True, True, True]),
+        ("amount <> -3", [True, True, False]),
+    ],
+)
+def test_filter_predicates(predicate: str, expected: list[bool]) -> None:
+    table = rows(("I", {"id": 1, "country": "DE", "email": "a@x.io", "amount": Decimal("1.5")}),
+                 ("I", {"id": 2, "country": "FR", "email": "b@y.io", "amount": Decimal("7")}),
+                 ("I", {"id": 3}))
+    assert evaluate_filter(parse_filter(predicate), table).to_pylist() == expected
+
+
+@pytest.mark.parametrize("predicate", ["lower(email) = 'a'", "id = (SELECT 1)", "a +", "id = @v"])
+def test_an_unsupported_filter_is_a_configuration_error(predicate: str) -> None:
+    with pytest.raises((ConfigError, ValidationError), match="filter"):
+        TransformRule(match=["shop.t"], filter=predicate)
+
+
+def test_configuration_errors_say_what_to_fix() -> None:
+    with pytest.raises(ValidationError, match="both `hash` and `mask`"):
+        TransformRule(match=["s.t"], hash=["a"], mask={"a": "fixed"})
+    with pytest.raises(ValidationError, match="not both"):
+        TransformRule(match=["s.t"], columns={"include": ["a"], "exclude": ["b"]})
+    with pytest.raises(ValidationError, match=r"not in `columns\.include`"):
+        TransformRule(match=["s.t"], columns={"include": ["id"]}, hash=["email"])
+    with pytest.raises(ValidationError, match="no key is configured"):
+        TransformConfig(tables=[{"match": "s.t", "hash": ["a"]}])
+    with pytest.raises(ValidationError, match="keep_last_4"):
+        TransformRule(match=["s.t"], mask={"a": "scramble"})
+    config = TransformConfig(hash_key={"env": "PII_KEY"}, tables=[{"match": "s.t", "hash": ["a"]}])
+    with pytest.raises(ConfigError, match="PII_KEY is not set"):
+        resolve(config, "p", environ={})
+    with pytest.raises(ConfigError, match="fewer than 16 bytes"):
+        resolve(config, "p", environ={"PII_KEY": "short"})
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"columns": {"exclude": ["id"]}}, "cannot be excluded"),
+        ({"mask": {"id": "fixed"}}, "cannot be masked"),
+        ({"columns": {"include": ["email"]}}, "not in columns.include"),
+        ({"truncate": {"amount": 3}}, "not text or binary"),
+        ({"filter": "missing = 1"}, "does not have"),
+    ],
+)
+def test_rules_that_cannot_apply_to_the_table_are_refused(rule: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        table_transform(TransformRule(match=["shop.*"], **rule), KEY, CUSTOMERS.name,
+                        table_codec(CUSTOMERS).columns, CUSTOMERS.key)
+
+
+def test_a_hashed_key_stays_a_key() -> None:
+    rule = TransformRule(match=["shop.*"], hash=["id"])
+    out, _ = apply(rule, rows(("I", {"id": 7})))
+    assert out.to_pylist()[0]["id"] == hmac.new(KEY, b"7", hashlib.sha256).hexdigest()
+
+
+def test_a_plan_records_the_rules_and_the_keys_fingerprint_never_the_key() -> None:
+    config = TransformConfig(hash_key={"env": "K"}, tables=[{"match": "s.t", "hash": ["a"]}])
+    planned = resolve(config, "p", environ={"K": "x" * 20})
+    recorded = planned.recorded()
+    assert not any("x" * 20 in r for r in recorded)
+    again = from_plan(recorded, Transforms(key=b"x" * 20), "p", 3)
+    assert again.rules == planned.rules and again.key == b"x" * 20
+    with pytest.raises(ConfigError, match="window 3 was planned with the hash key"):
+        from_plan(recorded, Transforms(key=b"y" * 20), "p", 3)
+
+
+def change(kind: str, **kw: Any) -> sc.SchemaChange:
+    return sc.SchemaChange(kind=kind, schema="shop", table="customers", query="ALTER TABLE ...", **kw)
+
+
+def test_schema_changes_of_columns_that_do_not_land_are_dropped_and_those_that_defeat_a_rule_refused() -> None:
+    rule = TransformRule(match=["shop.*"], columns={"exclude": ["note"]}, hash=["email"], filter="country = 'DE'")
+    spec = sc.ColumnSpec
+    assert not schema_change_lands(rule, change(sc.ADD_COLUMN, column=spec("note", "text")))
+    assert schema_change_lands(rule, change(sc.ADD_COLUMN, column=spec("city", "text")))
+    assert not schema_change_lands(rule, change(sc.DROP_COLUMN, name="note"))
+    assert schema_change_lands(rule, change(sc.DROP_COLUMN, name="email"))  # the lake drops the hashes too
+    for bad in (change(sc.RENAME_COLUMN, name="email", new_name="mail"),
+                change(sc.MODIFY_COLUMN, name="email", column=spec("email", "varchar(200)")),
+                change(sc.RENAME_COLUMN, name="note", new_name="remarks"),  # an excluded column would land
+                change(sc.DROP_COLUMN, name="country"),  # the filter's column
+                change(sc.CONVERT_CHARSET, charset="utf8mb4"),
+                change(sc.RENAME_TABLE, to_schema="other", to_table="people")):
+        with pytest.raises(SchemaConflict, match="transform"):
+            schema_change_lands(rule, bad, None)
+    included = TransformRule(match=["shop.*"], columns={"include": ["id", "email"]})
+    assert not schema_change_lands(included, change(sc.ADD_COLUMN, column=spec("ssn", "text")))
