@@ -10,6 +10,8 @@ For each workload (a binlog range holding only its table's inserts, in files of 
                --start-position/--stop-position, `### INSERT/UPDATE/DELETE` lines of the table counted;
 - ours:        the stage step of a window planned over exactly the range: `read_change_batches` (with
                the product's default decode workers) + `stage_window` to Parquet, from the server;
+- ours_hashed: the same stage with 5 non-key columns hashed (transforms: HMAC-SHA-256), the capture cost
+               of a transform;
 - ours_read:   the same without staging (decoding only), to attribute the time;
 - ours_inline / ours_workers: the other worker setting than the default, to show what it buys
                (these two for workloads of at most `extras_max_rows` rows: they double the run time).
@@ -30,6 +32,8 @@ from typing import Any
 
 from bench.common import SourceInfo, Stat, log, ratio, short_error
 from bench.workloads import Workload
+
+HASHED_COLUMNS = 5  # columns hashed in the `ours_hashed` variant
 
 
 def _pos_key(file: str, offset: int) -> tuple[int, int]:
@@ -177,10 +181,18 @@ class Ours:
 
         return sum(b.rows for b in self.batches(workers) if isinstance(b, RowBatch))
 
-    def stage(self, staging_root: str, workers: int | None) -> int:
+    def stage(self, staging_root: str, workers: int | None, transforms: Any = None) -> int:
         from cdc_core.lake.staging import stage_window
 
-        return int(stage_window(self.plan, self.batches(workers), staging_root).changes)
+        return int(stage_window(self.plan, self.batches(workers), staging_root, transforms=transforms).changes)
+
+    def hashing(self, columns: int) -> Any:
+        """Transforms that hash the table's first `columns` non-key columns (docs/transforms.md)."""
+        from cdc_core.model.transforms import TransformRule, Transforms
+
+        table = self.schemas(self.wl.db, self.wl.table)
+        names = [c.name for c in table.columns if c.name not in table.key][:columns]
+        return Transforms((TransformRule(match=[table.name], hash=names),), b"bench-hash-key-0123456789abcdef")
 
 
 # ------------------------------------------------------------------------------------ the figure
@@ -214,17 +226,21 @@ def measure(
     out["default_decode_workers"] = default_workers
     stock_rows = min(rows, stock_max_rows)
 
-    def stage_run(workers: int | None) -> int:
+    def stage_run(workers: int | None, transforms: Any = None) -> int:
         root = tempfile.mkdtemp(prefix="stage-", dir=workdir)
         try:
-            return ours.stage(root, workers)
+            return ours.stage(root, workers, transforms)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+    hashed = ours.hashing(HASHED_COLUMNS)
 
     variants: list[tuple[str, Any, int]] = [
         ("stock", lambda: stock_loop(si, wl, stock_max_rows), stock_rows),
         ("mysqlbinlog", lambda: mysqlbinlog_count(si, wl), rows),
         ("ours", lambda: stage_run(None), rows),
+        # The capture cost of a transform: the same stage with HASHED_COLUMNS columns hashed (issue 36).
+        ("ours_hashed", lambda: stage_run(None, hashed), rows),
     ]
     if rows <= extras_max_rows:  # attribution variants: small workloads only (they double the run time)
         variants += [
@@ -261,6 +277,8 @@ def measure(
     out["ratio_ours_to_mysqlbinlog"] = ratio(med["ours"], med["mysqlbinlog"])
     if other_name in med:
         out[f"ratio_{other_name}_to_ours"] = ratio(med[other_name], med["ours"])
+    out["hashed_columns"] = HASHED_COLUMNS
+    out["hashing_cost"] = ratio(med["ours"], med["ours_hashed"])  # time with hashing / time without
     return out
 
 

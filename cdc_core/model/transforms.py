@@ -33,7 +33,6 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -41,7 +40,14 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cdc_core.model.errors import ConfigError
-from cdc_core.model.manifest import COL_OP, OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_core.model.manifest import COL_OP, OP_DELETE, OP_INSERT, OP_UPDATE, is_reserved_column
+from cdc_core.model.transform_expressions import (
+    columns_of,
+    evaluate_filter,
+    evaluate_value,
+    parse_filter,
+    parse_value,
+)
 
 MaskKind = Literal["keep_last_4", "fixed", "null"]
 MASKED = "****"
@@ -74,6 +80,7 @@ class TransformRule(_Strict):
     mask: dict[str, MaskKind] = Field(default_factory=dict)
     truncate: dict[str, int] = Field(default_factory=dict)
     filter: str | None = None
+    compute: dict[str, str] = Field(default_factory=dict)  # new column -> SQL value expression
 
     @field_validator("match", mode="before")
     @classmethod
@@ -92,8 +99,24 @@ class TransformRule(_Strict):
     @classmethod
     def _filter(cls, v: str | None) -> str | None:
         if v is not None:
-            parse_filter(v)  # a ConfigError (a ValueError) names what is not supported
+            parse_filter(v)  # a ConfigError names what is not supported
         return v
+
+    @field_validator("compute")
+    @classmethod
+    def _compute(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, expression in v.items():
+            if is_reserved_column(name):
+                raise ValueError(f"computed column {name!r}: the name is reserved for the lake's own columns")
+            parse_value(expression)
+        return v
+
+    def source_columns(self) -> set[str]:
+        """Source columns the filter and the computed columns read: a schema change must not move them."""
+        used = columns_of(parse_filter(self.filter)) if self.filter is not None else set()
+        for expression in self.compute.values():
+            used |= columns_of(parse_value(expression))
+        return used
 
     @model_validator(mode="after")
     def _one_treatment_per_column(self) -> TransformRule:
@@ -227,123 +250,6 @@ def from_plan(recorded: Sequence[str], current: Transforms, pipeline: str, seq: 
     return Transforms(rules, current.key if prints else None)
 
 
-# -------------------------------------------------------------------------------------------------- the filter
-
-_COMPARE = {"EQ": "equal", "NEQ": "not_equal", "GT": "greater", "GTE": "greater_equal", "LT": "less",
-            "LTE": "less_equal"}
-
-
-def parse_filter(text: str) -> Any:
-    """The predicate's syntax tree (sqlglot, MySQL dialect); ConfigError names what is not supported."""
-    import sqlglot
-    from sqlglot import exp
-
-    try:
-        tree = sqlglot.parse_one(text, read="mysql")
-    except Exception as e:
-        raise ConfigError(f"filter {text!r} is not a SQL predicate: {e}") from None
-    allowed = (exp.And, exp.Or, exp.Not, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is,
-               exp.In, exp.Between, exp.Like, exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean,
-               exp.Neg)
-    for node in tree.walk():
-        if not isinstance(node, allowed):
-            raise ConfigError(
-                f"filter {text!r}: {node.sql(dialect='mysql')!r} ({type(node).__name__}) is not supported; use "
-                "comparisons, AND / OR / NOT, IN, BETWEEN, LIKE and IS [NOT] NULL over columns and literals"
-            )
-    return tree
-
-
-def filter_columns(text: str) -> set[str]:
-    from sqlglot import exp
-
-    return {c.name for c in parse_filter(text).find_all(exp.Column)}
-
-
-def _literal(node: Any, like: pa.DataType | None) -> pa.Scalar:
-    from sqlglot import exp
-
-    if isinstance(node, exp.Null):
-        return pa.scalar(None, like or pa.null())
-    if isinstance(node, exp.Boolean):
-        return pa.scalar(bool(node.this))
-    if isinstance(node, exp.Neg):
-        inner = _literal(node.this, like)
-        return pc.negate(inner)
-    value: Any = node.this if node.is_string else (int(node.this) if node.this.lstrip("-").isdigit()
-                                                   else Decimal(node.this))
-    scalar = pa.scalar(value)
-    if like is not None and not pa.types.is_null(like):
-        try:  # '2024-01-01' against a date column, 3 against a decimal, ...
-            return scalar.cast(like)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return scalar
-    return scalar
-
-
-def evaluate_filter(tree: Any, table: pa.Table) -> pa.Array:
-    """Whether each row passes (NULL: does not)."""
-    result = _eval(tree, table)
-    if isinstance(result, pa.Scalar):
-        result = pa.array([result.as_py()] * table.num_rows, pa.bool_())
-    return pc.fill_null(result, False)
-
-
-def _column(node: Any, table: pa.Table) -> Any:
-    name = node.name
-    if name not in table.column_names:
-        raise ConfigError(f"filter names column {name!r}, which the table does not have")
-    return table.column(name)
-
-
-def _eval(node: Any, table: pa.Table) -> Any:  # noqa: PLR0911 - one answer per kind of node
-    from sqlglot import exp
-
-    def operand(n: Any, other: Any = None) -> Any:
-        if isinstance(n, exp.Column):
-            return _column(n, table)
-        if isinstance(n, exp.Paren):
-            return _eval(n.this, table)
-        like = _column(other, table).type if isinstance(other, exp.Column) else None
-        if isinstance(n, exp.Literal | exp.Null | exp.Boolean | exp.Neg):
-            return _literal(n, like)
-        return _eval(n, table)
-
-    kind = type(node).__name__
-    if isinstance(node, exp.Paren):
-        return _eval(node.this, table)
-    if isinstance(node, exp.And):
-        return pc.and_kleene(_eval(node.this, table), _eval(node.expression, table))
-    if isinstance(node, exp.Or):
-        return pc.or_kleene(_eval(node.this, table), _eval(node.expression, table))
-    if isinstance(node, exp.Not):
-        return pc.invert(_eval(node.this, table))
-    if kind in _COMPARE:
-        left, right = operand(node.this, node.expression), operand(node.expression, node.this)
-        return getattr(pc, _COMPARE[kind])(left, right)
-    if isinstance(node, exp.Is):
-        value = operand(node.this)
-        if isinstance(node.expression, exp.Null):
-            return pc.is_null(value)
-        return pc.equal(value, _literal(node.expression, None))
-    if isinstance(node, exp.In):
-        value = operand(node.this)
-        options = pa.array([_literal(o, value.type).as_py() for o in node.expressions], value.type)
-        found = pc.is_in(value, value_set=options)
-        return pc.if_else(pc.is_null(value), pa.scalar(None, pa.bool_()), found)
-    if isinstance(node, exp.Between):
-        value = operand(node.this)
-        low, high = _literal(node.args["low"], value.type), _literal(node.args["high"], value.type)
-        return pc.and_kleene(pc.greater_equal(value, low), pc.less_equal(value, high))
-    if isinstance(node, exp.Like):
-        value = operand(node.this)
-        return pc.match_like(value, node.expression.this)
-    if isinstance(node, exp.Column):  # a bare column: its truth value (non-zero)
-        value = _column(node, table)
-        return value if pa.types.is_boolean(value.type) else pc.not_equal(value, pa.scalar(0).cast(value.type))
-    raise ConfigError(f"filter: {node.sql(dialect='mysql')!r} is not supported")
-
-
 # ------------------------------------------------------------------------------------ one table shape's transform
 
 
@@ -357,6 +263,7 @@ class OutputColumn:
     delta_type: str
     nullable: bool
     make: Callable[[Any], Any] | None = None  # the source column's Arrow values -> staged values; None: as is
+    computed: bool = False  # `make` takes the whole row group (a computed column)
 
 
 @dataclass(frozen=True)
@@ -393,9 +300,12 @@ class TableTransform:
             arrays.append(col)
             names.append(name)
         for c in self.columns:
-            col = rows.column(c.name)
-            if c.make is not None:
-                col = c.make(col)
+            if c.computed and c.make is not None:
+                col = c.make(rows)
+            else:
+                col = rows.column(c.name)
+                if c.make is not None:
+                    col = c.make(col)
             if fail is not None and c.name not in self.key:
                 col = pc.if_else(fail, pa.scalar(None, c.arrow_type), col)  # a filtered-out row: its key only
             arrays.append(col)
@@ -403,16 +313,63 @@ class TableTransform:
         return pa.table(arrays, names=names), moved
 
 
+def _computed(tree: Any) -> Callable[[Any], Any]:
+    def make(rows: Any) -> Any:
+        return evaluate_value(tree, rows)
+
+    return make
+
+
+def computed_types(kind: pa.DataType, name: str, where: str) -> tuple[str, str]:  # noqa: PLR0911 - one per type
+    """The staged (MySQL-like, Delta) types of a computed column from its Arrow type."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "longtext", "STRING"
+    if pa.types.is_boolean(kind):
+        return "boolean", "BOOLEAN"
+    if pa.types.is_integer(kind):
+        return "bigint", "BIGINT" if kind.bit_width == 64 else "INT"
+    if pa.types.is_floating(kind):
+        return "double", "DOUBLE"
+    if pa.types.is_decimal(kind):
+        return f"decimal({kind.precision},{kind.scale})", f"DECIMAL({kind.precision},{kind.scale})"
+    if pa.types.is_date(kind):
+        return "date", "DATE"
+    if pa.types.is_timestamp(kind):
+        return ("timestamp(6)", "TIMESTAMP") if kind.tz else ("datetime(6)", "TIMESTAMP_NTZ")
+    raise ConfigError(f"{where}: computed column {name!r} is of type {kind}, which does not land; CAST it")
+
+
 def _hex_hmac(key: bytes) -> Callable[[Any], Any]:
+    """HMAC-SHA-256 (RFC 2104) of each value, hex. The key's inner and outer pad blocks are hashed once and
+    copied per value (half the cost of `hmac.new` per value), and each distinct value of a row group is
+    hashed once."""
+    block = key if len(key) <= 64 else hashlib.sha256(key).digest()
+    block = block.ljust(64, b"\0")
+    inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+    outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def one(data: bytes) -> str:
+        i = inner.copy()
+        i.update(data)
+        o = outer.copy()
+        o.update(i.digest())
+        return o.hexdigest()
+
     def make(col: Any) -> Any:
-        out: list[str | None] = []
-        for v in col.to_pylist():
-            if v is None:
-                out.append(None)
-            else:
-                data = v if isinstance(v, bytes | bytearray) else _text(v).encode()
-                out.append(hmac.new(key, data, hashlib.sha256).hexdigest())
-        return pa.array(out, pa.string())
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        try:
+            encoded = pc.dictionary_encode(col)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a nested type: each value on its own
+            return pa.array([None if v is None else one(_text(v).encode()) for v in col.to_pylist()], pa.string())
+        values = encoded.dictionary.to_pylist()  # distinct, never NULL (NULLs are NULL indices)
+        t = encoded.dictionary.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            hashed = [one(v.encode()) for v in values]
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+            hashed = [one(v) for v in values]
+        else:
+            hashed = [one(_text(v).encode()) for v in values]
+        return pc.take(pa.array(hashed, pa.string()), encoded.indices)
 
     return make
 
@@ -468,10 +425,12 @@ def table_transform(  # noqa: PLR0912 - one branch per treatment
                                   "or drop the treatment")
         if rule.columns.include is not None and k not in rule.columns.include:
             raise ConfigError(f"{where}: key column {k!r} is not in columns.include (rows are merged by it): add it")
-    if rule.filter is not None:
-        missing = sorted(filter_columns(rule.filter) - set(names))
-        if missing:
-            raise ConfigError(f"{where}: the filter names {missing}, which the table does not have")
+    missing = sorted(rule.source_columns() - set(names))
+    if missing:
+        raise ConfigError(f"{where}: the filter or a computed column names {missing}, which the table does not have")
+    clash = sorted(set(rule.compute) & set(names))
+    if clash:
+        raise ConfigError(f"{where}: computed column(s) {clash} have the name of a source column: rename them")
     out = []
     for c in columns:
         if c.name in rule.columns.exclude or (rule.columns.include is not None and c.name not in rule.columns.include):
@@ -494,6 +453,12 @@ def table_transform(  # noqa: PLR0912 - one branch per treatment
             out.append(OutputColumn(c.name, c.mysql_type, t, c.delta_type, c.nullable, cut))
         else:
             out.append(OutputColumn(c.name, c.mysql_type, c.arrow_type, c.delta_type, c.nullable))
+    empty = pa.table({c.name: pa.array([], c.arrow_type) for c in columns})
+    for name, expression in rule.compute.items():
+        tree = parse_value(expression)
+        kind = evaluate_value(tree, empty).type
+        mysql_type, delta_type = computed_types(kind, name, where)
+        out.append(OutputColumn(name, mysql_type, kind, delta_type, True, _computed(tree), computed=True))
     sensitive = {*rule.hash, *rule.mask, *rule.truncate, *rule.columns.exclude}
     if rule.columns.include is not None:
         sensitive |= set(names) - set(rule.columns.include)
@@ -506,7 +471,7 @@ def transformed_columns(rule: TransformRule) -> set[str]:
     rule names."""
     named = {*rule.hash, *rule.mask, *rule.truncate, *rule.columns.exclude, *(rule.columns.include or ())}
     if rule.filter is not None:
-        named |= filter_columns(rule.filter)
+        named |= columns_of(parse_filter(rule.filter))
     return named
 
 
@@ -522,7 +487,7 @@ def schema_change_lands(  # noqa: PLR0911 - one answer per kind of change
     from cdc_core.model.errors import SchemaConflict
 
     treated = {*rule.hash, *rule.mask, *rule.truncate}
-    filtered = filter_columns(rule.filter) if rule.filter is not None else set()
+    filtered = rule.source_columns()
 
     def lands(column: str) -> bool:
         if column in rule.columns.exclude:

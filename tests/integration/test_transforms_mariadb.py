@@ -1,6 +1,6 @@
 """Transforms end to end (issue 36 §1-§2; cdc_core/model/transforms.py): a customers table with e-mail addresses,
 phone and card numbers and free-text notes, landed by the `cdc` CLI through the snapshot on start, the columnar
-decoder and the library decoder, with one rule that excludes, hashes, masks, truncates and filters. The lake
+decoder and the library decoder, with one rule that excludes, hashes, masks, truncates, filters and computes. The lake
 equals the source as the rule shapes it after every run, and no clear value appears anywhere: in any staged
 file (Parquet decoded), the manifests, the lake (Parquet decoded, the Delta log), the ZooKeeper records or the
 logs. Windows merge on the session's warm merge server."""
@@ -39,6 +39,7 @@ RULE = {
     "mask": {"card": "keep_last_4", "phone": "null"},
     "truncate": {"city": 3},
     "filter": "country = 'DE'",
+    "compute": {"label": "CONCAT(country, '-', CAST(id AS CHAR))", "cents": "CAST(amount * 100 AS SIGNED)"},
 }
 
 
@@ -62,7 +63,7 @@ def expected_lake(rows: list[tuple[Any, ...]]) -> dict[int, dict[str, Any]]:
             continue
         out[i] = {"id": i, "email": hmac.new(KEY.encode(), email.encode(), hashlib.sha256).hexdigest(),
                   "phone": None, "card": "*" * (len(card) - 4) + card[-4:], "country": country,
-                  "city": city[:3], "amount": amount}
+                  "city": city[:3], "amount": amount, "label": f"{country}-{i}", "cents": int(amount * 100)}
     return out
 
 
