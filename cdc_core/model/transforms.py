@@ -357,18 +357,15 @@ def _hex_hmac(key: bytes) -> Callable[[Any], Any]:
 
     def make(col: Any) -> Any:
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        try:
-            encoded = pc.dictionary_encode(col)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a nested type: each value on its own
-            return pa.array([None if v is None else one(_text(v).encode()) for v in col.to_pylist()], pa.string())
-        values = encoded.dictionary.to_pylist()  # distinct, never NULL (NULLs are NULL indices)
-        t = encoded.dictionary.type
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            hashed = [one(v.encode()) for v in values]
-        elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-            hashed = [one(v) for v in values]
-        else:
-            hashed = [one(_text(v).encode()) for v in values]
+        t = col.type
+        if not (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)):
+            try:  # the value's text, Arrow's (one kernel, not one Python call per value)
+                col = pc.cast(col, pa.string())
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a nested type: its JSON text
+                col = pa.array([None if v is None else _text(v) for v in col.to_pylist()], pa.string())
+            col = pc.cast(col, pa.binary())  # the UTF-8 bytes, without a Python encode per value
+        encoded = pc.dictionary_encode(col)  # each distinct value of the row group hashed once
+        hashed = [one(v) for v in encoded.dictionary.to_pylist()]
         return pc.take(pa.array(hashed, pa.string()), encoded.indices)
 
     return make

@@ -15,13 +15,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from cdc_core.cli import main
 from cdc_core.lake import delta_state
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.naming import path_component
+from tests.support.security import find_values_in_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 
@@ -88,20 +88,6 @@ def execute(services: Any, db: str, *statements: str, rows: list[tuple[Any, ...]
         conn.commit()
     finally:
         conn.close()
-
-
-def leaked(root: Path, secrets: set[str]) -> list[str]:
-    """Every file under `root` that holds a clear value: Parquet files decoded, every other file as bytes."""
-    found = []
-    for path in root.rglob("*"):
-        if not path.is_file():
-            continue
-        if path.suffix == ".parquet":
-            text = json.dumps(pq.read_table(path).to_pylist(), default=str)
-        else:
-            text = path.read_bytes().decode("utf-8", "replace")
-        found += [f"{path.relative_to(root)}: {s!r}" for s in secrets if s in text]
-    return found
 
 
 def zookeeper_text(zk_client: Any, path: str) -> str:
@@ -171,7 +157,6 @@ def test_excluded_hashed_masked_truncated_and_filtered_columns_land_shaped_on_ev
             "DELETE FROM customers WHERE id = 7", rows=[person(9, "DE")])
     run_and_check("library")
 
-    assert leaked(tmp_path / "staging", secrets) == []
-    assert leaked(tmp_path / "lake", secrets) == []
+    assert find_values_in_files([tmp_path / "staging", tmp_path / "lake"], secrets) == []
     zk = zookeeper_text(zk_client, zk_root)
     assert not [s for s in secrets if s in zk]

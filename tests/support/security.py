@@ -151,6 +151,28 @@ def find_secrets_in_files(roots: Iterable[Path], secrets: Iterable[str]) -> list
     return hits
 
 
+def find_values_in_files(roots: Iterable[Path], values: Iterable[str]) -> list[str]:
+    """'<file>: <value>' for every file under the roots that holds a value: Parquet files decoded (their pages
+    are compressed, so their bytes prove nothing), every other file as bytes (UTF-8)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    wanted = list(values)
+    hits = []
+    for root in roots:
+        for path in [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]:
+            try:
+                if path.suffix == ".parquet":
+                    text = json.dumps(pq.read_table(path).to_pylist(), default=str)
+                else:
+                    text = path.read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            hits += [f"{path}: {v!r}" for v in wanted if v in text]
+    return hits
+
+
 def find_secrets_in_text(where: str, text: str, secrets: Iterable[str]) -> list[str]:
     return [f"{where}: {s[:6]}..." for s in secrets for f in secret_forms(s) if f in text]
 
