@@ -142,7 +142,20 @@ class TransformRule(_Strict):
 
 
 class HashKeyConfig(_Strict):
-    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Where the HMAC key is: an environment variable (`env`), or the password of a connection (`conn_id`:
+    through Airflow for the DAGs, so a secrets backend serves it; `AIRFLOW_CONN_<ID>` for the `cdc` CLI)."""
+
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    conn_id: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> HashKeyConfig:
+        if (self.env is None) == (self.conn_id is None):
+            raise ValueError("give `env: <VARIABLE>` or `conn_id: <connection>` (its password is the key), one of them")
+        return self
+
+
+KeyReader = Callable[[], bytes | None]  # the hash key, read when a rule needs it
 
 
 class TransformConfig(_Strict):
@@ -190,24 +203,36 @@ def key_fingerprint(key: bytes) -> str:
     return hmac.new(key, b"cdc transform key fingerprint", hashlib.sha256).hexdigest()[:16]
 
 
-def resolve(config: TransformConfig, pipeline: str, environ: Mapping[str, str] | None = None) -> Transforms:
-    """The configured rules with the hash key read from its environment variable (ConfigError when missing)."""
+def resolve(config: TransformConfig, pipeline: str, environ: Mapping[str, str] | None = None,
+            key: KeyReader | None = None) -> Transforms:
+    """The configured rules with the hash key (`key`, else `read_key`; ConfigError when it is missing)."""
     if not config.tables:
         return Transforms()
-    return Transforms(tuple(config.tables), read_key(config, pipeline, environ) if any(r.hash for r in config.tables)
-                      else None)
+    if not any(r.hash for r in config.tables):
+        return Transforms(tuple(config.tables))
+    return Transforms(tuple(config.tables), key() if key is not None else read_key(config, pipeline, environ))
 
 
 def read_key(config: TransformConfig, pipeline: str, environ: Mapping[str, str] | None = None) -> bytes | None:
-    """The hash key from `hash_key.env` (None when no key is configured); ConfigError when the variable is
-    unset or shorter than 16 bytes."""
-    if config.hash_key is None:
+    """The hash key as the CLI reads it: the variable `hash_key.env` names, or the password of the connection
+    `hash_key.conn_id` from `AIRFLOW_CONN_<ID>` (None when no key is configured)."""
+    from cdc_core.model.connections import resolve_connection
+
+    found = config.hash_key
+    if found is None:
         return None
+    if found.conn_id is not None:
+        return checked_key(resolve_connection(found.conn_id, environ).password or "", pipeline,
+                           f"the password of connection {found.conn_id!r}")
     env = os.environ if environ is None else environ
-    value = env.get(config.hash_key.env, "")
+    return checked_key(env.get(found.env or "", ""), pipeline, f"environment variable {found.env}")
+
+
+def checked_key(value: str, pipeline: str, where: str) -> bytes:
+    """The key's bytes; ConfigError when it is empty or shorter than 16 bytes."""
     if len(value.encode()) < 16:
         raise ConfigError(
-            f"pipeline {pipeline!r}: transform.hash_key: environment variable {config.hash_key.env} "
+            f"pipeline {pipeline!r}: transform.hash_key: {where} "
             + ("is not set" if not value else "holds fewer than 16 bytes")
             + " in this process; set it to the pipeline's secret hash key, the same value wherever the pipeline "
             "stages windows (the Airflow workers, the `cdc` command)"
@@ -215,20 +240,24 @@ def read_key(config: TransformConfig, pipeline: str, environ: Mapping[str, str] 
     return value.encode()
 
 
-def plan_record(config: TransformConfig, pipeline: str) -> dict[str, tuple[str, ...]]:
+def plan_record(config: TransformConfig, pipeline: str, key: KeyReader | None = None) -> dict[str, tuple[str, ...]]:
     """What a new window's plan records of the rules (`WindowPlan.capture["transform"]`); nothing without rules,
     so that plans without transforms keep the bytes they always had."""
-    recorded = resolve(config, pipeline).recorded()
+    recorded = resolve(config, pipeline, key=key).recorded()
     return {"transform": recorded} if recorded else {}
 
 
-def planned(config: TransformConfig, capture: Mapping[str, Sequence[str]], pipeline: str, seq: int) -> Transforms:
+def planned(
+    config: TransformConfig, capture: Mapping[str, Sequence[str]], pipeline: str, seq: int, key: KeyReader | None = None
+) -> Transforms:
     """The transforms of a stored plan's capture settings, keyed by this process's hash key, which must be the
     one the window was planned with."""
     recorded = capture.get("transform", ())
     if not recorded:
         return Transforms()
-    return from_plan(recorded, Transforms(key=read_key(config, pipeline)), pipeline, seq)
+    if not any(r.startswith("key:") for r in recorded):  # no rule of the plan hashes: no key needed
+        return from_plan(recorded, Transforms(), pipeline, seq)
+    return from_plan(recorded, Transforms(key=key() if key is not None else read_key(config, pipeline)), pipeline, seq)
 
 
 def recorded_rules(recorded: Sequence[str]) -> tuple[TransformRule, ...]:

@@ -22,6 +22,7 @@ the caller: Airflow clears XComs on retry, and the CLI may be killed between ste
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -89,6 +90,8 @@ class Pipeline:
     # One source of a group pipeline (cdc_core.model.sources); None: the pipeline's one source.
     source_id: str | None = None
     metrics: Metrics = field(default_factory=lambda: Metrics(None, ""), repr=False)  # cdc_core/run/metrics.py
+    # The transforms' hash key, read when a rule needs it (ConfigError when configured but missing).
+    transform_key: Callable[[], bytes | None] = field(default=lambda: None, repr=False)
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -105,6 +108,7 @@ class Pipeline:
         before_commit: Callable[[str], None] | None = None,
         source_id: str | None = None,
         metrics_sink: Sink | object | None = CONFIGURED,
+        hash_key: bytes | None = None,
     ) -> Pipeline:
         """`store`, `zk_digest`: the object store's credentials and ZooKeeper's digest identity as the caller
         resolved them (the Airflow glue, through Airflow); by default `object_store.conn_id` is looked up in
@@ -112,7 +116,8 @@ class Pipeline:
         `clock`, `before_commit`: the coordinator's (`PipelineCoordinator`; tests and tools). `source_id`:
         which source of a group pipeline this object runs (its state, windows and Delta writes are that
         source's; `source` must be its connection); None for a single-source pipeline. `metrics_sink`: where
-        the metrics go (Airflow: its `Stats`); by default `metrics_for`'s StatsD server, if configured."""
+        the metrics go (Airflow: its `Stats`); by default `metrics_for`'s StatsD server, if configured.
+        `hash_key`: the transforms' key as the caller resolved it (the Airflow glue); None: read as the CLI does."""
         config = config.for_source(source_id)
         if store is None:
             store = object_store.for_pipeline(config)
@@ -126,7 +131,9 @@ class Pipeline:
         )
         metrics = metrics_for(unit_name(config.name, source_id), config.metrics, metrics_sink)
         return cls(config=config, source=source, coordinator=coordinator, _owns_client=owns, _client=zk_client,
-                   store=store, _zk_digest=zk_digest, source_id=source_id, metrics=metrics)
+                   store=store, _zk_digest=zk_digest, source_id=source_id, metrics=metrics,
+                   transform_key=(lambda: hash_key) if hash_key is not None else
+                   functools.partial(transforms.read_key, config.transform, config.name))
 
     def close(self) -> None:
         self.coordinator.close()  # stop listening first: closing our own session is not a lost session
@@ -188,7 +195,7 @@ class Pipeline:
         """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
         f = self.table_filter(tables)
         out = {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
-        return {**out, **transforms.plan_record(self.config.transform, self.name)}
+        return {**out, **transforms.plan_record(self.config.transform, self.name, self.transform_key)}
 
     def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
         """The table filter and full-row-key patterns a stored plan was planned with."""
@@ -268,34 +275,11 @@ class Pipeline:
         except LeaseHeld:
             if not break_dead:
                 raise
-            self._break_dead_holder()
+            break_dead_holder(self)
             grant = self.coordinator.acquire(holder, self.config.lease_seconds, process=ident)
         self.log_event("lease.acquired", grant, holder=holder, expires_at=grant.expires_at)
         faults.point("after_acquire")
         return grant
-
-    def _break_dead_holder(self) -> None:
-        """Break the current lease if its holder is a dead process on this host; otherwise re-raise LeaseHeld."""
-        info = self.coordinator.read_lease()
-        if info is None:
-            return  # released meanwhile: the next acquire takes it
-        verdict, reason = holders.judge_holder(holders.ProcessIdentity.from_dict(info.process))
-        if verdict != "dead":
-            self.log_event("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
-            raise LeaseHeld(
-                f"pipeline {self.name!r}: the lease is held by {info.holder!r} until {iso_seconds(info.expires_at)} "
-                f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)",
-                holder=info.holder,
-                expires_at=info.expires_at,
-                token=info.token,
-            )
-        self.log_event(
-            "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
-            action="break",
-        )
-        # StateConflict: someone else broke, released or took it meanwhile; the next acquire decides.
-        with contextlib.suppress(StateConflict):
-            self.coordinator.break_lease(info.holder)
 
     def renew(self, grant: LeaseGrant) -> LeaseGrant:
         return self.coordinator.renew(grant, self.config.lease_seconds)
@@ -479,6 +463,30 @@ def zk_client_for(config: PipelineConfig, zk_digest: Any = _FROM_CONFIG) -> Any:
     if zk_digest is _FROM_CONFIG:
         zk_digest = config.zookeeper.digest(pipeline=config.name)
     return make_zk_client(config.zookeeper.hosts, auth=cast("tuple[str, str] | None", zk_digest))
+
+
+def break_dead_holder(p: Pipeline) -> None:
+    """Break the current lease if its holder is a dead process on this host; otherwise re-raise LeaseHeld."""
+    info = p.coordinator.read_lease()
+    if info is None:
+        return  # released meanwhile: the next acquire takes it
+    verdict, reason = holders.judge_holder(holders.ProcessIdentity.from_dict(info.process))
+    if verdict != "dead":
+        p.log_event("lease.holder_kept", None, holder=info.holder, verdict=verdict, reason=reason)
+        raise LeaseHeld(
+            f"pipeline {p.name!r}: the lease is held by {info.holder!r} until {iso_seconds(info.expires_at)} "
+            f"(token {info.token:#x}); {reason}: skip this run (the next run picks up where it stops)",
+            holder=info.holder,
+            expires_at=info.expires_at,
+            token=info.token,
+        )
+    p.log_event(
+        "lease.dead_holder", None, holder=info.holder, previous_token=f"{info.token:#x}", reason=reason,
+        action="break",
+    )
+    # StateConflict: someone else broke, released or took it meanwhile; the next acquire decides.
+    with contextlib.suppress(StateConflict):
+        p.coordinator.break_lease(info.holder)
 
 
 def configure_logging(level: int = logging.INFO) -> None:

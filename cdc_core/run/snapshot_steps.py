@@ -249,7 +249,7 @@ def stage_chunk(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Mani
             done_rows[0] += n
 
     capture = plan.capture or p.capture_settings(plan.tables)  # the rules the chunk was planned with
-    shaping = transforms.planned(p.config.transform, capture, p.name, plan.seq)
+    shaping = transforms.planned(p.config.transform, capture, p.name, plan.seq, p.transform_key)
     manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare), storage=p.storage,
                                     transforms=shaping)
     p.log_event(

@@ -94,7 +94,7 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
 def plan_transforms(p: PipelineContext, plan: WindowPlan) -> transforms.Transforms:
     """The transform rules a stored plan was planned with (cdc_core/model/transforms.py)."""
     capture = plan.capture or p.capture_settings(plan.tables)
-    return transforms.planned(p.config.transform, capture, p.name, plan.seq)
+    return transforms.planned(p.config.transform, capture, p.name, plan.seq, p.transform_key)
 
 
 def _progress(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Callable[..., None]:

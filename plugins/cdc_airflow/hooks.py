@@ -138,6 +138,20 @@ class CdcPipelineHook(BaseHook):
             self._mask(digest[1], ":".join(digest))
         return digest
 
+    def transform_hash_key(self) -> bytes | None:
+        """The transforms' hash key (docs/transforms.md), masked in logs: `transform.hash_key.conn_id`'s password
+        through Airflow's lookup (a secrets backend serves it too). None: not a connection's (`env`, or no key),
+        so the pipeline reads it as the CLI does, when a rule needs it."""
+        from cdc_core.model.transforms import checked_key
+
+        found = self.config.transform.hash_key
+        if found is None or found.conn_id is None:
+            return None
+        conn = self.connection_info(found.conn_id, "transform.hash_key.conn_id", "generic")
+        key = checked_key(conn.password or "", self.pipeline_name, f"the password of connection {found.conn_id!r}")
+        self._mask(key.decode())
+        return key
+
     @staticmethod
     def _mask(*secrets: str) -> None:
         from airflow.sdk.log import mask_secret
@@ -155,7 +169,7 @@ class CdcPipelineHook(BaseHook):
         digest = self.zookeeper_digest()  # first: a missing credential is named before anything connects
         return Pipeline.from_config(
             self.config, self.source_params(), store=self.object_store(), zk_digest=digest, source_id=self.unit_source,
-            metrics_sink=airflow_stats(),
+            metrics_sink=airflow_stats(), hash_key=self.transform_hash_key(),
         )
 
     @contextmanager

@@ -7,12 +7,15 @@ is lineage, not the merge job."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cdc_core.lake import delta_state
 from cdc_core.model import layout
 from tests.support.e2e import CdcCase, assert_lake_equals_source, binlog_position, sql
 
@@ -32,13 +35,16 @@ def test_merge_and_ack_report_sources_delta_tables_schema_column_lineage_and_row
     events = tmp_path / "openlineage.jsonl"
     env = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
                                                           "append": True}),
-           "AIRFLOW__OPENLINEAGE__NAMESPACE": "cdc-test", "CDC_TEST_LINEAGE_KEY": "k" * 32}
+           "AIRFLOW__OPENLINEAGE__NAMESPACE": "cdc-test",
+           # The hash key as a connection's password, looked up through Airflow (CdcPipelineHook).
+           "AIRFLOW_CONN_CDC_TEST_LINEAGE_KEY": json.dumps({"conn_type": "generic", "password": "k" * 32})}
     sql(case.services, case.database,
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), n DECIMAL(8,2))",
         "CREATE TABLE u (k VARCHAR(8) PRIMARY KEY, w INT)")
     # u.w is hashed (docs/transforms.md): it lands, but as no copy of the source column.
     case.write_config(binlog_position(case.services), transform={
-        "hash_key": {"env": "CDC_TEST_LINEAGE_KEY"}, "tables": [{"match": f"{case.database}.u", "hash": ["w"]}]})
+        "hash_key": {"conn_id": "cdc_test_lineage_key"},
+        "tables": [{"match": f"{case.database}.u", "hash": ["w"]}]})
     sql(case.services, case.database,
         "INSERT INTO t VALUES (1, 'a', 1.50), (2, 'b', NULL), (3, 'c', 3.00)", "INSERT INTO u VALUES ('x', 7)")
 
@@ -69,6 +75,8 @@ def test_merge_and_ack_report_sources_delta_tables_schema_column_lineage_and_row
         assert t["outputFacets"]["outputStatistics"]["rowCount"] == 3, step
         assert outputs[u_path]["outputFacets"]["outputStatistics"]["rowCount"] == 1, step
         assert set(outputs[u_path]["facets"]["columnLineage"]["fields"]) == {"k"}, step  # w is hashed: no copy
+    u_rows = delta_state.read_rows(u_path, columns=["k", "w"]).to_pylist()
+    assert u_rows == [{"k": "x", "w": hmac.new(b"k" * 32, b"7", hashlib.sha256).hexdigest()}]
 
     # The second window changes two rows of t only (an update, a delete): only t, with those two rows.
     sql(case.services, case.database, "UPDATE t SET v = 'z' WHERE id = 1", "DELETE FROM t WHERE id = 2")

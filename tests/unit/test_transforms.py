@@ -328,3 +328,24 @@ def test_the_lake_holds_exactly_the_source_rows_that_pass_the_filter_shaped_thro
                                                                         hashlib.sha256).hexdigest())
                 for k, r in source.items() if r["country"] == "DE"}
     assert landed == expected
+
+
+def test_the_hash_key_comes_from_an_environment_variable_or_a_connections_password() -> None:
+    import json
+
+    from cdc_core.model.transforms import read_key
+
+    with pytest.raises(ValidationError, match="one of them"):
+        TransformConfig(hash_key={"env": "K", "conn_id": "pii"}, tables=[{"match": "s.t", "hash": ["a"]}])
+    by_conn = TransformConfig(hash_key={"conn_id": "pii_key"}, tables=[{"match": "s.t", "hash": ["a"]}])
+    conn = json.dumps({"conn_type": "generic", "password": "p" * 24})
+    assert read_key(by_conn, "p", environ={"AIRFLOW_CONN_PII_KEY": conn}) == b"p" * 24
+    with pytest.raises(ConfigError, match="connection 'pii_key' is not defined"):
+        read_key(by_conn, "p", environ={})
+    short = json.dumps({"conn_type": "generic", "password": "short"})
+    with pytest.raises(ConfigError, match="password of connection 'pii_key' holds fewer than 16 bytes"):
+        read_key(by_conn, "p", environ={"AIRFLOW_CONN_PII_KEY": short})
+    # A plan whose rules hash nothing needs no key, even when the configured one is missing.
+    plain = resolve(TransformConfig(hash_key={"env": "MISSING"}, tables=[{"match": "s.t", "mask": {"a": "null"}}]),
+                    "p", environ={})
+    assert plain.key is None and plain.recorded() == plain.recorded()
