@@ -99,7 +99,10 @@ class TransformRule(_Strict):
     @classmethod
     def _filter(cls, v: str | None) -> str | None:
         if v is not None:
-            parse_filter(v)  # a ConfigError names what is not supported
+            try:
+                parse_filter(v)
+            except ConfigError as e:  # a ValueError, so that the loader names the file, pipeline and key
+                raise ValueError(str(e)) from None
         return v
 
     @field_validator("compute")
@@ -108,7 +111,10 @@ class TransformRule(_Strict):
         for name, expression in v.items():
             if is_reserved_column(name):
                 raise ValueError(f"computed column {name!r}: the name is reserved for the lake's own columns")
-            parse_value(expression)
+            try:
+                parse_value(expression)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
         return v
 
     def source_columns(self) -> set[str]:

@@ -349,3 +349,23 @@ def test_the_hash_key_comes_from_an_environment_variable_or_a_connections_passwo
     plain = resolve(TransformConfig(hash_key={"env": "MISSING"}, tables=[{"match": "s.t", "mask": {"a": "null"}}]),
                     "p", environ={})
     assert plain.key is None and plain.recorded() == plain.recorded()
+
+
+def test_a_bad_rule_in_the_file_names_the_file_the_pipeline_and_the_key(tmp_path: Any) -> None:
+    import json
+
+    from cdc_core.model.config import load_config
+
+    path = tmp_path / "pipelines.yaml"
+    for rule, key, message in (
+        ({"match": "s.t", "filter": "id = (SELECT 1)"}, "transform.tables[0].filter", "Subquery"),
+        ({"match": "s.t", "compute": {"x": "NOW()"}}, "transform.tables[0].compute", "not supported"),
+        ({"match": "s.t", "mask": {"c": "scramble"}}, "transform.tables[0].mask.c", "keep_last_4"),
+        ({"match": "s.t", "hash": ["c"]}, "transform", "no key is configured"),
+    ):
+        path.write_text(json.dumps({"pipelines": [{"name": "shop", "source": {"conn_id": "x"},
+                                                   "tables": {"include": ["s.*"]}, "transform": {"tables": [rule]}}]}))
+        with pytest.raises(ConfigError) as e:
+            load_config(path)
+        assert str(path) in str(e.value) and "pipeline 'shop'" in str(e.value), e.value
+        assert key in str(e.value) and message in str(e.value), e.value
