@@ -264,3 +264,24 @@ def test_metadata_database_of_the_test_tier_matches_compose(services: dict[str, 
     assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
     tier = (ROOT / "tests" / "e2e" / "test_production_airflow.py").read_text()
     assert '"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"' in tier and "scripts\" / \"postgres.sh" in tier
+
+
+def test_the_warm_merge_server_is_a_service_the_pipeline_points_at(services: dict[str, dict[str, Any]]) -> None:
+    """Issue 37 §3: the warm merge server runs like a service (restart policy, a health check the operator and
+    Docker see, time to finish the merge in flight on stop), and the docker configuration sends the pipeline's
+    windows to it."""
+    import yaml
+
+    from cdc_core.model.config import load_config
+
+    server = services["merge-server"]
+    assert server.get("entrypoint") == ["cdc"]
+    args = command_of(server)
+    assert args[:2] == ["merge-server", "demo"] and args[args.index("--listen") + 1] == "0.0.0.0:7199"
+    assert server["healthcheck"]["test"] == ["CMD", "cdc", "merge-server", "demo", "--ping"]
+    assert server.get("restart") == "unless-stopped" and "m" in str(server.get("stop_grace_period"))
+    assert {"zookeeper", "spark-master", "object-store"} <= set(server.get("depends_on") or {})
+    config_path = to_repo(env_of(server)["CDC_CONFIG"])
+    assert yaml.safe_load(config_path.read_text())  # readable
+    pipeline = load_config(config_path).pipeline("demo")
+    assert pipeline.spark.merge_server is not None and pipeline.spark.merge_server.address == "merge-server:7199"
