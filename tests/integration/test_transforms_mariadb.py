@@ -158,5 +158,13 @@ def test_excluded_hashed_masked_truncated_and_filtered_columns_land_shaped_on_ev
     run_and_check("library")
 
     assert find_values_in_files([tmp_path / "staging", tmp_path / "lake"], secrets) == []
+
+    # `cdc verify` compares the lake with the source shaped by the same rule; a change not landed yet shows.
+    assert main(["--config", str(config), "verify", name]) == 0, capsys.readouterr()
+    assert f"{source_db}.customers: equal (" in capsys.readouterr().out
+    execute(services, source_db, "UPDATE customers SET city = 'Xanten' WHERE id = 3")
+    assert main(["--config", str(config), "verify", name]) != 0
+    out, err = capsys.readouterr()
+    assert "different 1 [((3,), 'city', 'Xan', 'Ham')]" in out, out + err
     zk = zookeeper_text(zk_client, zk_root)
     assert not [s for s in secrets if s in zk]
