@@ -1,5 +1,6 @@
-"""The compiled row walk of the binlog decoder (cdc_core/capture/_rowscan.c); everything else is in
-pyproject.toml. Optional: without a C compiler the decoder runs the same walk in Python."""
+"""The compiled row walk of the binlog decoder (cdc_core/capture/_rowscan.c) and the transforms' HMAC kernel
+(cdc_core/model/_hmac.c); everything else is in pyproject.toml. Optional: without a C compiler the decoder runs
+the same walk in Python, and hashing uses hashlib."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +11,12 @@ setup(
             ["cdc_core/capture/_rowscan.c"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
-        )
+        ),
+        Extension(
+            "cdc_core.model._hmac",
+            ["cdc_core/model/_hmac.c"],
+            extra_compile_args=["-O2", "-std=c99"],
+            optional=True,
+        ),
     ]
 )

@@ -116,10 +116,11 @@ fi
 
 # ------------------------------------------------------------------- 2b. the compiled row walk
 # cdc_core/capture/_rowscan.c (setup.py): rebuilt when its source is newer than the built module. Without
-# it capture still works, on the same walk generated as Python (several times slower on wide tables).
+# it capture still works, on the same walk generated as Python (several times slower on wide tables). The
+# transforms' HMAC kernel (cdc_core/model/_hmac.c) is built with it; without it hashing uses hashlib.
 t=$(now)
 if "$VENV/bin/python" "$ROOT/setup.py" -q build_ext --inplace >"$LOGS/native.log" 2>&1 \
-  && (cd / && "$VENV/bin/python" -c 'import cdc_core.capture._rowscan') >>"$LOGS/native.log" 2>&1; then
+  && (cd / && "$VENV/bin/python" -c 'import cdc_core.capture._rowscan, cdc_core.model._hmac') >>"$LOGS/native.log" 2>&1; then
   log "native: compiled row walk ready ($(took "$t"))"
 else
   tail -20 "$LOGS/native.log" >&2 || true

@@ -26,9 +26,11 @@ window re-staged after the configuration changed stages what it staged the first
 
 from __future__ import annotations
 
+import array
 import fnmatch
 import hashlib
 import hmac
+import importlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +50,12 @@ from cdc_core.model.transform_expressions import (
     parse_filter,
     parse_value,
 )
+
+_native: Any
+try:  # the compiled HMAC kernel (setup.py builds it as cdc_core.model._hmac; optional)
+    _native = importlib.import_module("cdc_core.model._hmac")
+except ImportError:  # not built (no C compiler): hashlib, the same digests, slower
+    _native = None
 
 MaskKind = Literal["keep_last_4", "fixed", "null"]
 MASKED = "****"
@@ -375,13 +383,13 @@ def computed_types(kind: pa.DataType, name: str, where: str) -> tuple[str, str]:
 
 
 def _hex_hmac(key: bytes) -> Callable[[Any], Any]:
-    """HMAC-SHA-256 (RFC 2104) of each value, hex. The key's inner and outer pad blocks are hashed once and
-    copied per value (half the cost of `hmac.new` per value), and each distinct value of a row group is
-    hashed once."""
+    """HMAC-SHA-256 (RFC 2104) of each value, hex: of its bytes for a binary column, else of the UTF-8 of its
+    text as Arrow writes it. By the compiled kernel (cdc_core/model/_hmac.c) when it is built, else by hashlib
+    from the key's precomputed pads, once per distinct value of the row group."""
     block = key if len(key) <= 64 else hashlib.sha256(key).digest()
     block = block.ljust(64, b"\0")
-    inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
-    outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+    ipad, opad = bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
+    inner, outer = hashlib.sha256(ipad), hashlib.sha256(opad)
 
     def one(data: bytes) -> str:
         i = inner.copy()
@@ -398,12 +406,22 @@ def _hex_hmac(key: bytes) -> Callable[[Any], Any]:
                 col = pc.cast(col, pa.string())
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a nested type: its JSON text
                 col = pa.array([None if v is None else _text(v) for v in col.to_pylist()], pa.string())
-            col = pc.cast(col, pa.binary())  # the UTF-8 bytes, without a Python encode per value
-        encoded = pc.dictionary_encode(col)  # each distinct value of the row group hashed once
-        hashed = [one(v) for v in encoded.dictionary.to_pylist()]
-        return pc.take(pa.array(hashed, pa.string()), encoded.indices)
+        col = pc.cast(col, pa.binary())  # the UTF-8 bytes (a fixed-size or large binary: plain binary)
+        if _native is not None:  # every value in C (a NULL's empty slot too), then the NULLs put back
+            n, first = len(col), col.offset
+            hexes = _native.hmac_sha256_hex(ipad, opad, col.buffers()[1][4 * first:4 * (first + n + 1)],
+                                            col.buffers()[2] or b"")
+            hashed = pa.Array.from_buffers(pa.string(), n, [None, _hex_offsets(n), pa.py_buffer(hexes)])
+            return pc.if_else(pc.is_null(col), pa.scalar(None, pa.string()), hashed) if col.null_count else hashed
+        encoded = pc.dictionary_encode(col)  # in Python: each distinct value of the row group hashed once
+        hashed = pa.array([one(v) for v in encoded.dictionary.to_pylist()], pa.string())
+        return pc.take(hashed, encoded.indices)
 
     return make
+
+
+def _hex_offsets(n: int) -> pa.Buffer:
+    return pa.py_buffer(array.array("i", range(0, 64 * (n + 1), 64)).tobytes())
 
 
 def _text(v: Any) -> str:

@@ -369,3 +369,36 @@ def test_a_bad_rule_in_the_file_names_the_file_the_pipeline_and_the_key(tmp_path
             load_config(path)
         assert str(path) in str(e.value) and "pipeline 'shop'" in str(e.value), e.value
         assert key in str(e.value) and message in str(e.value), e.value
+
+
+def test_the_compiled_hmac_kernel_agrees_with_hashlib_on_every_length_and_key() -> None:
+    """cdc_core/model/_hmac.c (built by setup.py) against hmac+hashlib: lengths around the block boundaries
+    (55, 56, 63, 64, 119, 120, ...), empty values, keys shorter and longer than a block, and a sliced array."""
+    import random
+
+    from cdc_core.model import transforms
+
+    if transforms._native is None:
+        pytest.skip("the compiled kernel is not built (no C compiler): hashing uses hashlib")
+    rnd = random.Random(7)
+    values = [bytes(rnd.randrange(256) for _ in range(n)) for n in [*range(0, 200), 1000, 4096]]
+    for key in (b"k" * 16, b"x" * 64, bytes(range(200))):
+        make = transforms._hex_hmac(key)
+        got = make(pa.array(values, pa.binary())).to_pylist()
+        assert got == [hmac.new(key, v, hashlib.sha256).hexdigest() for v in values]
+        sliced = pa.array(values, pa.binary()).slice(50, 60)  # an array with an offset
+        assert make(sliced).to_pylist() == [hmac.new(key, v, hashlib.sha256).hexdigest() for v in values[50:110]]
+    text = pa.array(["a@x.io", None, "a@x.io", "ü"])
+    assert transforms._hex_hmac(KEY)(text).to_pylist() == [
+        hmac.new(KEY, b"a@x.io", hashlib.sha256).hexdigest(), None,
+        hmac.new(KEY, b"a@x.io", hashlib.sha256).hexdigest(), hmac.new(KEY, "ü".encode(), hashlib.sha256).hexdigest()]
+
+
+def test_without_the_compiled_kernel_hashing_gives_the_same_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_core.model import transforms
+
+    values = pa.array(["a@x.io", None, "b@y.io", "a@x.io"])
+    expected = [None if v is None else hmac.new(KEY, v.encode(), hashlib.sha256).hexdigest()
+                for v in values.to_pylist()]
+    monkeypatch.setattr(transforms, "_native", None)
+    assert transforms._hex_hmac(KEY)(values).to_pylist() == expected
