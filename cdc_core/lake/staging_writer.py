@@ -33,7 +33,7 @@ from cdc_core.model.manifest import (
     is_reserved_column,
 )
 from cdc_core.model.schema_changes import SchemaChange
-from cdc_core.model.transforms import TableTransform, Transforms, schema_change_lands, table_transform
+from cdc_core.model.transforms import HASH_TYPE, TableTransform, Transforms, schema_change_lands, table_transform
 from cdc_core.model.types import META_FIELDS, ColumnCodec, TableCodec, table_codec
 from cdc_core.model.window_plan import WindowPlan
 
@@ -43,6 +43,9 @@ BUFFERED_ROWS_FACTOR = 4
 MAX_PENDING_WRITES = 2
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
+# A hashed column (hex digests: 4 bits of entropy a byte) compresses by entropy coding alone: zstd level 1 gives
+# the same size as level 3 at a third of the time (bench/RESULTS.md, "Capture with hashed columns").
+HASHED_COMPRESSION_LEVEL = 1
 
 
 
@@ -215,11 +218,15 @@ class WindowWriter:
     def _open(self, seg: Segment, schema: pa.Schema) -> None:
         seg.file = self.store.open_write(f"{self.dir}/{seg.rel_path}")
         seg.sink = HashingSink(seg.file)
+        level: int | dict[str, int] = COMPRESSION_LEVEL
+        hashed = [c.name for c in seg.transform.columns if c.mysql_type == HASH_TYPE] if seg.transform else []
+        if hashed:
+            level = dict.fromkeys(schema.names, COMPRESSION_LEVEL) | dict.fromkeys(hashed, HASHED_COMPRESSION_LEVEL)
         seg.writer = pq.ParquetWriter(
             seg.sink,
             schema,
             compression=COMPRESSION,
-            compression_level=COMPRESSION_LEVEL,
+            compression_level=level,
             use_dictionary=_dictionary_columns(seg.output),
             write_statistics=True,
         )

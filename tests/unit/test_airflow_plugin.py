@@ -460,7 +460,8 @@ def test_hook_opens_the_pipeline_with_what_it_resolved(monkeypatch: pytest.Monke
     pc = _pc()
     assert hooks.CdcPipelineHook("orders", config=pc).get_conn() == "pipeline"
     assert seen == {"config": pc, "source": "source", "store": None, "zk_digest": ("u", "p"), "source_id": None,
-                    "metrics_sink": hooks.airflow_stats()}  # the pipeline's metrics through Airflow's Stats
+                    # the pipeline's metrics through Airflow's Stats; the hash key is read as the CLI does (no conn_id)
+                    "metrics_sink": hooks.airflow_stats(), "hash_key": None}
 
     class Opened:
         closed = False
