@@ -33,8 +33,9 @@ async def lag_deadline_missed(context: dict[str, Any], pipeline: str, max_lag_se
 
 
 def lag_deadline(pc: Any) -> Any:
-    """The DeadlineAlert of the pipeline DAG, None without `alerts.max_lag_seconds`."""
-    seconds = pc.alerts.max_lag_seconds
+    """The DeadlineAlert of the pipeline DAG, None without `alerts.max_lag_seconds` (the pipeline's, else the
+    smallest of a group pipeline's sources': `PipelineConfig.deadline_seconds`)."""
+    seconds = pc.deadline_seconds()
     if seconds is None:
         return None
     from airflow.sdk.definitions.callback import AsyncCallback

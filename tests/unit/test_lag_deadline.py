@@ -69,3 +69,28 @@ def test_the_default_callback_names_the_pipeline_the_run_and_the_setting(caplog:
     text = caplog.text
     assert "event=alert.lag_deadline" in text and "pipeline=orders" in text and "run_id=manual__1" in text
     assert "max_lag_seconds=5" in text
+
+
+def test_a_group_pipelines_sources_may_have_their_own_threshold(tmp_path: Any) -> None:
+    """`sources[].alerts` (issue 38 §3, "per pipeline and per source"): each source's status uses its own, the
+    others the pipeline's; the one DAG's deadline is the pipeline's, else the smallest of its sources'."""
+    from cdc_core.run.status import lag_alerts
+
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(
+        "pipelines:\n  - name: shop\n    tables: {include: ['shop.*']}\n"
+        "    zookeeper: {hosts: '127.0.0.1:2181'}\n    staging_root: /tmp/s\n    lake_root: /tmp/l\n"
+        "    sources:\n      - {id: eu, conn_id: eu, alerts: {max_lag_seconds: 120}}\n"
+        "      - {id: us, conn_id: us, alerts: {max_lag_seconds: 900}}\n      - {id: ap, conn_id: ap}\n"
+    )
+    pc = load_config(path).pipelines[0]
+    assert [pc.for_source(s).alerts.max_lag_seconds for s in ("eu", "us", "ap")] == [120, 900, None]
+    assert alerts.lag_deadline(pc).interval == timedelta(seconds=120)
+    lag = {"seconds": 300.0}
+    assert lag_alerts(lag, pc.for_source("eu").alerts.max_lag_seconds)[0]["max_seconds"] == 120
+    assert lag_alerts(lag, pc.for_source("us").alerts.max_lag_seconds) == []
+    with_pipeline = path.read_text().replace("    sources:\n", "    alerts: {max_lag_seconds: 3600}\n    sources:\n")
+    path.write_text(with_pipeline)
+    pc = load_config(path).pipelines[0]
+    assert alerts.lag_deadline(pc).interval == timedelta(seconds=3600)
+    assert pc.for_source("ap").alerts.max_lag_seconds == 3600  # a source without its own: the pipeline's

@@ -158,6 +158,7 @@ class SourceEntry(SourceConfig):
 
     id: str
     start: StartConfig | None = None  # default: the pipeline's `start`
+    alerts: AlertsConfig | None = None  # default: the pipeline's `alerts` (this source's lag is its own)
 
     @field_validator("id")
     @classmethod
@@ -334,13 +335,20 @@ class PipelineConfig(PipelineSettings):
         )
 
     def for_source(self, source: str | None) -> PipelineConfig:
-        """This pipeline as seen by one of its sources: that source's connection and start."""
+        """This pipeline as seen by one of its sources: that source's connection, start and alerts."""
         if source is None:
             self.source_config(None)
             return self
         entry = self.source_config(source)
         assert isinstance(entry, SourceEntry)
-        return self.model_copy(update={"start": entry.start or self.start})
+        return self.model_copy(update={"start": entry.start or self.start, "alerts": entry.alerts or self.alerts})
+
+    def deadline_seconds(self) -> int | None:
+        """How long a run of the pipeline DAG may take to catch up: the pipeline's `alerts.max_lag_seconds`, else
+        the smallest of its sources' (a group pipeline's one DAG runs every source)."""
+        found = [self.alerts.max_lag_seconds, *(s.alerts.max_lag_seconds for s in self.sources if s.alerts)]
+        pipeline, *sources = found
+        return pipeline if pipeline is not None else min((x for x in sources if x is not None), default=None)
 
     def route_list(self) -> tuple[Route, ...]:
         return tuple(r.route() for r in self.routes)
