@@ -462,7 +462,7 @@ def _tombstones_first(m: SmallMerge, source: pa.Table, fence: Callable[[], None]
     return why
 
 
-def _append_tombstones(
+def _append_tombstones(  # noqa: PLR0911 - each way out says why
     m: SmallMerge, rows: pa.Table, fence: Callable[[], None]
 ) -> str | None:
     """Append the window's deletes to the tombstone table once (its txn), creating the table if there is
@@ -491,11 +491,18 @@ def _append_tombstones(
         return "tombstone table: its columns are not the window's key and version"
     spelled = {f.name.lower(): f.name for f in pa.schema(table.schema())}
     rows = rows.rename_columns([spelled[n.lower()] for n in rows.column_names])
-    fence()
-    try:
-        write_deltalake(table, rows, mode="append", commit_properties=_commit_properties(m, tomb.user_metadata))
-    except CommitFailedError as e:
-        _lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=1, attempts=1)  # landed, or raises
+    for attempt in (1, 2):
+        fence()
+        try:
+            write_deltalake(table, rows, mode="append", commit_properties=_commit_properties(m, tomb.user_metadata))
+            return None
+        except CommitFailedError as e:
+            if _lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=attempt, attempts=2):
+                return None  # a concurrent run of this window appended them
+        # Another commit took the version (a concurrent run still creating the table, say): read it again.
+        table = _open(tomb.uri)
+        if table is None or holds_window(table.transaction_version(m.app_id), m.seq):
+            return None if table is not None else "tombstone table: not readable after a commit race"
     return None
 
 
