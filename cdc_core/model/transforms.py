@@ -262,16 +262,19 @@ def plan_record(config: TransformConfig, pipeline: str, key: KeyReader | None = 
 
 
 def planned(
-    config: TransformConfig, capture: Mapping[str, Sequence[str]], pipeline: str, seq: int, key: KeyReader | None = None
+    config: TransformConfig, plan: Any, capture_now: Callable[[], Mapping[str, Sequence[str]]], pipeline: str,
+    key: KeyReader | None = None,
 ) -> Transforms:
-    """The transforms of a stored plan's capture settings, keyed by this process's hash key, which must be the
-    one the window was planned with."""
-    recorded = capture.get("transform", ())
+    """The transforms a stored plan was planned with (its `capture["transform"]`; a plan recorded before plans
+    had capture settings: `capture_now()`), keyed by this process's hash key, which must be the one the window
+    was planned with."""
+    recorded = (plan.capture or capture_now()).get("transform", ())
     if not recorded:
         return Transforms()
     if not any(r.startswith("key:") for r in recorded):  # no rule of the plan hashes: no key needed
-        return from_plan(recorded, Transforms(), pipeline, seq)
-    return from_plan(recorded, Transforms(key=key() if key is not None else read_key(config, pipeline)), pipeline, seq)
+        return from_plan(recorded, Transforms(), pipeline, plan.seq)
+    current = Transforms(key=key() if key is not None else read_key(config, pipeline))
+    return from_plan(recorded, current, pipeline, plan.seq)
 
 
 def recorded_rules(recorded: Sequence[str]) -> tuple[TransformRule, ...]:

@@ -248,8 +248,8 @@ def stage_chunk(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Mani
                 yield change
             done_rows[0] += n
 
-    capture = plan.capture or p.capture_settings(plan.tables)  # the rules the chunk was planned with
-    shaping = transforms.planned(p.config.transform, capture, p.name, plan.seq, p.transform_key)
+    shaping = transforms.planned(p.config.transform, plan, lambda: p.capture_settings(plan.tables), p.name,
+                                 p.transform_key)  # the rules the chunk was planned with
     manifest = staging.stage_window(plan, changes(), p.staging_root, declare=tuple(declare), storage=p.storage,
                                     transforms=shaping)
     p.log_event(

@@ -93,8 +93,8 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
 
 def plan_transforms(p: PipelineContext, plan: WindowPlan) -> transforms.Transforms:
     """The transform rules a stored plan was planned with (cdc_core/model/transforms.py)."""
-    capture = plan.capture or p.capture_settings(plan.tables)
-    return transforms.planned(p.config.transform, capture, p.name, plan.seq, p.transform_key)
+    return transforms.planned(p.config.transform, plan, lambda: p.capture_settings(plan.tables), p.name,
+                              p.transform_key)
 
 
 def _progress(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan) -> Callable[..., None]:
