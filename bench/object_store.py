@@ -10,7 +10,7 @@ Uses the shared services (scripts/services.sh start) and a private S3Proxy (own 
 stopped by PID and deleted at the end). Writes bench/results-object-store.json and
 bench/RESULTS-object-store.md. Never part of the test suite.
 
-    python -m bench.object_store [--rows 100000] [--rounds 2]
+    python -m bench.object_store [--rows 100000] [--rounds 2] [--out F.json] [--md F.md]
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default=str(ROOT / "bench" / "results-object-store.json"))
+    p.add_argument("--md", default=str(ROOT / "bench" / "RESULTS-object-store.md"), help="the markdown summary")
     args = p.parse_args(argv)
 
     si = source_info()
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "", "Every round: " + "; ".join(
             f"{t} " + ", ".join(f"{x['wall_s']} s" for x in results[t]) for t in results) + ".", "",
     ]
-    (ROOT / "bench" / "RESULTS-object-store.md").write_text("\n".join(lines))
+    Path(args.md).write_text("\n".join(lines))
     log(json.dumps(summary))
     return 0
 

@@ -11,7 +11,8 @@
   the initial snapshot: `cdc run <pipeline> --max-windows N` until the snapshot is done, timed end to end,
   against the same for a schema of one such table.
 
-Ratios are measured in one run (the same machine load for both sides).
+Ratios are measured in one run (the same machine load for both sides). `--object-store`: staging and lake
+of every pipeline on a private S3Proxy (scripts/object_store.sh), as a production lake would be.
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ class _Schema:
         self.conn.close()
 
 
+_STORE: Any = None  # --object-store: the running S3Proxy (tests.support.object_store.ObjectStore)
+_STORE_CONN = "cdc_s3"
+
+
 def _case(si: SourceInfo, workdir: Path, name: str, db: str) -> Any:
     from bench.fixed import _Services
     from tests.support.e2e import AirflowHome, CdcCase, airflow_env
@@ -119,11 +124,18 @@ def _case(si: SourceInfo, workdir: Path, name: str, db: str) -> Any:
     )
     case.lake.mkdir(parents=True, exist_ok=True)
     case.staging.mkdir(parents=True, exist_ok=True)
+    if _STORE is not None:  # every root on the store: a config written later points there
+        write = case.write_config
+        roots = {"staging_root": _STORE.url(name, "staging"), "lake_root": _STORE.url(name, "lake"),
+                 "object_store": {"conn_id": _STORE_CONN}}
+        case.write_config = lambda start, **kw: write(start, **{**kw, **roots})
     return case
 
 
 def _cli(case: Any, *args: str, timeout: float = 3600) -> tuple[float, float, float, subprocess.CompletedProcess[str]]:
     env = {**case.env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if _STORE is not None:
+        env[f"AIRFLOW_CONN_{_STORE_CONN.upper()}"] = _STORE.connection
     cmd = [str(VENV_BIN / "cdc"), "--config", str(case.config_path), *args]
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
@@ -132,6 +144,17 @@ def _cli(case: Any, *args: str, timeout: float = 3600) -> tuple[float, float, fl
 
 
 def _last_report(case: Any) -> dict[str, Any] | None:
+    if _STORE is not None:
+        from tests.support.object_store import fs_for
+
+        fs = fs_for(_STORE)
+        fs.invalidate_cache()  # reports of acked windows are deleted: never trust a cached listing
+        keys = sorted(k for k in fs.find(_STORE.url(case.name, "staging", case.name, "reports").removeprefix("s3://"))
+                      if k.rsplit("/", 1)[-1].startswith("w") and k.endswith(".json"))
+        try:
+            return json.loads(fs.cat(keys[-1])) if keys else None
+        except FileNotFoundError:
+            return None
     reports = sorted((case.staging / case.name / "reports").glob("w*.json"), key=lambda p: p.stat().st_mtime)
     return json.loads(reports[-1].read_text()) if reports else None
 
@@ -258,8 +281,12 @@ def snapshot_load(
         out["cli_runs" if through == "cli" else "dag_runs_count"] = runs
         out["windows"] = windows_total
         out["load"] = load_avg()
-        lake_db = case.lake / schema.db
-        out["lake_tables"] = sum(1 for _ in lake_db.iterdir()) if lake_db.exists() else 0
+        if _STORE is not None:
+            prefix = f"{case.name}/lake/{schema.db}"
+            out["lake_tables"] = len({k.split("/", 1)[0] for k in _STORE.objects(prefix) if "/_delta_log/" in k})
+        else:
+            lake_db = case.lake / schema.db
+            out["lake_tables"] = sum(1 for _ in lake_db.iterdir()) if lake_db.exists() else 0
     except Exception as e:
         out["errors"].append(short_error(e))
         log(f"  snapshot load failed: {short_error(e)}")
@@ -319,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="windows: each touched table gets a new row, or a new row and its previous new row deleted, "
                    "or a new column with a DEFAULT (filling its rows) and a new row")
     p.add_argument("--config", default="{}", help="JSON overrides of the pipeline config (e.g. spark settings)")
+    p.add_argument("--object-store", action="store_true", help="staging and lake on a private S3Proxy")
     p.add_argument("--shared", action="store_true", help="use the running scripts/services.sh services (CDC_* env)")
     p.add_argument("--mariadb-port", type=int, default=13316)
     p.add_argument("--zk-port", type=int, default=22191)
@@ -334,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         None if args.shared else PrivateServices(ROOT / ".local" / "bench-services", args.mariadb_port, args.zk_port)
     )
     si = private.start() if private is not None else source_info()
+    global _STORE  # noqa: PLW0603 - one bench run, one store: read by _case, _cli and _last_report
+    if args.object_store:
+        from tests.support.object_store import ObjectStore
+
+        _STORE = ObjectStore()
+        _STORE.start()
     try:
         t0 = time.perf_counter()
         started = now_iso()
@@ -349,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if private is not None:
             private.stop()
+        if _STORE is not None:
+            _STORE.stop()
+            shutil.rmtree(_STORE.dir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
     from bench.__main__ import save_section
 

@@ -92,6 +92,8 @@ class MergeJobSpec(_Spec):
     routes: list[dict[str, str]] = field(default_factory=list)  # [{"from", "to", "key"}]: many tables into one
     group_sources: list[str] = field(default_factory=list)  # every source of a group pipeline (the writer record)
     small_table_rows: int = 100_000  # tables up to this many rows merge with delta-rs, no Spark job (0: none)
+    # An object-store lake: "auto" probes for conditional writes, which delta-rs's commits need; "off": Spark.
+    conditional_puts: str = "auto"
     # How lake tables follow schema changes (cdc_core.model.schema_evolution.SchemaPolicy.to_dict) and the
     # pipeline's zero_dates (a column added NOT NULL to a date type gives old rows the zero date).
     schema_changes: dict[str, Any] = field(default_factory=dict)

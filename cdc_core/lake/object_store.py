@@ -20,12 +20,20 @@ Three clients read the store, and each gets the same credentials its own way:
 - `s3://` is mapped to Hadoop's S3AFileSystem, so one URL names the same object everywhere.
 
 Atomic staging on a store without rename is `cdc_core.lake.staging`'s business (manifest PUT last).
+
+Commits without Spark (the small-table writer, delta-rs) need an atomic put-if-absent of the next log entry,
+which a local disk has (link) and an S3 store has only with conditional writes (`If-None-Match: *`: AWS S3
+since 2024, MinIO, Cloudflare R2, S3Proxy's filesystem backend). `commit_storage` probes the store once per
+merge job and, when it honours them, gives delta-rs `conditional_put=etag` (object_store's `PutMode::Create`)
+instead of the unsafe rename; otherwise every table of the store goes to Spark (docs/object-store.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdc_core.model.connections import ConnectionInfo
@@ -211,6 +219,9 @@ class Storage:
     library's default chain (environment, instance role)."""
 
     creds: S3Credentials | None = None
+    # The store honours `If-None-Match: *` (probed by `commit_storage`): delta-rs commits with a put-if-absent
+    # of the log entry, so a writer that checked version V can never commit on top of another's V+1.
+    conditional_put: bool = False
 
     def fsspec_options(self, url: str) -> dict[str, Any]:
         """s3fs keyword arguments for `url` (none for a local path or without credentials)."""
@@ -218,7 +229,18 @@ class Storage:
 
     def delta_rs_options(self, uri: str) -> dict[str, str] | None:
         """delta-rs `storage_options` for the table at `uri` (None: a local path, or the default chain)."""
-        return self.creds.delta_rs_options() if self.creds is not None and is_s3(uri) else None
+        if not is_s3(uri):
+            return None
+        opts = self.creds.delta_rs_options() if self.creds is not None else {}
+        if self.conditional_put:
+            opts.pop("AWS_S3_ALLOW_UNSAFE_RENAME", None)
+            opts["conditional_put"] = "etag"  # commits are If-None-Match PUTs (no lock, nothing unsafe)
+        return opts or None
+
+    def may_commit(self, uri: str) -> bool:
+        """Whether delta-rs may commit to the table at `uri` from here: a local path (its log entries are
+        created by link, atomically), or a store whose conditional puts `commit_storage` found."""
+        return not is_s3(uri) or self.conditional_put
 
     def fs(self, url: str) -> tuple[Any, str]:
         """`url`'s fsspec filesystem and the path inside it. s3fs caches one filesystem per set of options,
@@ -242,6 +264,59 @@ class Storage:
 
 # No credentials of a pipeline's own: local paths, or each library's default chain for an object store.
 AMBIENT = Storage()
+
+CONDITIONAL_PUTS = ("auto", "off")  # object_store.conditional_puts
+PROBE_DIR = "_cdc_probes"  # under the lake root; not a table (no _delta_log), removed after each probe
+
+
+def commit_storage(storage: Storage, lake_root: str, mode: str = "auto") -> tuple[Storage, str | None]:
+    """(`storage` able to commit without Spark to the lake's tables, None), or (`storage` unchanged, why not).
+    A local lake needs nothing; an object store qualifies when `mode` is auto and the probe finds that it
+    honours `If-None-Match: *` (each merge job probes once: three requests)."""
+    if not is_s3(lake_root) or storage.conditional_put:
+        return storage, None
+    if mode == "off":
+        return storage, "object_store.conditional_puts is off"
+    why = probe_conditional_put(storage, lake_root)
+    return (replace(storage, conditional_put=True), None) if why is None else (storage, why)
+
+
+def probe_conditional_put(storage: Storage, root: str) -> str | None:
+    """None when the store at `root` refuses a second `If-None-Match: *` PUT of one key (412), else why it
+    does not qualify: it ignores the header (both PUTs succeed), refuses it (501 and the like), or the probe
+    could not write at all. The probe object is deleted again."""
+    fs, path = storage.fs(root.rstrip("/") + f"/{PROBE_DIR}/conditional-put-{uuid.uuid4().hex}")
+    bucket, _, key = path.partition("/")
+    call = getattr(fs, "call_s3", None)
+    if call is None:
+        return f"{type(fs).__name__} cannot send conditional writes"
+    try:
+        try:
+            call("put_object", Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*")
+        except OSError as e:
+            return f"the store refused a conditional write ({error_code(e) or e})"
+        try:
+            call("put_object", Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*")
+        except OSError as e:
+            code = error_code(e)
+            if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return None
+            return f"the store answered a conditional write of an existing key with {code or e}, not 412"
+        return "the store ignores If-None-Match (a second conditional write of one key succeeded)"
+    finally:
+        with contextlib.suppress(OSError):  # a probe object left behind is harmless: not a table
+            fs.rm(path)
+
+
+def error_code(e: BaseException) -> str | None:
+    """The S3 error code (`PreconditionFailed`, ...) behind an s3fs OSError, None when there is none."""
+    seen: BaseException | None = e
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code"):
+            return str(response["Error"]["Code"])
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def delta_rs_uri(uri: str) -> str:

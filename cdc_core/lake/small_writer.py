@@ -4,14 +4,15 @@ A Spark MERGE costs ~1 s of driver work per table however small the table (docs/
 window touching a hundred small tables spent minutes on them. This writer lands such a table in tens
 of milliseconds, from inside the merge job, with the Spark MERGE's exact outcome and commit identity:
 
-- **Only tables it fully supports.** A local lake; a table whose protocol and properties hold nothing
-  delta-rs 1.6 cannot write (no deletion vectors, column mapping, change data feed, constraints, type
-  widening, generated or identity columns); at most `max_rows` rows once the window lands; every column
-  of the window already in the table with the very same Delta type (schema evolution goes to Spark);
-  staged files whose physical types are the manifest's. Anything else answers `Ineligible` and the
-  caller merges the table with Spark, as before. The merge job creates tables that start small without
-  deletion vectors, and the Spark path turns them on once a table outgrows `max_rows`: a table never
-  comes back here after that (spark_apps/merge_window.py).
+- **Only tables it fully supports.** A local lake, or an object store that honours conditional writes
+  (`Storage.may_commit`: each log entry is a put-if-absent there, as a link is on disk); a table whose
+  protocol and properties hold nothing delta-rs 1.6 cannot write (no deletion vectors, column mapping, change
+  data feed, constraints, type widening, generated or identity columns); at most `max_rows` rows once the
+  window lands; every column of the window already in the table with the very same Delta type (schema
+  evolution goes to Spark); staged files whose physical types are the manifest's. Anything else answers
+  `Ineligible` and the caller merges the table with Spark, as before. The merge job creates tables that start
+  small without deletion vectors, and the Spark path turns them on once a table outgrows `max_rows`: a table
+  never comes back here after that (spark_apps/merge_window.py).
 - **Same outcome.** The clauses of `spark_apps.merge_window.merge_sql` (hard and soft deletes, the
   version test against replays), each key's last change in the window, NULL for table columns the window
   does not carry; keys compared NULL-safe like Spark's `<=>`. In hard-delete mode the window's deletes
@@ -40,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake.delta_rs_rules import refused_property, unsupported, untested_deltalake
-from cdc_core.lake.object_store import AMBIENT, Storage
+from cdc_core.lake.object_store import AMBIENT, Storage, delta_rs_uri
 from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -69,6 +70,8 @@ from cdc_core.model.merge_semantics import (
 log = logging.getLogger("cdc.merge")
 
 WRITER_NAME = "delta-rs"
+# Why an object-store table goes to Spark: delta-rs's commit there is atomic only with conditional writes.
+NO_ATOMIC_COMMIT = "an object store without conditional writes (object_store.conditional_puts)"
 DEFAULT_MAX_ROWS = 100_000
 # The Spark SQL types the manifest uses (cdc_core.model.types), as Delta's schema names them.
 _DDL_TO_DELTA = {
@@ -112,13 +115,14 @@ def arrow_type(ddl: str) -> pa.DataType | None:
 
 
 def create(
-    uri: str, columns: Sequence[tuple[str, str]], partition_by: Sequence[str], properties: dict[str, str]
+    uri: str, columns: Sequence[tuple[str, str]], partition_by: Sequence[str], properties: dict[str, str],
+    *, storage: Storage = AMBIENT,
 ) -> str | None:
     """Create an empty Delta table with delta-rs (one commit, version 0, put-if-absent); None when the table
     exists afterwards (created here or by a concurrent run: the caller checks whose it is), else why it
     must be created by Spark (which then does: a failed create commits nothing)."""
-    if local_path(uri) is None:
-        return "not a local lake"
+    if not storage.may_commit(uri):
+        return NO_ATOMIC_COMMIT
     why = untested_deltalake() or refused_property(properties)
     if why is not None:
         return why
@@ -128,19 +132,22 @@ def create(
         if typ is None or needs_column_mapping(name):
             return f"column {name!r} ({ddl})"
         fields.append(pa.field(name, typ, nullable=True))
-    return _create(uri, pa.schema(fields), partition_by, properties)
+    return _create(uri, pa.schema(fields), partition_by, properties, storage)
 
 
-def _create(uri: str, schema: pa.Schema, partition_by: Sequence[str], properties: dict[str, str]) -> str | None:
+def _create(
+    uri: str, schema: pa.Schema, partition_by: Sequence[str], properties: dict[str, str], storage: Storage
+) -> str | None:
     from deltalake import DeltaTable
 
     try:
         DeltaTable.create(
-            uri, schema, mode="error", partition_by=list(partition_by) or None,
+            delta_rs_uri(uri), schema, mode="error", partition_by=list(partition_by) or None,
             configuration=dict(properties), raise_if_key_not_exists=False,
+            storage_options=storage.delta_rs_options(uri),
         )
     except Exception as e:
-        if _open(uri) is not None:
+        if _open(uri, storage) is not None:
             return None  # a concurrent run created it first
         return f"delta-rs could not create it ({one_line(e)})"
     return None
@@ -178,6 +185,7 @@ class SmallMerge:
     user_metadata: str  # the commit's userMetadata (the merge job's commit record)
     max_rows: int
     tombstones: Tombstones | None = None  # hard deletes: where the window's deletes go first (None: not here)
+    storage: Storage = AMBIENT  # how to reach the lake and staging (commits need Storage.may_commit)
 
     @property
     def staged_rows(self) -> int:
@@ -209,8 +217,8 @@ def local_path(uri: str) -> str | None:
 
 
 def _open(uri: str, storage: Storage = AMBIENT) -> Any:
-    """The table (None when there is none). The writes are to local lakes only (`_refused_job`), so they
-    need no object-store credentials; a read of any table takes the pipeline's `storage`."""
+    """The table (None when there is none), opened with the pipeline's `storage`: on an object store, writes
+    through it are conditional puts (`_refused_job` checks `Storage.may_commit` before any)."""
     from cdc_core.lake import delta_state
 
     return delta_state.open_table(uri, storage=storage)
@@ -253,11 +261,12 @@ def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.Da
     meta_types = {COL_OP: pa.string(), COL_VERSION: pa.int64(), COL_ORDINAL: pa.int64(),
                   COL_COMMIT_TS: pa.timestamp("us", tz="UTC")}
     parts: list[pa.Table] = []
-    root = (local_path(m.window_dir) or m.window_dir).rstrip("/")
+    local = local_path(m.window_dir)
+    fs, root = (None, local) if local is not None else m.storage.fs(m.window_dir)
     for f in st.files:
         if set(f.columns) - set(manifest_types) or set(st.key) - set(f.columns):
             return f"staged file {f.path} disagrees with the manifest"  # Spark's read names the error
-        data = pq.read_table(f"{root}/{f.path}")
+        data = pq.read_table(f"{root.rstrip('/')}/{f.path}", filesystem=fs)
         present = set(data.column_names)
         arrays: dict[str, pa.Array] = {}
         for name, typ in meta_types.items():
@@ -472,13 +481,13 @@ def _append_tombstones(  # noqa: PLR0911 - each way out says why
 
     tomb = m.tombstones
     assert tomb is not None
-    table = _open(tomb.uri)
+    table = _open(tomb.uri, m.storage)
     if table is None:
         fence()  # a fenced run creates nothing either
-        why = _create(tomb.uri, rows.schema, (), tomb.properties)
+        why = _create(tomb.uri, rows.schema, (), tomb.properties, m.storage)
         if why is not None:
             return f"tombstone table: {why}"
-        table = _open(tomb.uri)
+        table = _open(tomb.uri, m.storage)
         if table is None:
             return "tombstone table: not readable after its creation"
     if holds_window(table.transaction_version(m.app_id), m.seq):
@@ -500,7 +509,7 @@ def _append_tombstones(  # noqa: PLR0911 - each way out says why
             if _lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=attempt, attempts=2):
                 return None  # a concurrent run of this window appended them
         # Another commit took the version (a concurrent run still creating the table, say): read it again.
-        table = _open(tomb.uri)
+        table = _open(tomb.uri, m.storage)
         if table is None or holds_window(table.transaction_version(m.app_id), m.seq):
             return None if table is not None else "tombstone table: not readable after a commit race"
     return None
@@ -511,7 +520,7 @@ def _lost_race(m: SmallMerge, uri: str, what: str, e: Exception, *, attempt: int
     committed it); False to try again; on the last attempt a retryable LakeError."""
     from cdc_core.lake import delta_state
 
-    landed = delta_state.last_txn_version(uri, m.app_id)
+    landed = delta_state.last_txn_version(uri, m.app_id, storage=m.storage)
     if holds_window(landed, m.seq):
         log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
         return True
@@ -528,8 +537,8 @@ def _lost_race(m: SmallMerge, uri: str, what: str, e: Exception, *, attempt: int
 def _refused_job(m: SmallMerge) -> str | None:
     if m.max_rows <= 0:
         return "off"
-    if local_path(m.uri) is None or local_path(m.window_dir) is None:
-        return "not a local lake"  # object stores need a commit lock delta-rs is not given here
+    if not m.storage.may_commit(m.uri):
+        return NO_ATOMIC_COMMIT
     if m.staged_rows > m.max_rows:
         return f"{m.staged_rows} staged rows"
     return untested_deltalake()
@@ -567,7 +576,7 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         return Ineligible(refused)
     for attempt in range(1, attempts + 1):
         t0 = time.monotonic()
-        table = _open(m.uri)  # version V: every check below reads this snapshot
+        table = _open(m.uri, m.storage)  # version V: every check below reads this snapshot
         if table is None:
             return Ineligible("no table yet", missing=True)
         landed = table.transaction_version(m.app_id)
@@ -605,26 +614,28 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
     raise AssertionError("unreachable")
 
 
-def _metadata_writable(uri: str) -> tuple[Any, None] | tuple[None, str]:
+def _metadata_writable(uri: str, storage: Storage) -> tuple[Any, None] | tuple[None, str]:
     """(the table, None) when delta-rs may commit to it here, else (None, why not)."""
-    if local_path(uri) is None:
-        return None, "not a local lake"  # object stores need a commit lock delta-rs is not given here
+    if not storage.may_commit(uri):
+        return None, NO_ATOMIC_COMMIT
     untested = untested_deltalake()
     if untested is not None:
         return None, untested
-    table = _open(uri)
+    table = _open(uri, storage)
     if table is None:
         return None, "no table yet"
     why = unsupported(table)
     return (table, None) if why is None else (None, why)
 
 
-def commit_txn_only(c: WindowCommit, uri: str, fence: Callable[[], None]) -> Landed | Ineligible:
+def commit_txn_only(
+    c: WindowCommit, uri: str, fence: Callable[[], None], *, storage: Storage = AMBIENT
+) -> Landed | Ineligible:
     """Record the window as landed in a table it changes no row of (nothing staged for it): the txn alone, as
     the MERGE of an empty source would commit it, in milliseconds rather than a Spark job's seconds."""
     from deltalake.exceptions import CommitFailedError
 
-    table, why = _metadata_writable(uri)
+    table, why = _metadata_writable(uri, storage)
     if table is None:
         return Ineligible(str(why))
     if holds_window(table.transaction_version(c.app_id), c.seq):
@@ -636,13 +647,16 @@ def commit_txn_only(c: WindowCommit, uri: str, fence: Callable[[], None]) -> Lan
     except CommitFailedError as e:
         from cdc_core.lake import delta_state
 
-        if holds_window(delta_state.last_txn_version(uri, c.app_id), c.seq):
+        if holds_window(delta_state.last_txn_version(uri, c.app_id, storage=storage), c.seq):
             return Landed("already")  # a concurrent run of this window committed it
         return Ineligible(f"a concurrent commit ({one_line(e)})")
     return Landed("committed", version=read_version + 1)
 
 
-def set_properties(uri: str, properties: dict[str, str], user_metadata: str, fence: Callable[[], None]) -> str | None:
+def set_properties(
+    uri: str, properties: dict[str, str], user_metadata: str, fence: Callable[[], None], *,
+    storage: Storage = AMBIENT,
+) -> str | None:
     """Set table properties that are the product's own records (never `delta.*`, which may change the protocol)
     as one commit; None when committed, else why delta-rs did not (nothing written: Spark sets them)."""
     from deltalake import CommitProperties
@@ -650,7 +664,7 @@ def set_properties(uri: str, properties: dict[str, str], user_metadata: str, fen
 
     if any(k.lower().startswith("delta.") for k in properties):
         return "Delta properties"
-    table, why = _metadata_writable(uri)
+    table, why = _metadata_writable(uri, storage)
     if table is None:
         return why
     if table.protocol().min_writer_version > 2:

@@ -20,7 +20,7 @@ from cdc_core.lake import delta_state
 from cdc_core.model import faults, layout
 from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
-from cdc_core.model.manifest import Manifest
+from cdc_core.model.manifest import Manifest, StagedTable
 from cdc_core.model.schema_changes import RENAME_TABLE
 from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.window_plan import KIND_SNAPSHOT
@@ -47,14 +47,17 @@ class AckResult:
 def landed(p: PipelineContext, manifest: Manifest) -> dict[str, int | None]:
     """Each staged table's last idempotent-write version for this pipeline, read from Delta's log. A table
     the window names only in DDL and the lake never had holds nothing: it counts as landed."""
-    out: dict[str, int | None] = {}
-    for t in manifest.tables:
+
+    def version(t: StagedTable) -> int | None:
         uri = p.table_uri(t.schema, t.table)
-        version = delta_state.last_txn_version(uri, p.name, storage=p.storage)
-        if version is None and not t.files and not t.columns and not delta_state.table_exists(uri, storage=p.storage):
-            version = manifest.plan.seq
-        out[t.name] = version
-    return out
+        found = delta_state.last_txn_version(uri, p.name, storage=p.storage)
+        if found is None and not t.files and not t.columns and not delta_state.table_exists(uri, storage=p.storage):
+            return manifest.plan.seq
+        return found
+
+    tables = list(manifest.tables)  # routed tables may share a lake table: one read each all the same
+    versions = delta_state.per_table(version, tables, p.lake_root)
+    return {t.name: v for t, v in zip(tables, versions, strict=True)}
 
 
 def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:

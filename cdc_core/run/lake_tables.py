@@ -52,10 +52,9 @@ def record_lake(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifes
     cursor = p.coordinator.read_cursor()
     bf = cursor.backfill
     completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
-    landed = {
-        t.name: (t.schema, t.table, delta_state.table_id(p.table_uri(t.schema, t.table), storage=p.storage))
-        for t in manifest.tables
-    }
+    uris = [p.table_uri(t.schema, t.table) for t in manifest.tables]
+    ids = delta_state.per_table(lambda uri: delta_state.table_id(uri, storage=p.storage), uris, p.lake_root)
+    landed = {t.name: (t.schema, t.table, i) for t, i in zip(manifest.tables, ids, strict=True)}
     if plan.kind == KIND_SNAPSHOT:
         # A chunk that staged no rows still tells whether its round's table is still there.
         names = [s.table for s in snapshot_state.chunks_of(plan) if s.table not in landed]

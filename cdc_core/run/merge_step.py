@@ -81,6 +81,7 @@ def merge_spec(p: PipelineContext, grant: LeaseGrant, seq: int) -> MergeJobSpec:
         ),
         parallelism=p.config.spark.merge_parallelism,
         small_table_rows=p.config.spark.small_table_rows,
+        conditional_puts=p.config.object_store.conditional_puts,
         schema_changes=p.config.schema_changes.policy().to_dict(),
         zero_dates=p.config.zero_dates,
     )

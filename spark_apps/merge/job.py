@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from cdc_core.coordination.fence import zk_fence_check
 from cdc_core.lake.job_outcome import MERGE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MergeJobSpec
+from cdc_core.lake.object_store import CONDITIONAL_PUTS
 from cdc_core.model import faults
 from cdc_core.model.errors import (
     ConfigError,
@@ -46,6 +47,9 @@ def parse_args(argv: Sequence[str] | None = None) -> MergeJobSpec:
         raise ConfigError("spec zk_hosts needs zk_root (the pipeline's ZooKeeper root)")
     if spec.parallelism < 1:
         raise ConfigError(f"spec parallelism must be >= 1, got {spec.parallelism}")
+    if spec.conditional_puts not in CONDITIONAL_PUTS:
+        raise ConfigError(f"spec conditional_puts must be one of {', '.join(CONDITIONAL_PUTS)}, got "
+                          f"{spec.conditional_puts!r}")
     return spec
 
 
@@ -130,6 +134,7 @@ def run_job(argv: Sequence[str] | None, session_for: Callable[[MergeJobSpec], Sp
             routes=[Route.from_dict(r) for r in args.routes],
             group_sources=args.group_sources,
             small_table_rows=args.small_table_rows,
+            conditional_puts=args.conditional_puts,
             schema_policy=SchemaPolicy.from_dict(args.schema_changes),
             zero_dates=args.zero_dates,
             storage=storage,

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 
 from cdc_core.lake import small_writer
 from cdc_core.lake.object_store import AMBIENT, Storage
-from cdc_core.lake.small_writer import local_path, needs_column_mapping
+from cdc_core.lake.small_writer import needs_column_mapping
 from cdc_core.model.errors import (
     LakeError,
     SchemaConflict,
@@ -227,8 +227,7 @@ class RunBase:
     def starts_small(self, st: LakeTarget, uri: str) -> bool:
         """Whether a table this window creates starts without deletion vectors, so that delta-rs may merge it
         while it stays small (SmallTables.deletion_vectors_once_grown turns them on once it outgrows the limit)."""
-        return (self.small_table_rows > 0 and st.rows <= self.small_table_rows
-                and local_path(uri) is not None and local_path(self.window_dir) is not None)
+        return self.small_table_rows > 0 and st.rows <= self.small_table_rows and self.storage.may_commit(uri)
 
     def create_table(
         self,
@@ -261,9 +260,10 @@ class RunBase:
     def delta_rs_commits(self, uri: str) -> bool:
         """Whether delta-rs may make this run's commits to `uri` that carry no window rows (a new table, the txn
         of a table the window changes no row of, the schema changes' records): the small-table writer is on and
-        the lake is local. Milliseconds each, not a Spark job's seconds; cdc_core.lake.small_writer still checks
-        each table and leaves to Spark what it may not write."""
-        return self.small_table_rows > 0 and local_path(uri) is not None
+        the lake is local or on a store with conditional writes (object_store.commit_storage). Milliseconds each,
+        not a Spark job's seconds; cdc_core.lake.small_writer still checks each table and leaves to Spark what it
+        may not write."""
+        return self.small_table_rows > 0 and self.storage.may_commit(uri)
 
     def created_by_delta_rs(
         self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
@@ -277,7 +277,8 @@ class RunBase:
             deletion_vectors=False,
         )
         self.fence()
-        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props)
+        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props,
+                                  storage=self.storage)
         if why is not None:
             self.log("merge.spark_table", table=label, reason=why)
             return False

@@ -182,7 +182,7 @@ def set_properties(run: Runner, uri: str, label: str, props: dict[str, str]) -> 
     """One commit of the table properties (a schema change's record: `mark`); delta-rs where it may write the
     table, milliseconds rather than a Spark job's seconds per schema change."""
     if run.delta_rs_commits(uri):
-        why = small_writer.set_properties(uri, props, run.commit_metadata(label), run.fence)
+        why = small_writer.set_properties(uri, props, run.commit_metadata(label), run.fence, storage=run.storage)
         if why is None:
             return
         log.debug("%s", kv(event="merge.spark_properties", table=label, reason=why))

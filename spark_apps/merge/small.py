@@ -38,11 +38,11 @@ class SmallTables(SchemaChanges):
 
     def may_land_small(self, st: LakeTarget, uri: str, facts: StagedFacts) -> bool:
         """Whether delta-rs may land this table's changes (cdc_core.lake.small_writer decides the rest): a
-        local lake, few staged rows, and in hard-delete mode no tombstone newer than the window (a replay or
-        a backfill, whose changes Spark checks against the tombstones)."""
+        local lake or one on a store with conditional writes, few staged rows, and in hard-delete mode no
+        tombstone newer than the window (a replay or a backfill, whose changes Spark checks against them)."""
         if self.small_table_rows <= 0 or st.rows == 0 or st.rows > self.small_table_rows:
             return False  # an empty staged table: Spark commits its txn as before
-        if small_writer.local_path(uri) is None or small_writer.local_path(self.window_dir) is None:
+        if not self.storage.may_commit(uri):
             return False
         if self.delete_mode == DELETE_SOFT:
             return True
@@ -60,7 +60,7 @@ class SmallTables(SchemaChanges):
         may write the table, else Spark's append of `empty` (the MERGE of an empty source would commit the same)."""
         if self.delta_rs_commits(uri):
             c = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
-            out = small_writer.commit_txn_only(c, uri, self.fence)
+            out = small_writer.commit_txn_only(c, uri, self.fence, storage=self.storage)
             if isinstance(out, small_writer.Landed):
                 status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
                 return status, out.version, small_writer.WRITER_NAME
@@ -88,6 +88,7 @@ class SmallTables(SchemaChanges):
             user_metadata=self.commit_metadata(label),
             max_rows=self.small_table_rows,
             tombstones=self.small_tombstones(st) if self.delete_mode == DELETE_HARD else None,
+            storage=self.storage,
         )
         rows = None if source is None else source.toArrow()  # few rows: may_land_small bounds them
         out = small_writer.land(job, self.fence, rows=rows)

@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cdc_core.lake import small_writer
-from cdc_core.lake.object_store import AMBIENT, Storage
+from cdc_core.lake.object_store import AMBIENT, Storage, commit_storage, is_s3
 from cdc_core.model import faults
 from cdc_core.model.errors import (
     CdcError,
@@ -24,7 +24,7 @@ from cdc_core.model.errors import (
 )
 from cdc_core.model.lake_writers import foreign_writer_message, writer_pipeline
 from cdc_core.model.layout import TOMBSTONE_DIR, table_uri
-from cdc_core.model.logfmt import one_line
+from cdc_core.model.logfmt import kv, one_line
 from cdc_core.model.manifest import (
     Manifest,
     StagedTable,
@@ -170,6 +170,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     routes: Sequence[Route] = (),
     group_sources: Sequence[str] = (),
     small_table_rows: int = small_writer.DEFAULT_MAX_ROWS,
+    conditional_puts: str = "auto",
     schema_policy: SchemaPolicy | None = None,
     zero_dates: str = "refuse",
     storage: Storage = AMBIENT,
@@ -180,7 +181,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
     its own (`spark.newSession()`: the txn identity is a session conf). `source`, `routes`: a group
     pipeline's source and the pipeline's routes (cdc_core.model.sources): which Delta table each staged
     table lands in and the lineage columns its rows carry. `small_table_rows`: tables holding at most this
-    many rows once the window lands are merged by delta-rs, without a Spark job (0: none). `storage`: the driver's
+    many rows once the window lands are merged by delta-rs, without a Spark job (0: none); on an object store only
+    when it honours conditional writes (`conditional_puts` auto: probed once here). `storage`: the driver's
     way to the staging and lake (the job's object-store credentials, spark_apps.spark_job.job_storage)."""
     t0 = time.monotonic()
     if delete_mode not in DELETE_MODES:
@@ -215,6 +217,11 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
             )
         target.columns()  # a routed pair of incompatible columns fails the window before anything is written
         target.key  # noqa: B018 (same, for routed tables with different keys)
+    if small_table_rows > 0:
+        storage, why = commit_storage(storage, lake_root, conditional_puts)
+        if is_s3(lake_root):
+            log.info("%s", kv(event="merge.object_store_commits", lake=lake_root,
+                              small_tables="delta-rs" if why is None else "spark", reason=why or "conditional puts"))
     run = MergeRun(
         spark=spark,
         window_dir=window_dir,

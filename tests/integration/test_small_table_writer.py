@@ -243,7 +243,7 @@ def test_a_writer_that_checked_an_older_version_cannot_commit_on_top_of_a_newer_
         "committed", updated=1, version=stale.version() + 1
     )  # the other run lands window 2 as V+1
     before = RsTable(uri).version()
-    monkeypatch.setattr(small_writer, "_open", lambda _uri: stale)
+    monkeypatch.setattr(small_writer, "_open", lambda _uri, _storage=None: stale)
     assert small_writer.land(small_job(built2, lake, "z"), lambda: None) == small_writer.Landed("already")
     assert RsTable(uri).version() == before  # nothing written on top
 
@@ -255,9 +255,9 @@ def test_a_writer_that_checked_an_older_version_cannot_commit_on_top_of_a_newer_
     opened = {"n": 0}
     fresh = small_writer._open
 
-    def first_stale(u: str) -> Any:
+    def first_stale(u: str, storage: Any = small_writer.AMBIENT) -> Any:
         opened["n"] += 1
-        return stale if opened["n"] == 1 else fresh(u)
+        return stale if opened["n"] == 1 else fresh(u, storage)
 
     monkeypatch.setattr(small_writer, "_open", first_stale)
     landed = small_writer.land(small_job(w4.build(), lake, "z"), lambda: None)

@@ -84,3 +84,17 @@ def fs_for(store: ObjectStore) -> Any:
     conn = json.loads(store.connection)
     return s3fs.S3FileSystem(key=conn["login"], secret=conn["password"],
                              client_kwargs={"endpoint_url": conn["extra"]["endpoint_url"], "region_name": "us-east-1"})
+
+
+def commit_engines(store: ObjectStore, uri: str) -> list[str]:
+    """Who wrote each commit of the Delta table at `uri` on the store, oldest first: "delta-rs" (its
+    clientVersion) or "spark" (Spark's engineInfo)."""
+    from deltalake import DeltaTable
+
+    conn = json.loads(store.connection)
+    table = DeltaTable(uri, storage_options={
+        "AWS_ACCESS_KEY_ID": conn["login"], "AWS_SECRET_ACCESS_KEY": conn["password"], "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": conn["extra"]["endpoint_url"], "AWS_ALLOW_HTTP": "true",
+    })
+    return ["delta-rs" if str(h.get("clientVersion", "")).startswith("delta-rs") else "spark"
+            for h in reversed(table.history())]

@@ -114,7 +114,8 @@ def test_nothing_is_process_wide(tmp_path: Path) -> None:
     state = {name: value for name, value in vars(object_store).items()
              if not name.startswith("__") and not callable(value) and not isinstance(value, type | ModuleType)}
     assert set(state) == {"S3_SCHEMES", "CONN_TYPE", "DEFAULT_REGION", "ENV_KEY", "ENV_SECRET", "ENV_TOKEN",
-                          "ENV_ENDPOINT", "ENV_REGION", "AMBIENT", "annotations"}, state  # constants only
+                          "ENV_ENDPOINT", "ENV_REGION", "AMBIENT", "CONDITIONAL_PUTS", "PROBE_DIR",
+                          "annotations"}, state  # constants only
     assert object_store.AMBIENT.creds is None
     with pytest.raises(dataclasses.FrozenInstanceError):  # nobody can give the shared default credentials
         object_store.AMBIENT.creds = creds()  # type: ignore[misc]
@@ -159,3 +160,108 @@ def test_a_spark_job_builds_its_storage_from_its_environment(monkeypatch: pytest
     for k in creds().job_env():
         monkeypatch.delenv(k)
     assert job_storage() == object_store.AMBIENT
+
+
+class _ProbeStore:
+    """An S3 client as the probe sees it (s3fs's `call_s3`, `rm`): `second` is how the store answers the second
+    `If-None-Match: *` PUT of one key (None: it accepts it), `first` the first."""
+
+    def __init__(self, second: str | None, first: str | None = None) -> None:
+        self.answers = [first, second]
+        self.puts: list[dict[str, object]] = []
+        self.removed: list[str] = []
+
+    def call_s3(self, method: str, **kw: object) -> dict[str, object]:
+        assert method == "put_object" and kw["IfNoneMatch"] == "*"
+        self.puts.append(kw)
+        code = self.answers[len(self.puts) - 1]
+        if code is None:
+            return {}
+        cause = type("ClientError", (Exception,), {})()
+        cause.response = {"Error": {"Code": code}}
+        raise OSError(22, "refused") from cause
+
+    def rm(self, path: str) -> None:
+        self.removed.append(path)
+
+
+@pytest.mark.parametrize(("second", "first", "qualifies", "says"), [
+    ("PreconditionFailed", None, True, ""),
+    ("ConditionalRequestConflict", None, True, ""),  # AWS, when another writer's PUT of the key is in flight
+    (None, None, False, "ignores If-None-Match"),
+    ("NotImplemented", None, False, "NotImplemented, not 412"),
+    (None, "AccessDenied", False, "refused a conditional write (AccessDenied)"),
+])
+def test_the_probe_admits_only_a_store_that_refuses_the_second_conditional_put(
+    monkeypatch: pytest.MonkeyPatch, second: str | None, first: str | None, qualifies: bool, says: str
+) -> None:
+    fake = _ProbeStore(second, first)
+    storage = object_store.Storage(creds())
+    monkeypatch.setattr(object_store.Storage, "fs", lambda self, url: (fake, url.removeprefix("s3://")))
+    checked, why = object_store.commit_storage(storage, "s3://bucket/lake")
+    assert (why is None) == qualifies and says in (why or "")
+    assert checked.may_commit("s3://bucket/lake/db/t") == qualifies and checked.conditional_put == qualifies
+    assert {p["Bucket"] for p in fake.puts} == {"bucket"}
+    assert all(str(p["Key"]).startswith("lake/_cdc_probes/conditional-put-") for p in fake.puts)
+    assert len(fake.removed) == 1  # the probe key is deleted whatever the answer
+
+
+def test_commits_need_a_local_lake_or_conditional_puts_and_the_writer_options_say_so() -> None:
+    storage = object_store.Storage(creds())
+    assert storage.may_commit("/data/lake/t") and not storage.may_commit("s3://b/lake/t")
+    assert object_store.commit_storage(storage, "/data/lake") == (storage, None)  # nothing to probe
+    off, why = object_store.commit_storage(storage, "s3://b/lake", "off")
+    assert off is storage and "conditional_puts is off" in str(why)
+    checked = dataclasses.replace(storage, conditional_put=True)
+    opts = checked.delta_rs_options("s3://b/lake/t")
+    assert opts is not None and opts["conditional_put"] == "etag" and "AWS_S3_ALLOW_UNSAFE_RENAME" not in opts
+    assert opts["AWS_SECRET_ACCESS_KEY"] == SECRET and checked.delta_rs_options("/data/lake/t") is None
+    ambient = dataclasses.replace(object_store.AMBIENT, conditional_put=True)
+    assert ambient.delta_rs_options("s3://b/lake/t") == {"conditional_put": "etag"}  # the default chain's keys
+    assert object_store.commit_storage(checked, "s3://b/lake") == (checked, None)  # probed once
+
+
+def test_conditional_puts_are_auto_or_off_in_the_config() -> None:
+    from pydantic import ValidationError
+
+    from cdc_core.model.config.sections import ObjectStoreConfig
+
+    assert ObjectStoreConfig().conditional_puts == "auto"
+    assert ObjectStoreConfig(conditional_puts="off").conditional_puts == "off"
+    with pytest.raises(ValidationError, match="conditional_puts"):
+        ObjectStoreConfig(conditional_puts="yes")
+
+
+def test_per_table_reads_a_stores_tables_at_once_in_order_and_a_local_lakes_one_by_one() -> None:
+    import threading
+    import time
+
+    from cdc_core.lake import delta_state
+
+    seen: set[str] = set()
+    at_once = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def read(uri: str) -> str:
+        with lock:
+            at_once["now"] += 1
+            at_once["max"] = max(at_once["max"], at_once["now"])
+            seen.add(threading.current_thread().name)
+        time.sleep(0.02)
+        with lock:
+            at_once["now"] -= 1
+        return uri.upper()
+
+    uris = [f"s3://b/lake/db/t{i}" for i in range(20)]
+    assert delta_state.per_table(read, uris, "s3://b/lake") == [u.upper() for u in uris]
+    assert 1 < at_once["max"] <= delta_state.READ_THREADS
+    at_once["max"] = 0
+    local = [f"/data/lake/db/t{i}" for i in range(5)]
+    assert delta_state.per_table(read, local, "/data/lake") == [u.upper() for u in local]
+    assert at_once["max"] == 1
+
+    def broken(uri: str) -> str:
+        raise ValueError(uri)
+
+    with pytest.raises(ValueError, match="t0"):
+        delta_state.per_table(broken, uris[:3], "s3://b/lake")

@@ -210,6 +210,9 @@ class ObjectStoreConfig(StrictModel):
     # An Airflow connection of type aws (login = access key id, password = secret, extra = endpoint_url,
     # region_name) for s3:// staging and lake roots; None: the libraries' default chains (env, instance role).
     conn_id: str | None = None
+    # auto: the merge job probes the store for conditional writes (If-None-Match) and, where it honours them,
+    # lands small tables with delta-rs as on local disk; off: every table of the store merges through Spark.
+    conditional_puts: Literal["auto", "off"] = "auto"
 
     @field_validator("conn_id")
     @classmethod
