@@ -719,7 +719,10 @@ def _object_store_tables(tb: dict[str, Any] | None, targets: list[Any]) -> list[
     win = tb.get("windows") or {}
     if win.get("command"):
         lines += [f"`{win['command']}`, {win.get('started', '')}", ""]
-    lines += _tables_windows(win, targets, " (object store)")
+    lines += _tables_windows(win, [], " (object store)")
+    ratio = win.get("ratio_100_to_1")
+    if ratio is not None:
+        targets.append(("object store: window touching 100 tables / touching 1", _f(ratio), "<= 3", _ok(ratio <= 3)))
     snap = tb.get("snapshot") or {}
     loads = {k: v for k, v in snap.items() if isinstance(v, dict)}
     if loads:
