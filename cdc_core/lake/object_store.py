@@ -23,9 +23,11 @@ Atomic staging on a store without rename is `cdc_core.lake.staging`'s business (
 
 Commits without Spark (the small-table writer, delta-rs) need an atomic put-if-absent of the next log entry,
 which a local disk has (link) and an S3 store has only with conditional writes (`If-None-Match: *`: AWS S3
-since 2024, MinIO, Cloudflare R2, S3Proxy's filesystem backend). `commit_storage` probes the store once per
-merge job and, when it honours them, gives delta-rs `conditional_put=etag` (object_store's `PutMode::Create`)
-instead of the unsafe rename; otherwise every table of the store goes to Spark (docs/object-store.md).
+since 2024, MinIO, Cloudflare R2, S3Proxy's filesystem backend). delta-rs 1.6 writes each log entry of an S3
+table as such a PUT whatever its options (object_store's `PutMode::Create`): atomic where the store honours the
+header, an unconditional overwrite where it ignores it. So `commit_storage` probes the store once per merge job,
+and only where it qualifies does the small-table writer commit there (with `conditional_put=etag` said
+explicitly); otherwise every table of the store goes to Spark (docs/object-store.md).
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ class S3Credentials:
         return opts
 
     def delta_rs_options(self) -> dict[str, str]:
-        """delta-rs `storage_options`. The pipeline's lease makes it the only writer of its tables, so the
-        commit needs no external lock (AWS_S3_ALLOW_UNSAFE_RENAME; docs/object-store.md)."""
+        """delta-rs `storage_options` for the pipeline's own reads and writes outside the merge job (the
+        checkpoints table): the lease makes the pipeline the only writer of those tables, so no external lock
+        (AWS_S3_ALLOW_UNSAFE_RENAME, which deltalake before 1.0 required; docs/object-store.md)."""
         opts = {
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
