@@ -24,7 +24,7 @@ from cdc_core.lake.object_store import Storage, commit_storage, from_env, probe_
 from cdc_core.model.layout import tombstone_uri
 from cdc_core.model.manifest import COL_VERSION
 from spark_apps.merge import STATUS_ALREADY, STATUS_COMMITTED, merge_window, table_uri
-from tests.support.object_store import ObjectStore, fs_for, running_object_store
+from tests.support.object_store import ObjectStore, commit_engines, fs_for, running_object_store
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ class Pair:
                 assert self.txn("local", schema, name) == self.txn("s3", schema, name) == manifest.plan.seq
         return reports["s3"] if "s3" in reports else reports["local"]
 
-    def table(self, lake: str, uri: str) -> Any:
+    def table(self, uri: str) -> Any:
         from deltalake import DeltaTable
 
         return DeltaTable(uri, storage_options=self.storage.delta_rs_options(uri))
@@ -101,18 +101,15 @@ class Pair:
     def rows(self, lake: str, schema: str, name: str, *, tombstones: bool = False) -> list[dict[str, Any]]:
         root = self.lakes[lake]
         uri = tombstone_uri(root, schema, name) if tombstones else table_uri(root, schema, name)
-        got = self.table(lake, uri).to_pyarrow_table().to_pylist()
+        got = self.table(uri).to_pyarrow_table().to_pylist()
         return sorted(got, key=lambda d: repr(sorted(d.items())))
 
     def txn(self, lake: str, schema: str, name: str) -> int | None:
         return last_txn_version(table_uri(self.lakes[lake], schema, name), PIPE, storage=self.storage)
 
     def engines(self, schema: str, name: str) -> set[str]:
-        """Who wrote each commit of the store's table (delta-rs writes clientVersion, Spark engineInfo)."""
-        uri = table_uri(self.lakes["s3"], schema, name)
-        history = self.table("s3", uri).history()
-        return {str(h.get("clientVersion") or h.get("engineInfo") or "?").split(":")[0].split("-")[0]
-                for h in history}
+        """Who wrote the commits of the store's table ("delta-rs" or "spark")."""
+        return set(commit_engines(self.store, table_uri(self.lakes["s3"], schema, name)))
 
 
 def test_the_store_is_probed_for_conditional_writes(store):
@@ -155,7 +152,7 @@ def test_small_tables_land_on_the_store_as_on_local_disk(spark, store, tmp_path)
     assert pair.txn("s3", "shop", "k") == 2  # not in windows 3 and 4
 
     assert sorted(r["id"] for r in pair.rows("s3", "shop", "t")) == [1, 2, 3, 5, 7, 8]
-    assert pair.engines("shop", "t") == pair.engines("shop", "k") == {"delta"}  # delta-rs.py-1.6.x, no Spark
+    assert pair.engines("shop", "t") == pair.engines("shop", "k") == {"delta-rs"}  # no Spark commit
 
 
 def test_soft_deletes_on_the_store(spark, store, tmp_path):
