@@ -33,6 +33,7 @@ class TableDiff:
     different: list[tuple[tuple[Any, ...], str, Any, Any]] = field(default_factory=list)  # key, column, source, lake
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)  # keys the lake holds more than once
     schema: list[str] = field(default_factory=list)  # column differences (names, types per the type map)
+    lake_table: bool = True  # False: no Delta table yet (read as empty: equal when the source is empty too)
 
     @property
     def equal(self) -> bool:
@@ -40,9 +41,10 @@ class TableDiff:
 
     def summary(self, limit: int = 5) -> str:
         if self.equal:
-            return f"{self.table}: equal ({self.source_rows} rows)"
+            return f"{self.table}: equal ({self.source_rows} rows{'' if self.lake_table else '; no Delta table yet'})"
         return (
-            f"{self.table}: source {self.source_rows} rows, lake {self.lake_rows}; missing {len(self.missing)} "
+            f"{self.table}: source {self.source_rows} rows, lake {self.lake_rows}"
+            f"{'' if self.lake_table else ' (no Delta table)'}; missing {len(self.missing)} "
             f"{self.missing[:limit]}, extra {len(self.extra)} {self.extra[:limit]}, "
             f"different {len(self.different)} {self.different[:limit]}, duplicated {len(self.duplicates)} "
             f"{self.duplicates[:limit]}" + (f"; columns: {'; '.join(self.schema[:limit])}" if self.schema else "")
@@ -91,7 +93,13 @@ def _normaliser(column_type: str) -> Any:
     return lambda v: v
 
 
-def _lake_rows(table_uri: str, version: int | None, storage: Storage) -> list[dict[str, Any]]:
+def _lake_rows(table_uri: str, version: int | None, storage: Storage) -> list[dict[str, Any]] | None:
+    """The table's rows; None when there is no Delta table yet (a captured table no window has touched since
+    the pipeline's start). A version of a table that does not exist is an error (LakeError)."""
+    from cdc_core.lake.delta_state import open_table
+
+    if version is None and open_table(table_uri, storage=storage) is None:
+        return None
     return list(read_rows(table_uri, version=version, storage=storage).to_pylist())
 
 
@@ -136,7 +144,8 @@ def compare_table(
             source[tuple(rec[k] for k in key)] = rec
     lake: dict[tuple[Any, ...], dict[str, Any]] = {}
     duplicates = []
-    for row in _lake_rows(table_uri, version, storage):
+    lake_rows = _lake_rows(table_uri, version, storage)
+    for row in lake_rows or ():
         if row.get(COL_DELETED) or any(row.get(col) != value for col, value in lineage):
             continue
         rec = {n: norm[n](row.get(n)) for n in names}
@@ -144,9 +153,11 @@ def compare_table(
         if k in lake:
             duplicates.append(k)
         lake[k] = rec
-    diff = TableDiff(table_id(schema, table), len(source), len(lake) + len(duplicates))
-    diff.schema = compare_columns(cols, table_uri, version=version, union=bool(lineage) or kept_columns,
-                                  storage=storage)
+    diff = TableDiff(table_id(schema, table), len(source), len(lake) + len(duplicates),
+                     lake_table=lake_rows is not None)
+    if lake_rows is not None:  # no table yet: its rows (if any) are the difference, not its columns
+        diff.schema = compare_columns(cols, table_uri, version=version, union=bool(lineage) or kept_columns,
+                                      storage=storage)
     diff.duplicates = sorted(duplicates, key=repr)
     diff.missing = sorted((k for k in source if k not in lake), key=repr)
     diff.extra = sorted((k for k in lake if k not in source), key=repr)
@@ -244,14 +255,16 @@ def compare_shaped_table(
     source = {tuple(r[k] for k in key): r for r in shaped.select(names).to_pylist()}
     lake: dict[tuple[Any, ...], dict[str, Any]] = {}
     duplicates = []
-    for row in _lake_rows(table_uri, None, storage):
+    lake_rows = _lake_rows(table_uri, None, storage)
+    for row in lake_rows or ():
         if row.get(COL_DELETED) or any(row.get(col) != value for col, value in lineage):
             continue
         k = tuple(row.get(c) for c in key)
         if k in lake:
             duplicates.append(k)
         lake[k] = row
-    diff = TableDiff(table_id(shape.schema, shape.table), len(source), len(lake) + len(duplicates))
+    diff = TableDiff(table_id(shape.schema, shape.table), len(source), len(lake) + len(duplicates),
+                     lake_table=lake_rows is not None)
     held = set(next(iter(lake.values()), {}))
     diff.schema = [f"{n} is missing" for n in names if lake and n not in held]
     diff.duplicates = sorted(duplicates, key=repr)

@@ -102,6 +102,26 @@ def test_validate_run_status_and_resolve(
     assert resolved["label"] == status["cursor"]["label"] and "cursor" in resolved["rule"]
 
 
+def test_verify_reads_a_table_no_window_has_landed_yet_as_empty(
+    cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str], services: Any
+) -> None:
+    """A captured table nothing has changed since the start has no Delta table: equal while the source
+    is empty too, its rows reported missing (not a crash) once it has some."""
+    name, db = cli_env["name"], cli_env["db"]
+    code, out, err = cdc(cli_env, capsys, "verify", name)
+    assert code == 0, err
+    assert f"{db}.t: equal (0 rows; no Delta table yet)" in out
+    conn = services.root_connect(db)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 'a')")
+    conn.commit()
+    conn.close()
+    code, out, err = cdc(cli_env, capsys, "verify", name)
+    assert code == 1, out + err
+    assert f"{db}.t: source 1 rows, lake 0 (no Delta table); missing 1 [(1,)]" in out
+    assert "the lake differs from the source" in err
+
+
 def test_exit_codes_for_a_held_lease_and_bad_input(
     cli_env: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
