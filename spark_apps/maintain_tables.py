@@ -6,10 +6,13 @@ Its one argument (`--spec`, MaintenanceJobSpec), its steps per table and its rep
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
+import queue
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -119,7 +122,10 @@ class Maintenance:
         vacuum: bool = True,
         sleep: Callable[[float], None] = time.sleep,
         storage: Storage = AMBIENT,
+        parallelism: int = 1,
     ) -> None:
+        if parallelism < 1:
+            raise ConfigError(f"spec parallelism must be >= 1, got {parallelism}")
         check_retentions(vacuum_hours, log_hours, txn_hours, min_hours)
         for k in (TXN_APP_ID_CONF, TXN_VERSION_CONF):
             if spark.conf.get(k, None):
@@ -137,9 +143,22 @@ class Maintenance:
         self.do_vacuum = vacuum
         self.sleep = sleep
         self.storage = storage  # the driver's listings of a table's log (the job's object-store credentials)
+        self.parallelism = parallelism
         self.run_id = uuid.uuid4().hex
+        self._session_confs(spark)
+
+    @staticmethod
+    def _session_confs(spark: SparkSession) -> None:
         # VACUUM START/END land in the table history with the files and bytes they deleted.
         spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
+
+    def _in_session(self, spark: SparkSession) -> Maintenance:
+        """This run on another session of the same application (`newSession()`: its own SQL conf, so the
+        commit metadata one thread sets never labels another thread's commit)."""
+        other = copy.copy(self)
+        other.spark = spark
+        self._session_confs(spark)
+        return other
 
     def log(self, event: str, **fields: Any) -> None:
         log.info("%s", kv(event=event, pipeline=self.pipeline, token=f"{self.token:#x}", **fields))
@@ -314,22 +333,63 @@ class Maintenance:
         )
         return result
 
+    def maintain_or_record(self, t: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """One table's result, and its error line when it failed: one broken table must not keep the others
+        from being maintained (the run still fails). A fencing verdict or a configuration error is raised:
+        nothing more may be done by this run / nothing would work."""
+        try:
+            return self.maintain(t), None
+        except (Fenced, ConfigError):
+            raise
+        except Exception as e:
+            self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=one_line(e))
+            return ({"name": t["name"], "kind": t["kind"], "uri": t["uri"], "status": "error", "error": one_line(e)},
+                    f"{t['name']} ({t['kind']}): {type(e).__name__}: {one_line(e)}")
+
+    def maintain_all(self, tables: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+        """Every table, on up to `parallelism` threads with a session each; results in the tables' order.
+        Each table's steps are Spark jobs too small to fill two cores alone (log replay, planning and
+        commits on the driver), so tables overlap well. A fencing verdict stops every thread from taking
+        another table and is raised once the threads are done."""
+        threads = min(self.parallelism, len(tables))
+        if threads <= 1:
+            return [self.maintain_or_record(t) for t in tables]
+        work: queue.Queue[int] = queue.Queue()
+        for i in range(len(tables)):
+            work.put(i)
+        results: list[tuple[dict[str, Any], str | None] | None] = [None] * len(tables)
+        raised: list[BaseException] = []
+        stop = threading.Event()
+
+        def worker() -> None:
+            mine = self._in_session(self.spark.newSession())
+            while not stop.is_set():
+                try:
+                    i = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[i] = mine.maintain_or_record(tables[i])
+                except BaseException as e:  # Fenced / ConfigError: re-raised below
+                    raised.append(e)
+                    stop.set()
+                    return
+
+        pool = [threading.Thread(target=worker, name=f"cdc-maintain-{i}", daemon=True) for i in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        if raised:
+            raise next((e for e in raised if isinstance(e, Fenced)), raised[0])
+        return [r for r in results if r is not None]
+
     def run(self, tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.monotonic()
         started = time.time()
-        results = []
-        errors = []
-        for t in tables:
-            try:
-                results.append(self.maintain(t))
-            except (Fenced, ConfigError):
-                raise  # nothing more may be done by this run / nothing would work
-            except Exception as e:
-                # One broken table must not keep the others from being maintained; the run still fails.
-                errors.append(f"{t['name']} ({t['kind']}): {type(e).__name__}: {one_line(e)}")
-                results.append({"name": t["name"], "kind": t["kind"], "uri": t["uri"], "status": "error",
-                                "error": one_line(e)})
-                self.log("maintenance.table_failed", table=t["name"], kind=t["kind"], reason=one_line(e))
+        done = self.maintain_all(tables)
+        results = [r for r, _ in done]
+        errors = [e for _, e in done if e is not None]
         report: dict[str, Any] = {
             "pipeline": self.pipeline,
             "token": self.token,
@@ -338,13 +398,14 @@ class Maintenance:
             "finished_at": time.time(),
             "seconds": round(time.monotonic() - t0, 3),
             "settings": {"properties": self.properties, "vacuum_retention_hours": self.vacuum_hours,
-                         "optimize": self.do_optimize, "vacuum": self.do_vacuum},
+                         "optimize": self.do_optimize, "vacuum": self.do_vacuum, "parallelism": self.parallelism},
             "tables": results,
             "totals": totals(results),
             "errors": errors,
         }
         self.log(
-            "maintenance.done", tables=len(results), errors=len(errors), secs=report["seconds"], **report["totals"]
+            "maintenance.done", tables=len(results), errors=len(errors), secs=report["seconds"],
+            threads=min(self.parallelism, len(tables)), **report["totals"]
         )
         return report
 
@@ -413,7 +474,7 @@ def _run(argv: Sequence[str] | None, session: SparkSession | None = None) -> dic
             session or spark, args.pipeline, args.token,  # type: ignore[arg-type]
             vacuum_hours=args.vacuum_retention_hours, log_hours=args.log_retention_hours,
             txn_hours=args.txn_retention_hours, min_hours=args.min_retention_hours,
-            fence=fence, optimize=args.optimize, vacuum=args.vacuum, storage=storage,
+            fence=fence, optimize=args.optimize, vacuum=args.vacuum, storage=storage, parallelism=args.parallelism,
         )
         report = job.run(tables)
         write_report(args.report, report, storage=storage)

@@ -116,3 +116,4 @@ class MaintenanceJobSpec(_Spec):
     vacuum: bool = True
     zk_hosts: str | None = None
     zk_root: str | None = None
+    parallelism: int = 4  # tables maintained at the same time, one Spark session each (spark.merge_parallelism)

@@ -481,6 +481,7 @@ def maintenance_application_args(
         vacuum=vacuum,
         zk_hosts=p.config.zookeeper.hosts,
         zk_root=p.config.zookeeper.root,
+        parallelism=p.config.spark.merge_parallelism,
     ).args()
 
 

@@ -120,7 +120,8 @@ def test_maintenance_compacts_and_keeps_contents_time_travel_and_txn_identifiers
     grant = coord.acquire("maintenance-test", 600)
     fence, close = zk_fence_check(services.zk_hosts, zk_root, PIPE, grant.token)
     try:
-        job = Maintenance(spark, PIPE, grant.token, vacuum_hours=H, log_hours=H, txn_hours=H, min_hours=H, fence=fence)
+        job = Maintenance(spark, PIPE, grant.token, vacuum_hours=H, log_hours=H, txn_hours=H, min_hours=H, fence=fence,
+                          parallelism=2)  # the table and its tombstones at once, a session each
         report = job.run([t.to_dict() for t in tables])
     finally:
         close()
@@ -164,7 +165,7 @@ def test_maintenance_compacts_and_keeps_contents_time_travel_and_txn_identifiers
     try:
         with pytest.raises(Fenced):
             Maintenance(spark, PIPE, grant.token, vacuum_hours=H, log_hours=H, txn_hours=H, min_hours=H,
-                        fence=fence).run([t.to_dict() for t in tables])
+                        fence=fence, parallelism=2).run([t.to_dict() for t in tables])
     finally:
         close()
     assert head_version(spark, orders) == v

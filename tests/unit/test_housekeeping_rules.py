@@ -237,6 +237,7 @@ def test_maintenance_arguments_and_command(tmp_path: Path) -> None:
     assert got.min_retention_hours == 73
     assert got.zk_root == "/binlog-delta-cdc"
     assert (got.optimize, got.vacuum) == (True, False)
+    assert got.parallelism == 4  # spark.merge_parallelism: the jobs' writer threads
     from spark_apps.maintain_tables import parse_args
 
     assert parse_args(args) == got  # what the job reads back
@@ -420,3 +421,57 @@ def test_monitor_renders_tables_and_last_maintenance() -> None:
     assert "<b>" not in page and "&lt;gone&gt;" in page
     assert monitor.render_tables({"error": "CoordinationError: down"}, NOW).startswith('<div class="error"')
     assert monitor.render_tables(None, NOW) == ""
+
+
+def test_maintenance_threads_keep_the_tables_order_record_failures_and_stop_at_a_fence() -> None:
+    """Tables maintained `parallelism` at a time, each thread on its own session (its own commit metadata):
+    results in the tables' order, a broken table recorded while the others go on, a fencing verdict raised."""
+    from spark_apps.maintain_tables import Maintenance
+
+    class Conf(dict[str, str]):
+        def set(self, k: str, v: str) -> None:
+            self[k] = v
+
+        def unset(self, k: str) -> None:
+            self.pop(k, None)
+
+    class Spark:
+        def __init__(self) -> None:
+            self.conf = Conf()
+
+        def newSession(self) -> Spark:
+            return Spark()
+
+    started = threading.Barrier(3, timeout=10)  # three tables in flight at once, or this times out
+
+    class Job(Maintenance):
+        def maintain(self, t: dict[str, Any]) -> dict[str, Any]:
+            if t["name"] in ("t0", "t1", "t2"):
+                started.wait()
+            if t["name"] == "bad":
+                raise RuntimeError("OPTIMIZE failed")
+            if t["name"] == "fenced":
+                raise Fenced("the lease moved on")
+            return {"name": t["name"], "session": self.spark, "status": "ok"}
+
+    base = Spark()
+    tables = [{"name": n, "kind": "table", "uri": f"/lake/{n}"} for n in ("t0", "t1", "t2", "bad", "t4", "t5")]
+    job = Job(base, "orders", 7, vacuum_hours=73, log_hours=73, txn_hours=73, min_hours=73,  # type: ignore[arg-type]
+              parallelism=3)
+    report = job.run(tables)
+    assert [t["name"] for t in report["tables"]] == ["t0", "t1", "t2", "bad", "t4", "t5"]
+    assert report["errors"] == ["bad (table): RuntimeError: OPTIMIZE failed"]
+    assert report["tables"][3]["status"] == "error"
+    sessions = {id(t["session"]) for t in report["tables"] if "session" in t}
+    assert len(sessions) == 3 and id(base) not in sessions  # one session per thread, never the base one
+    assert all(t["session"].conf["spark.databricks.delta.vacuum.logging.enabled"] == "true"
+               for t in report["tables"] if "session" in t)
+    assert report["settings"]["parallelism"] == 3
+
+    fenced = [{"name": n, "kind": "table", "uri": f"/lake/{n}"} for n in ("t4", "fenced", "t5")]
+    with pytest.raises(Fenced):
+        Job(base, "orders", 7, vacuum_hours=73, log_hours=73, txn_hours=73, min_hours=73,  # type: ignore[arg-type]
+            parallelism=2).run(fenced)
+    with pytest.raises(ConfigError, match="parallelism must be >= 1"):
+        Job(base, "orders", 7, vacuum_hours=73, log_hours=73, txn_hours=73, min_hours=73,  # type: ignore[arg-type]
+            parallelism=0)
