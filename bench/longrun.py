@@ -248,12 +248,14 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
     }
     wl = Workload(si, args.tables)
     case = _case(si, workdir, "lr_" + uuid.uuid4().hex[:6], wl.db)
-    overrides = {
+    overrides: dict[str, Any] = {
         "staging_retention_hours": 1,
         "maintenance": {"window_records_retention_hours": 1, "window_records_keep": 100,
                         "window_records_max": args.records_max, "vacuum_retention_hours": 2,
                         "log_retention_hours": 2, "txn_retention_hours": 2},
     }
+    if args.parallelism is not None:
+        overrides["spark"] = {"merge_parallelism": args.parallelism}
     case.write_config(si_binlog_end(si), **overrides)
     out["config"] = overrides
     address = f"127.0.0.1:{_free_port()}"
@@ -442,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--touch", type=int, default=3, help="tables changed per window, in rotation")
     p.add_argument("--maintain-every", type=int, default=1440, help="windows between `cdc maintain` runs (0: none)")
     p.add_argument("--records-max", type=int, default=1000, help="maintenance.window_records_max")
+    p.add_argument("--parallelism", type=int, default=None,
+                   help="spark.merge_parallelism (merge and maintenance writer threads; default: the product's)")
     p.add_argument("--minutes", type=float, default=600, help="stop after this many minutes, whatever is left")
     p.add_argument("--mariadb-port", type=int, default=13327)
     p.add_argument("--zk-port", type=int, default=22197)
