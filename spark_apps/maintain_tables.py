@@ -214,6 +214,8 @@ class Maintenance:
 
     def align_properties(self, name: str, uri: str, current: dict[str, str]) -> list[str]:
         wanted = {k: v for k, v in self.properties.items() if current.get(k) != v}
+        if retention.PROP_CHECKPOINT_INTERVAL not in current:  # a table created before it was set (or by hand)
+            wanted[retention.PROP_CHECKPOINT_INTERVAL] = str(retention.CHECKPOINT_INTERVAL)
         if not wanted:
             return []
         # logRetention >= deletedFileRetention is checked by Delta on the resulting metadata, so one statement.

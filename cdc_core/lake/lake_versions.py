@@ -17,6 +17,7 @@ from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.errors import ConfigError, LakeError, StateConflict
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
+from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
 
 CHECKPOINTS_FORMAT = 1
 
@@ -152,6 +153,7 @@ def write_window(
     try:
         write_deltalake(
             target, rows, mode="append", storage_options=storage_options if target is uri else None,
+            configuration={PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)} if target is uri else None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app, seq)],
                 custom_metadata={"userMetadata": json.dumps({"pipeline": pipeline, "seq": seq, "what": "checkpoint"})},
@@ -193,6 +195,9 @@ def maintain(
         deleted = dt.vacuum(retention_hours=math.ceil(vacuum_retention_hours), enforce_retention_duration=False,
                             dry_run=False)
         dt = DeltaTable(uri, storage_options=storage_options)
+        if PROP_CHECKPOINT_INTERVAL not in dt.metadata().configuration:  # created before it was set
+            dt.alter.set_table_properties({PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)})
+            dt = DeltaTable(uri, storage_options=storage_options)
         dt.create_checkpoint()
         dt.cleanup_metadata()
         out.update(vacuumed=len(deleted), files_after=len(dt.file_uris()), version=dt.version())

@@ -29,6 +29,7 @@ from cdc_core.model.merge_semantics import (
     spark_merge_sql,
 )
 from cdc_core.model.naming import quote_spark
+from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
 from spark_apps.spark_job import sql_str
 
 log = logging.getLogger("cdc.merge")
@@ -140,7 +141,8 @@ def new_table_properties(
     bad = [p for p in options.partition_by if p not in names]
     if bad:
         raise ConfigError(f"--table-options for {label}: partition columns {bad} are not columns of the table")
-    defaults = DEFAULT_TABLE_PROPERTIES if deletion_vectors else {}
+    defaults = {PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL),
+                **(DEFAULT_TABLE_PROPERTIES if deletion_vectors else {})}
     props = {**defaults, **(default_properties or {}), **options.table_properties()}
     if writer is not None:
         props[WRITER_PROPERTY] = writer

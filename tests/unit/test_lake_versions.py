@@ -115,6 +115,32 @@ def test_write_window_appends_once_per_window(tmp_path: Path) -> None:
     assert lv.load_cut(lake, "p").seq == 2
 
 
+def test_the_checkpoints_table_keeps_its_log_checkpointed_every_ten_windows(tmp_path: Path) -> None:
+    """One commit per window: without a log checkpoint every 10 (delta-rs' own default is 100) each ack's
+    reads of the table replay up to 100 JSON commits. A table created before the property is given it by
+    maintenance."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from cdc_core.model.layout import checkpoints_uri
+    from cdc_core.model.retention import PROP_CHECKPOINT_INTERVAL
+
+    lake = str(tmp_path)
+    for seq in range(1, 13):
+        assert lv.write_window(lake, "p", seq, lambda seq=seq: _rows("p", seq, {"s.a": seq}, 100.0 + seq))
+    log = Path(checkpoints_uri(lake, "p")) / "_delta_log"
+    assert (log / f"{9:020d}.checkpoint.parquet").exists()
+    assert DeltaTable(checkpoints_uri(lake, "p")).metadata().configuration[PROP_CHECKPOINT_INTERVAL] == "10"
+
+    old = str(tmp_path / "old")  # a checkpoints table created before the property: maintenance sets it
+    write_deltalake(checkpoints_uri(old, "p"), _rows("p", 1, {"s.a": 1}, 100.0))
+    assert PROP_CHECKPOINT_INTERVAL not in DeltaTable(checkpoints_uri(old, "p")).metadata().configuration
+    lv.maintain(old, "p", vacuum_retention_hours=2)
+    assert DeltaTable(checkpoints_uri(old, "p")).metadata().configuration[PROP_CHECKPOINT_INTERVAL] == "10"
+    DeltaTable(checkpoints_uri(old, "p")).alter.set_table_properties({PROP_CHECKPOINT_INTERVAL: "100"})
+    lv.maintain(old, "p", vacuum_retention_hours=2)  # an operator's own value stays
+    assert DeltaTable(checkpoints_uri(old, "p")).metadata().configuration[PROP_CHECKPOINT_INTERVAL] == "100"
+
+
 def test_two_writers_racing_on_one_window_leave_one_copy(tmp_path: Path) -> None:
     """A zombie and its successor: both saw the window unrecorded; Delta's conflict check on the app id
     lets one commit through, and the other reports "already there"."""
