@@ -121,34 +121,52 @@ def recorded(lake_root: str, pipeline: str, seq: int, *, storage: Storage = AMBI
     return v is not None and v >= seq
 
 
+@dataclass(frozen=True)
+class CheckpointsSnapshot:
+    """The checkpoints table as one open read it (`table` None: not created yet): whether a window is
+    recorded, and the snapshot `write_window` commits against, so an ack opens the table once."""
+
+    table: Any
+    done: int | None  # the last window recorded (its idempotent-write version)
+
+    def holds(self, seq: int) -> bool:
+        return self.done is not None and self.done >= seq
+
+
+def checkpoints_snapshot(lake_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> CheckpointsSnapshot:
+    from cdc_core.lake import delta_state
+
+    uri = checkpoints_uri(lake_root, pipeline)
+    try:
+        dt = delta_state.open_table(uri, storage=storage)
+        done = dt.transaction_version(app_id(pipeline)) if dt is not None else None
+    except Exception as e:
+        raise LakeError(
+            f"pipeline {pipeline!r}: cannot read the checkpoints table {uri} ({type(e).__name__}: {e})"
+        ) from None
+    return CheckpointsSnapshot(dt, None if done is None else int(done))
+
+
 def write_window(
-    lake_root: str, pipeline: str, seq: int, build: Any, *, storage: Storage = AMBIENT
+    lake_root: str, pipeline: str, seq: int, build: Any, *, storage: Storage = AMBIENT,
+    snapshot: CheckpointsSnapshot | None = None,
 ) -> bool:
     """Append window `seq`'s rows in one idempotent Delta commit; False when it was already there.
 
-    `build()` returns the rows; it is called after the checkpoints table's snapshot is taken, so a
-    concurrent writer that commits the same window in between makes our commit fail Delta's conflict
-    check (same app id) instead of adding a second copy.
+    `build()` returns the rows; it is called after the checkpoints table's snapshot is taken (`snapshot`, the
+    caller's, or one read now), so a concurrent writer that commits the same window in between makes our
+    commit fail Delta's conflict check (same app id) instead of adding a second copy.
     """
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-
-    from cdc_core.lake import delta_state
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
     uri = checkpoints_uri(lake_root, pipeline)
     storage_options = storage.delta_rs_options(uri)
     app = app_id(pipeline)
-    target: Any = uri
-    if delta_state.table_exists(uri, storage=storage):
-        try:
-            dt = DeltaTable(uri, storage_options=storage_options)
-            done = dt.transaction_version(app)
-        except Exception as e:
-            raise LakeError(
-                f"pipeline {pipeline!r}: cannot read the checkpoints table {uri} ({type(e).__name__}: {e})"
-            ) from None
-        if done is not None and int(done) >= seq:
-            return False
-        target = dt  # commit against this snapshot: a racing commit of the same window conflicts
+    snap = snapshot if snapshot is not None else checkpoints_snapshot(lake_root, pipeline, storage=storage)
+    if snap.holds(seq):
+        return False
+    # Commit against the snapshot read: a racing commit of the same window conflicts.
+    target: Any = snap.table if snap.table is not None else uri
     rows: pa.Table = build()
     try:
         write_deltalake(

@@ -28,7 +28,8 @@ def record_checkpoint(
     records for the window (cdc_core.run.ack.window_result)."""
     if not manifest.tables:
         return
-    if lake_versions.recorded(p.lake_root, p.name, plan.seq, storage=p.storage):
+    snapshot = lake_versions.checkpoints_snapshot(p.lake_root, p.name, storage=p.storage)  # the ack's one open
+    if snapshot.holds(plan.seq):
         return
     reg = lake_registry.LakeRegistry.from_dict(p.coordinator.read_lake())
     uris = {n: p.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
@@ -60,6 +61,6 @@ def record_checkpoint(
         )
 
     p.coordinator.verify(grant)  # fenced like every other write: a run that lost its lease stops here
-    wrote = lake_versions.write_window(p.lake_root, p.name, plan.seq, build, storage=p.storage)
+    wrote = lake_versions.write_window(p.lake_root, p.name, plan.seq, build, storage=p.storage, snapshot=snapshot)
     p.log_event("window.checkpointed", grant, seq=plan.seq, tables=len(uris), written=wrote)
     faults.point("after_checkpoint")
