@@ -96,8 +96,12 @@ def current_versions(
     from cdc_core.lake import delta_state
 
     out: dict[str, int | None] = {}
-    for name, uri in uris.items():
-        found = delta_state.version_and_txn(uri, pipeline, storage=storage)
+    # Every table of the pipeline, each ack: on an object store READ_THREADS reads at a time.
+    names = list(uris)
+    facts = delta_state.per_table(lambda uri: delta_state.version_and_txn(uri, pipeline, storage=storage),
+                                  [uris[n] for n in names], next(iter(uris.values()), ""))
+    for name, found in zip(names, facts, strict=True):
+        uri = uris[name]
         if found is None:
             out[name] = None
             continue

@@ -26,8 +26,11 @@ def check_lake(p: PipelineContext, grant: LeaseGrant, next_seq: int) -> None:
     reg = lake_registry.LakeRegistry.from_dict(p.coordinator.read_lake())
     if not reg.tables:
         return
-    ids = {n: delta_state.table_id(p.table_uri(e.schema, e.table), storage=p.storage)
-           for n, e in reg.tables.items()}
+    names = list(reg.tables)
+    uris = [p.table_uri(reg.tables[n].schema, reg.tables[n].table) for n in names]
+    # Every registered table, each window: on an object store READ_THREADS reads at a time.
+    found = delta_state.per_table(lambda uri: delta_state.table_id(uri, storage=p.storage), uris, p.lake_root)
+    ids = dict(zip(names, found, strict=True))
     rounds = {t.table: t.round for t in p.coordinator.read_snapshot().tables if not t.done}
     bad = lake_registry.problems(reg, ids, next_seq, rounds)
     if not bad:
