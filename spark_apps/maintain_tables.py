@@ -9,10 +9,8 @@ import argparse
 import copy
 import json
 import logging
-import queue
 import re
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -45,6 +43,7 @@ from spark_apps.spark_job import (
     sql_str,
     write_report,
 )
+from spark_apps.writer_threads import in_threads
 
 log = logging.getLogger("cdc.maintenance")
 
@@ -353,38 +352,11 @@ class Maintenance:
         Each table's steps are Spark jobs too small to fill two cores alone (log replay, planning and
         commits on the driver), so tables overlap well. A fencing verdict stops every thread from taking
         another table and is raised once the threads are done."""
-        threads = min(self.parallelism, len(tables))
-        if threads <= 1:
+        if min(self.parallelism, len(tables)) <= 1:
             return [self.maintain_or_record(t) for t in tables]
-        work: queue.Queue[int] = queue.Queue()
-        for i in range(len(tables)):
-            work.put(i)
-        results: list[tuple[dict[str, Any], str | None] | None] = [None] * len(tables)
-        raised: list[BaseException] = []
-        stop = threading.Event()
-
-        def worker() -> None:
-            mine = self._in_session(self.spark.newSession())
-            while not stop.is_set():
-                try:
-                    i = work.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    results[i] = mine.maintain_or_record(tables[i])
-                except BaseException as e:  # Fenced / ConfigError: re-raised below
-                    raised.append(e)
-                    stop.set()
-                    return
-
-        pool = [threading.Thread(target=worker, name=f"cdc-maintain-{i}", daemon=True) for i in range(threads)]
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
-        if raised:
-            raise next((e for e in raised if isinstance(e, Fenced)), raised[0])
-        return [r for r in results if r is not None]
+        done = in_threads(self, tables, self.parallelism, lambda job, t: job.maintain_or_record(t),
+                          fork=lambda job: job._in_session(job.spark.newSession()))
+        return [r for r in done if r is not None]
 
     def run(self, tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.monotonic()

@@ -40,7 +40,7 @@ from spark_apps.merge.run import RunBase
 from spark_apps.merge.staged import STAGED_META, StagedFacts, can_widen, metadata_columns, parse_type
 from spark_apps.merge.tables import TableOptions
 from spark_apps.merge.targets import LakeTarget, SchemaMember, schema_state_key
-from spark_apps.merge.threads import in_threads
+from spark_apps.writer_threads import in_threads
 
 log = logging.getLogger("cdc.merge")
 

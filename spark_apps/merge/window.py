@@ -45,8 +45,8 @@ from spark_apps.merge import schema_steps
 from spark_apps.merge.land import MergeRun
 from spark_apps.merge.tables import parse_table_options, table_writer_and_txn
 from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets, without_rowless_members
-from spark_apps.merge.threads import in_threads
 from spark_apps.spark_job import is_table_not_found
+from spark_apps.writer_threads import in_threads
 
 log = logging.getLogger("cdc.merge")
 

@@ -1,6 +1,6 @@
-"""A merge job's writer threads: items (tables, groups of schema changes) handed to up to `parallelism` threads,
-each with its own Spark session (`spark.newSession()`: same SparkContext, own SQL conf, so each writer's txn
-identity and commit metadata are its own)."""
+"""A job's writer threads: items (the merge's tables and groups of schema changes, the maintenance's tables)
+handed to up to `parallelism` threads, each with its own Spark session (`spark.newSession()`: same SparkContext,
+own SQL conf, so each writer's txn identity and commit metadata are its own)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ def in_threads(
     parallelism: int,
     action: Callable[[Any, T], R],
     after_each: Callable[[int], None] | None = None,
+    *,
+    fork: Callable[[Any], Any] | None = None,
 ) -> list[R | None]:
     """`action(run_copy, item)` for every item, on up to `parallelism` threads; the results in the items' order.
+    `run_copy` is `fork(run)` (default: the dataclass `run` with `spark=run.spark.newSession()`), one per thread.
     `after_each(n)`: called after the n-th item done (the crash suite's fault point). The first error stops the
     other threads from taking more items and is raised: a fencing verdict first (exit code 5 tells the caller
     it is a zombie), else the error of the earliest item."""
@@ -37,7 +40,8 @@ def in_threads(
     stop = threading.Event()
 
     def worker() -> None:
-        mine = replace(run, spark=run.spark.newSession())  # own SQL conf: own txn identity
+        # own SQL conf: own txn identity
+        mine = fork(run) if fork is not None else replace(run, spark=run.spark.newSession())
         while not stop.is_set():
             try:
                 i = work.get_nowait()
@@ -57,9 +61,8 @@ def in_threads(
                 stop.set()
                 return
 
-    threads = [
-        threading.Thread(target=worker, name=f"cdc-merge-{i}", daemon=True) for i in range(min(parallelism, len(items)))
-    ]
+    threads = [threading.Thread(target=worker, name=f"cdc-writer-{i}", daemon=True)
+               for i in range(min(parallelism, len(items)))]
     for t in threads:
         t.start()
     for t in threads:
