@@ -331,7 +331,7 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
             changes = sum(x.get("changes", 0) for x in result.to_dict().get("windows", []))
             if changes != expected:
                 out["errors"].append(f"window {w}: {changes} changes landed, {expected} made")
-            landed = w
+            out["windows_landed"] = landed = w
             if args.maintain_every and w % args.maintain_every == 0:
                 m = _timed_cli(case.config_path, env, "maintain", case.name, timeout=1800)
                 m["window"] = w
@@ -347,6 +347,8 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
     except Exception as e:
         out["errors"].append(short_error(e, 2000))
         log(f"longrun failed: {short_error(e, 2000)}")
+    except KeyboardInterrupt as e:
+        out["stopped"] = f"interrupted ({e}) after {out.get('windows_landed', 0)} windows"
     finally:
         out["server_exit"] = _stop_server(server)
         out["finished"] = now_iso()
@@ -429,9 +431,14 @@ def save(out: dict[str, Any]) -> None:
     OUT_MD.write_text(render(out))
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import shutil
+    import signal
     import tempfile
 
     from bench.common import PrivateServices
@@ -450,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mariadb-port", type=int, default=13327)
     p.add_argument("--zk-port", type=int, default=22197)
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # a kill still stops the server and services it started
     services_dir = ROOT / ".local" / "bench-longrun-services"
     private = PrivateServices(services_dir, args.mariadb_port, args.zk_port)
     workdir = Path(tempfile.mkdtemp(prefix="cdc-bench-longrun-", dir=ROOT / ".local"))
