@@ -140,11 +140,11 @@ def zk_usage(hosts: str, root: str) -> dict[str, Any]:
     try:
         by_child: dict[str, list[int]] = {}
 
-        def walk(path: str, top: str) -> tuple[int, int]:
+        def walk(path: str) -> tuple[int, int]:
             _data, stat = zk.get(path)
             nodes, size = 1, stat.dataLength
             for c in zk.get_children(path):
-                n, b = walk(f"{path}/{c}", top)
+                n, b = walk(f"{path}/{c}")
                 nodes += n
                 size += b
             return nodes, size
@@ -153,7 +153,7 @@ def zk_usage(hosts: str, root: str) -> dict[str, Any]:
         for pipeline_child in zk.get_children(root):
             path = f"{root}/{pipeline_child}"
             for c in zk.get_children(path):
-                n, b = walk(f"{path}/{c}", c)
+                n, b = walk(f"{path}/{c}")
                 by_child.setdefault(c, [0, 0])
                 by_child[c][0] += n
                 by_child[c][1] += b
