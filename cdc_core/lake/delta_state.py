@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,19 +155,27 @@ def last_txn_version(table_uri: str, app_id: str, *, storage: Storage = AMBIENT)
     return None if version is None else int(version)
 
 
-def version_and_txn(
-    table_uri: str, app_id: str, *, storage: Storage = AMBIENT
-) -> tuple[int, int | None] | None:
-    """(current version, `app_id`'s last txn version) from one snapshot; None when there is no table.
-    Cheap: the log only, no file listing (cdc_core.lake.lake_versions records it at every ack)."""
+@dataclass(frozen=True)
+class TableFacts:
+    """What the ack asks of each table, from one snapshot: its id, its version and `app_id`'s last txn."""
+
+    table_id: str
+    version: int
+    txn: int | None
+
+
+def table_facts(table_uri: str, app_id: str, *, storage: Storage = AMBIENT) -> TableFacts | None:
+    """The table's id, current version and `app_id`'s last txn version from one open; None when there is no
+    table. The log only, no file listing: the ack reads every table of its window and of its consistent cut
+    once with it (cdc_core.run.lake_tables.LakeReads)."""
     table = _open(table_uri, storage)
     if table is None:
         return None
     try:
         txn = table.transaction_version(app_id)
-        return int(table.version()), None if txn is None else int(txn)
+        return TableFacts(str(table.metadata().id), int(table.version()), None if txn is None else int(txn))
     except Exception as e:
-        raise LakeError(f"cannot read the version of Delta table {table_uri} ({type(e).__name__}: {e})") from None
+        raise LakeError(f"cannot read the log of Delta table {table_uri} ({type(e).__name__}: {e})") from None
 
 
 def writer_and_txn(

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -18,6 +19,9 @@ from cdc_core.model.errors import ConfigError, LakeError, StateConflict
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
 from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
+
+if TYPE_CHECKING:
+    from cdc_core.lake.delta_state import TableFacts
 
 CHECKPOINTS_FORMAT = 1
 
@@ -87,32 +91,37 @@ def checkpoint_rows(
 
 
 def current_versions(
-    pipeline: str, seq: int, uris: dict[str, str], *, storage: Storage = AMBIENT
+    pipeline: str, seq: int, uris: dict[str, str], *, storage: Storage = AMBIENT,
+    read: Callable[[list[str]], list[TableFacts | None]] | None = None,
 ) -> dict[str, int | None]:
     """Each table's current Delta version, checked to hold no window after `seq` (else this run is stale).
 
-    None for a table that is not there (a deleted table: a reader of the cut gets an error for it).
+    None for a table that is not there (a deleted table: a reader of the cut gets an error for it). `read`:
+    the tables' facts for a list of URIs (the ack's, which read most of them already); by default each is
+    read now.
     """
     from cdc_core.lake import delta_state
 
-    out: dict[str, int | None] = {}
-    # Every table of the pipeline, each ack: on an object store READ_THREADS reads at a time.
     names = list(uris)
-    facts = delta_state.per_table(lambda uri: delta_state.version_and_txn(uri, pipeline, storage=storage),
-                                  [uris[n] for n in names], next(iter(uris.values()), ""))
+    if read is None:
+        # Every table of the pipeline, each ack: on an object store READ_THREADS reads at a time.
+        facts = delta_state.per_table(lambda uri: delta_state.table_facts(uri, pipeline, storage=storage),
+                                      [uris[n] for n in names], next(iter(uris.values()), ""))
+    else:
+        facts = read([uris[n] for n in names])
+    out: dict[str, int | None] = {}
     for name, found in zip(names, facts, strict=True):
         uri = uris[name]
         if found is None:
             out[name] = None
             continue
-        version, txn = found
-        if txn is not None and txn > seq:
+        if found.txn is not None and found.txn > seq:
             raise StateConflict(
-                f"pipeline {pipeline!r}: Delta table {name} ({uri}) already holds window {txn}, after window {seq}; "
-                "this run is stale (another run acked window "
+                f"pipeline {pipeline!r}: Delta table {name} ({uri}) already holds window {found.txn}, after window "
+                f"{seq}; this run is stale (another run acked window "
                 f"{seq} and went on): it writes nothing to the checkpoints table"
             )
-        out[name] = version
+        out[name] = found.version
     return out
 
 

@@ -114,13 +114,22 @@ def arrow_type(ddl: str) -> pa.DataType | None:
     return pa.decimal128(int(m.group(1)), int(m.group(2))) if m else _DELTA_TO_ARROW.get(name)
 
 
+@dataclass(frozen=True)
+class NewTable:
+    """A table that `create` found created afterwards: `table` is its snapshot at version 0 when this call made
+    it (the writer record is then this run's, and landing the window needs no second open), None when a
+    concurrent run made it first (the caller checks whose it is)."""
+
+    table: Any | None
+
+
 def create(
     uri: str, columns: Sequence[tuple[str, str]], partition_by: Sequence[str], properties: dict[str, str],
     *, storage: Storage = AMBIENT,
-) -> str | None:
-    """Create an empty Delta table with delta-rs (one commit, version 0, put-if-absent); None when the table
-    exists afterwards (created here or by a concurrent run: the caller checks whose it is), else why it
-    must be created by Spark (which then does: a failed create commits nothing)."""
+) -> NewTable | str:
+    """Create an empty Delta table with delta-rs (one commit, version 0, put-if-absent): the table exists
+    afterwards (`NewTable`), else why it must be created by Spark (which then does: a failed create commits
+    nothing)."""
     if not storage.may_commit(uri):
         return NO_ATOMIC_COMMIT
     why = untested_deltalake() or refused_property(properties)
@@ -137,20 +146,20 @@ def create(
 
 def _create(
     uri: str, schema: pa.Schema, partition_by: Sequence[str], properties: dict[str, str], storage: Storage
-) -> str | None:
+) -> NewTable | str:
     from deltalake import DeltaTable
 
     try:
-        DeltaTable.create(
+        made = DeltaTable.create(
             delta_rs_uri(uri), schema, mode="error", partition_by=list(partition_by) or None,
             configuration=dict(properties), raise_if_key_not_exists=False,
             storage_options=storage.delta_rs_options(uri),
         )
     except Exception as e:
         if _open(uri, storage) is not None:
-            return None  # a concurrent run created it first
+            return NewTable(None)  # a concurrent run created it first
         return f"delta-rs could not create it ({one_line(e)})"
-    return None
+    return NewTable(made)
 
 
 @dataclass(frozen=True)
@@ -484,10 +493,10 @@ def _append_tombstones(  # noqa: PLR0911 - each way out says why
     table = _open(tomb.uri, m.storage)
     if table is None:
         fence()  # a fenced run creates nothing either
-        why = _create(tomb.uri, rows.schema, (), tomb.properties, m.storage)
-        if why is not None:
-            return f"tombstone table: {why}"
-        table = _open(tomb.uri, m.storage)
+        made = _create(tomb.uri, rows.schema, (), tomb.properties, m.storage)
+        if isinstance(made, str):
+            return f"tombstone table: {made}"
+        table = made.table if made.table is not None else _open(tomb.uri, m.storage)
         if table is None:
             return "tombstone table: not readable after its creation"
     if holds_window(table.transaction_version(m.app_id), m.seq):
@@ -565,10 +574,13 @@ def _given(rows: pa.Table, table: Any) -> pa.Table | str:
 
 
 def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Spark)
-    m: SmallMerge, fence: Callable[[], None], *, attempts: int = 2, rows: pa.Table | None = None
+    m: SmallMerge, fence: Callable[[], None], *, attempts: int = 2, rows: pa.Table | None = None,
+    created: Any | None = None,
 ) -> Landed | Ineligible:
     """MERGE the window's changes of one table with delta-rs, exactly once, or say why not. `rows`: the
-    source as given (each key's last change, derived columns set) instead of the one read from staging."""
+    source as given (each key's last change, derived columns set) instead of the one read from staging.
+    `created`: the table as this run just created it (`NewTable.table`), read instead of opening it again;
+    a commit racing in after it fails the first attempt, and the second opens the table."""
     from deltalake.exceptions import CommitFailedError
 
     refused = _refused_job(m)
@@ -576,7 +588,8 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         return Ineligible(refused)
     for attempt in range(1, attempts + 1):
         t0 = time.monotonic()
-        table = _open(m.uri, m.storage)  # version V: every check below reads this snapshot
+        # version V: every check below reads this snapshot
+        table = created if attempt == 1 and created is not None else _open(m.uri, m.storage)
         if table is None:
             return Ineligible("no table yet", missing=True)
         landed = table.transaction_version(m.app_id)

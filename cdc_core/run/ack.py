@@ -20,7 +20,7 @@ from cdc_core.lake import delta_state
 from cdc_core.model import faults, layout
 from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
-from cdc_core.model.manifest import Manifest, StagedTable
+from cdc_core.model.manifest import Manifest
 from cdc_core.model.schema_changes import RENAME_TABLE
 from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.window_plan import KIND_SNAPSHOT
@@ -44,20 +44,20 @@ class AckResult:
         return {"seq": self.seq, "acked": True, "cursor": self.cursor}
 
 
-def landed(p: PipelineContext, manifest: Manifest) -> dict[str, int | None]:
+def landed(p: PipelineContext, manifest: Manifest, reads: lake_tables.LakeReads | None = None) -> dict[str, int | None]:
     """Each staged table's last idempotent-write version for this pipeline, read from Delta's log. A table
-    the window names only in DDL and the lake never had holds nothing: it counts as landed."""
-
-    def version(t: StagedTable) -> int | None:
-        uri = p.table_uri(t.schema, t.table)
-        found = delta_state.last_txn_version(uri, p.name, storage=p.storage)
-        if found is None and not t.files and not t.columns and not delta_state.table_exists(uri, storage=p.storage):
-            return manifest.plan.seq
-        return found
-
-    tables = list(manifest.tables)  # routed tables may share a lake table: one read each all the same
-    versions = delta_state.per_table(version, tables, p.lake_root)
-    return {t.name: v for t, v in zip(tables, versions, strict=True)}
+    the window names only in DDL and the lake never had holds nothing: it counts as landed. `reads`: the
+    ack's, which the registry and the checkpoints table read from next."""
+    reads = reads or lake_tables.LakeReads(p)
+    tables = list(manifest.tables)  # routed tables may share a lake table: read once
+    found = reads.facts([p.table_uri(t.schema, t.table) for t in tables])
+    out: dict[str, int | None] = {}
+    for t, f in zip(tables, found, strict=True):
+        if f is None and not t.files and not t.columns:
+            out[t.name] = manifest.plan.seq
+        else:
+            out[t.name] = f.txn if f is not None else None
+    return out
 
 
 def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
@@ -73,17 +73,18 @@ def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
             f"pipeline {p.name!r}: cannot ack window {seq}: it is not staged; run the stage and merge steps "
             "(the stage step re-stages the stored plan)"
         )
-    missing = {name: v for name, v in landed(p, manifest).items() if v is None or v < seq}
+    reads = lake_tables.LakeReads(p)  # one read of each table for the checks and records below
+    missing = {name: v for name, v in landed(p, manifest, reads).items() if v is None or v < seq}
     if missing:
         raise LakeError(
             f"pipeline {p.name!r}: cannot ack window {seq}: Delta does not hold it for "
             + ", ".join(f"{n} (last version {v})" for n, v in sorted(missing.items()))
             + "; re-run the merge step (it is idempotent)"
         )
-    lake_tables.record_lake(p, grant, record.plan, manifest)
+    lake_tables.record_lake(p, grant, record.plan, manifest, reads)
     faults.point("before_ack")
     result = window_result(p, seq, manifest)
-    checkpoints.record_checkpoint(p, grant, record.plan, manifest, result)
+    checkpoints.record_checkpoint(p, grant, record.plan, manifest, result, reads=reads)
     rereads = schema_rereads(p, manifest)
     renames = [(c.table_name, c.target_name, c.version) for c in manifest.schema_changes
                if c.kind == RENAME_TABLE and c.target_name is not None]
@@ -110,10 +111,11 @@ def recover(p: PipelineContext, grant: LeaseGrant) -> str | None:
     manifest = stage.recorded_manifest(p, pending.plan)
     if manifest is None:
         return None  # not staged, so it cannot have been merged: replay it
-    if all(v is not None and v >= pending.plan.seq for v in landed(p, manifest).values()):
-        lake_tables.record_lake(p, grant, pending.plan, manifest)
+    reads = lake_tables.LakeReads(p)
+    if all(v is not None and v >= pending.plan.seq for v in landed(p, manifest, reads).values()):
+        lake_tables.record_lake(p, grant, pending.plan, manifest, reads)
         result = {**window_result(p, pending.plan.seq, manifest), "recovered": True}
-        checkpoints.record_checkpoint(p, grant, pending.plan, manifest, result)
+        checkpoints.record_checkpoint(p, grant, pending.plan, manifest, result, reads=reads)
         p.coordinator.ack_window(grant, pending.plan.seq, result)
         p.log_event("window.recovered_ack", grant, seq=pending.plan.seq)
         return f"acked landed window {pending.plan.seq}"

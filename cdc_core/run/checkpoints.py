@@ -11,23 +11,26 @@ from typing import Any
 
 from cdc_core import coordination
 from cdc_core.coordination import LeaseGrant
-from cdc_core.lake import delta_state, lake_versions
+from cdc_core.lake import lake_versions
 from cdc_core.model import faults, lake_registry
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.window_plan import WindowPlan
 from cdc_core.run.context import PipelineContext
+from cdc_core.run.lake_tables import LakeReads
 
 
 def record_checkpoint(
-    p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest, result: dict[str, Any]
+    p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest, result: dict[str, Any],
+    *, reads: LakeReads | None = None,
 ) -> None:
     """Record the window in the lake's checkpoints table (cdc_core.lake.lake_versions) before the cursor
     moves: every table of the pipeline at its Delta version as of this window, in one idempotent
     commit. Fenced: the lease is checked first, and a stale run finds the window recorded (or a
     table already past it) and writes nothing. Empty windows record nothing. `result`: what the ack
-    records for the window (cdc_core.run.ack.window_result)."""
+    records for the window (cdc_core.run.ack.window_result); `reads`: the ack's reads of the window's tables."""
     if not manifest.tables:
         return
+    lake = reads or LakeReads(p)
     snapshot = lake_versions.checkpoints_snapshot(p.lake_root, p.name, storage=p.storage)  # the ack's one open
     if snapshot.holds(plan.seq):
         return
@@ -35,7 +38,7 @@ def record_checkpoint(
     uris = {n: p.table_uri(e.schema, e.table) for n, e in reg.tables.items()}
     for t in manifest.tables:  # a table named only by DDL that the lake does not have: not in the cut
         uri = p.table_uri(t.schema, t.table)
-        if t.files or t.name in uris or delta_state.table_exists(uri, storage=p.storage):
+        if t.files or t.name in uris or lake.one(uri) is not None:
             uris[t.name] = uri
     if not uris:  # only DDL of tables the lake does not have yet: no version to record
         return
@@ -45,7 +48,7 @@ def record_checkpoint(
     covered = position.commit_ts if position else None
 
     def build() -> Any:
-        versions = lake_versions.current_versions(p.name, plan.seq, uris, storage=p.storage)
+        versions = lake_versions.current_versions(p.name, plan.seq, uris, storage=p.storage, read=lake.facts)
         changed = result.get("tables") or {}
         rows = []
         for name, uri in sorted(uris.items()):

@@ -7,15 +7,38 @@ with a LakeError naming it and the repairs, before anything is planned.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cdc_core.coordination import LeaseGrant
 from cdc_core.lake import delta_state
+from cdc_core.lake.delta_state import TableFacts
 from cdc_core.model import lake_registry, snapshot_state
 from cdc_core.model.errors import LakeError
 from cdc_core.model.manifest import Manifest
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 from cdc_core.run.context import PipelineContext
+
+
+class LakeReads:
+    """Each Delta table's id, version and the pipeline's last txn version, read once per ack: whether the
+    window landed, the registry's ids and the checkpoints table's versions all come from the same read (one
+    open per table, a few requests on an object store, `delta_state.per_table` at a time)."""
+
+    def __init__(self, p: PipelineContext) -> None:
+        self.p = p
+        self._read: dict[str, TableFacts | None] = {}
+
+    def facts(self, uris: Sequence[str]) -> list[TableFacts | None]:
+        todo = [u for u in dict.fromkeys(uris) if u not in self._read]
+        p = self.p
+        found = delta_state.per_table(lambda uri: delta_state.table_facts(uri, p.name, storage=p.storage), todo,
+                                      p.lake_root)
+        self._read.update(zip(todo, found, strict=True))
+        return [self._read[u] for u in uris]
+
+    def one(self, uri: str) -> TableFacts | None:
+        return self.facts([uri])[0]
 
 
 def check_lake(p: PipelineContext, grant: LeaseGrant, next_seq: int) -> None:
@@ -50,14 +73,17 @@ def check_lake(p: PipelineContext, grant: LeaseGrant, next_seq: int) -> None:
     )
 
 
-def record_lake(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest) -> None:
-    """Register the window's tables (with their Delta ids) before it is acked."""
+def record_lake(
+    p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifest: Manifest, reads: LakeReads | None = None
+) -> None:
+    """Register the window's tables (with their Delta ids) before it is acked. `reads`: the ack's."""
+    reads = reads or LakeReads(p)
     cursor = p.coordinator.read_cursor()
     bf = cursor.backfill
     completes = plan.kind == KIND_BACKFILL and bf is not None and plan.end >= bf.until
-    uris = [p.table_uri(t.schema, t.table) for t in manifest.tables]
-    ids = delta_state.per_table(lambda uri: delta_state.table_id(uri, storage=p.storage), uris, p.lake_root)
-    landed = {t.name: (t.schema, t.table, i) for t, i in zip(manifest.tables, ids, strict=True)}
+    found = reads.facts([p.table_uri(t.schema, t.table) for t in manifest.tables])
+    landed = {t.name: (t.schema, t.table, f.table_id if f else None)
+              for t, f in zip(manifest.tables, found, strict=True)}
     if plan.kind == KIND_SNAPSHOT:
         # A chunk that staged no rows still tells whether its round's table is still there.
         names = [s.table for s in snapshot_state.chunks_of(plan) if s.table not in landed]
@@ -65,8 +91,8 @@ def record_lake(p: PipelineContext, grant: LeaseGrant, plan: WindowPlan, manifes
         for name in names:
             entry = known.get(name)
             if entry is not None:
-                now = delta_state.table_id(p.table_uri(entry.schema, entry.table), storage=p.storage)
-                landed[name] = (entry.schema, entry.table, now)
+                now = reads.one(p.table_uri(entry.schema, entry.table))
+                landed[name] = (entry.schema, entry.table, now.table_id if now else None)
     if not landed and not completes:
         return
     recreated: list[str] = []

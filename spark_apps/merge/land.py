@@ -96,8 +96,9 @@ class MergeRun(Derived):
             step("small_table")
             if done is None and not missing:
                 small = False  # not for delta-rs (logged): Spark merges it
-            if done is None and missing and self.create_small(st, uri, label, options):
-                done, _ = self.land_small(st, uri, key, label, result)  # the table delta-rs just created
+            new = self.create_small(st, uri, label, options) if done is None and missing else None
+            if new is not None:  # the table delta-rs just created (its version 0 as read back, if ours)
+                done, _ = self.land_small(st, uri, key, label, result, created=new.table)
                 step("small_table")
         if done is not None:
             return self._table_done(label, result, steps, t0)

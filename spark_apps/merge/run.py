@@ -238,7 +238,7 @@ class RunBase:
         *,
         small: bool = False,
     ) -> None:
-        if small and self.created_by_delta_rs(uri, label, columns, options):
+        if small and self.created_by_delta_rs(uri, label, columns, options) is not None:
             return
         ddl = create_table_sql(
             uri, label, columns, options, self.default_properties, writer=self.writer_record(),
@@ -267,28 +267,28 @@ class RunBase:
 
     def created_by_delta_rs(
         self, uri: str, label: str, columns: Sequence[tuple[str, DataType]], options: TableOptions
-    ) -> bool:
+    ) -> small_writer.NewTable | None:
         """Create a table that starts small (no deletion vectors) with delta-rs, as create_table_sql would;
-        False (logged why): Spark creates it."""
+        None (logged why): Spark creates it."""
         if not self.delta_rs_commits(uri):
-            return False
+            return None
         props = new_table_properties(
             label, {n for n, _ in columns}, options, self.default_properties, writer=self.writer_record(),
             deletion_vectors=False,
         )
         self.fence()
-        why = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props,
-                                  storage=self.storage)
-        if why is not None:
-            self.log("merge.spark_table", table=label, reason=why)
-            return False
-        self.claim_created(uri, label, writer=small_writer.WRITER_NAME)
-        return True
+        made = small_writer.create(uri, [(n, t.simpleString()) for n, t in columns], options.partition_by, props,
+                                   storage=self.storage)
+        if isinstance(made, str):
+            self.log("merge.spark_table", table=label, reason=made)
+            return None
+        self.claim_created(uri, label, ours=made.table is not None, writer=small_writer.WRITER_NAME)
+        return made
 
-    def claim_created(self, uri: str, label: str, **fields: Any) -> None:
+    def claim_created(self, uri: str, label: str, *, ours: bool = False, **fields: Any) -> None:
         """A create keeps a table another pipeline created meanwhile (IF NOT EXISTS, put-if-absent): its writer
-        record decides whose it is."""
-        state = table_writer_and_txn(self.spark, uri, self.app_id, storage=self.storage)
+        record decides whose it is. `ours`: this run's put-if-absent made it, with this run's writer record."""
+        state = None if ours else table_writer_and_txn(self.spark, uri, self.app_id, storage=self.storage)
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != self.pipeline:
             raise LakeError(foreign_writer_message(self.pipeline, self.seq, [(label, uri, owner)]))

@@ -50,9 +50,11 @@ class SmallTables(SchemaChanges):
             tombstone_uri(self.lake_root, st.schema, st.table), facts.min_version, storage=self.storage
         )
 
-    def create_small(self, st: LakeTarget, uri: str, label: str, options: TableOptions) -> bool:
-        """Create a new table with delta-rs (no Spark job), as create_table would with `small`: True when the
-        table exists now (this run's, or a concurrent run's of the same pipeline); False: Spark creates it."""
+    def create_small(
+        self, st: LakeTarget, uri: str, label: str, options: TableOptions
+    ) -> small_writer.NewTable | None:
+        """Create a new table with delta-rs (no Spark job), as create_table would with `small`: the table exists
+        now (this run's, or a concurrent run's of the same pipeline); None: Spark creates it."""
         return self.created_by_delta_rs(uri, label, [*st.columns(), *metadata_columns(self.delete_mode)], options)
 
     def commit_window_only(self, uri: str, label: str, empty: DataFrame) -> tuple[str, int | None, str]:
@@ -70,12 +72,12 @@ class SmallTables(SchemaChanges):
 
     def land_small(
         self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str, result: dict[str, Any], *,
-        source: DataFrame | None = None,
+        source: DataFrame | None = None, created: Any | None = None,
     ) -> tuple[dict[str, Any] | None, bool]:
         """(the result, False) when delta-rs landed the table (or found it landed); (None, whether the
         table is missing) when the table is not one delta-rs may write. `source`: the MERGE source Spark
         computed (a window with schema changes: its rows translated), collected for delta-rs; None: delta-rs
-        reads the staged files itself."""
+        reads the staged files itself. `created`: the table as this run just created it (no second open)."""
         job = small_writer.SmallMerge(
             uri=uri,
             label=label,
@@ -91,7 +93,7 @@ class SmallTables(SchemaChanges):
             storage=self.storage,
         )
         rows = None if source is None else source.toArrow()  # few rows: may_land_small bounds them
-        out = small_writer.land(job, self.fence, rows=rows)
+        out = small_writer.land(job, self.fence, rows=rows, created=created)
         if isinstance(out, small_writer.Ineligible):
             if not out.missing:
                 self.log("merge.spark_table", table=label, reason=out.reason)
