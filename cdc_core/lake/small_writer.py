@@ -38,10 +38,10 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from cdc_core.lake.delta_rs_rules import refused_property, unsupported, untested_deltalake
 from cdc_core.lake.object_store import AMBIENT, Storage, delta_rs_uri
+from cdc_core.lake.staging_store import read_staged_file
 from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -275,7 +275,7 @@ def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.Da
     for f in st.files:
         if set(f.columns) - set(manifest_types) or set(st.key) - set(f.columns):
             return f"staged file {f.path} disagrees with the manifest"  # Spark's read names the error
-        data = pq.read_table(f"{root.rstrip('/')}/{f.path}", filesystem=fs)
+        data = read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f)
         present = set(data.column_names)
         arrays: dict[str, pa.Array] = {}
         for name, typ in meta_types.items():

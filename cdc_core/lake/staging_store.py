@@ -11,6 +11,9 @@ import contextlib
 import hashlib
 import logging
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import fsspec
@@ -217,6 +220,53 @@ def verify_window(staging_root: str, manifest: Manifest, *, storage: Storage = A
     if len(_VERIFIED) >= _VERIFIED_MAX:
         _VERIFIED.clear()
     _VERIFIED.add(seen)
+
+
+class _Fetched:
+    """Small staged files fetched from an object store, by content (sha256, checked on the way in): the merge job
+    reads each of its files twice (the staged facts, then the small-table writer's rows), and a warm merge server
+    may read a window again on a retry; one GET each instead. At most `total` bytes (oldest out first); a file over
+    `largest` bytes (Spark reads those itself) is never kept."""
+
+    def __init__(self, largest: int = 8 << 20, total: int = 128 << 20) -> None:
+        self.largest, self.total = largest, total
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, sha256: str) -> bytes | None:
+        with self._lock:
+            data = self._data.get(sha256)
+            if data is not None:
+                self._data.move_to_end(sha256)
+            return data
+
+    def keep(self, sha256: str, data: bytes) -> None:
+        if len(data) > self.largest or hashlib.sha256(data).hexdigest() != sha256:
+            return
+        with self._lock:
+            if sha256 in self._data:
+                return
+            self._data[sha256] = data
+            self._bytes += len(data)
+            while self._bytes > self.total:
+                _, old = self._data.popitem(last=False)
+                self._bytes -= len(old)
+
+
+_FETCHED = _Fetched()
+
+
+def read_staged_file(fs: Any, path: str, f: StagedFile, columns: Sequence[str] | None = None) -> pa.Table:
+    """One staged Parquet file (`columns` of it) at `path` in `fs` (None: a local path). From an object store a
+    small file is fetched once per process with one GET, and kept by its content's sha256."""
+    if fs is None or isinstance(fs, LocalFileSystem):
+        return pq.read_table(path, columns=columns, filesystem=fs)
+    data = _FETCHED.get(f.sha256)
+    if data is None:
+        data = fs.cat_file(path)
+        _FETCHED.keep(f.sha256, data)
+    return pq.read_table(pa.BufferReader(data), columns=None if columns is None else list(columns))
 
 
 def read_table_changes(

@@ -77,7 +77,7 @@ class MergeRun(Derived):
             steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
             mark[0] = now
 
-        landed = last_txn_version(spark, uri, self.app_id, storage=self.storage)
+        landed = None if uri in self.unlanded else last_txn_version(spark, uri, self.app_id, storage=self.storage)
         if holds_window(landed, self.seq):
             result["seconds"] = round(time.monotonic() - t0, 3)
             self.log("merge.table", table=label, status=STATUS_ALREADY, landed=landed)

@@ -97,6 +97,7 @@ class RunBase:
     # Existing tables without a writer record (created before the one-writer rule): this run records
     # itself as their writer in the same ALTER that evolves a schema (cdc_core.model.lake_writers).
     unclaimed: frozenset[str] = frozenset()
+    unlanded: frozenset[str] = frozenset()  # tables the job's first read found without the window
     source: str | None = None  # a group pipeline's source whose window this is
     group_sources: tuple[str, ...] = ()  # all its sources, and its routes: recorded in `cdc.writer`
     routes: tuple[Route, ...] = ()

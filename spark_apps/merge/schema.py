@@ -37,7 +37,7 @@ from cdc_core.model.schema_window import (
 from cdc_core.model.sources import Lineage, lineage
 from spark_apps.merge import schema_steps
 from spark_apps.merge.run import RunBase
-from spark_apps.merge.staged import STAGED_META, StagedFacts, can_widen, metadata_columns, parse_type
+from spark_apps.merge.staged import STAGED_META, StagedFacts, can_widen, metadata_columns, parse_type, spark_type
 from spark_apps.merge.tables import TableOptions
 from spark_apps.merge.targets import LakeTarget, SchemaMember, schema_state_key
 from spark_apps.writer_threads import in_threads
@@ -198,7 +198,7 @@ class SchemaChanges(RunBase):
             if not src.exists:
                 return False
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
-            cols = [(x.name, DataType.fromDDL(x.delta_type)) for x in src.columns if x.name.lower() not in low]
+            cols = [(x.name, spark_type(x.delta_type)) for x in src.columns if x.name.lower() not in low]
         elif any(m.files for m, _ in target.members):
             cols = self.first_shape(target)
         else:
@@ -310,5 +310,5 @@ class SchemaChanges(RunBase):
         meta = {n.lower() for n, _ in metadata_columns(self.delete_mode)}
         for c in table.columns:
             if c.name.lower() not in meta:
-                schema.add(c.name, DataType.fromDDL(c.delta_type), True)
+                schema.add(c.name, spark_type(c.delta_type), True)
         return spark.createDataFrame([], schema)

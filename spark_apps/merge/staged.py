@@ -68,9 +68,16 @@ STAGED_META = (
 STAGED_META_NAMES = frozenset(n for n, _ in STAGED_META)
 
 
+@functools.lru_cache(maxsize=4096)
+def spark_type(ddl: str) -> DataType:
+    """`DataType.fromDDL`, once per type string per process: the parse is a call into the JVM, and a window
+    of many tables would make it for every column of every table, from every writer thread."""
+    return DataType.fromDDL(ddl)
+
+
 def metadata_columns(delete_mode: str) -> list[tuple[str, DataType]]:
     """The lake table's metadata columns as Spark types (cdc_core.model.merge_semantics states them)."""
-    return [(name, DataType.fromDDL(ddl)) for name, ddl in merge_semantics.metadata_columns(delete_mode)]
+    return [(name, spark_type(ddl)) for name, ddl in merge_semantics.metadata_columns(delete_mode)]
 
 
 _INT_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
@@ -103,7 +110,7 @@ def can_widen(frm: DataType, to: DataType) -> bool:
 
 def parse_type(ddl: str, where: str) -> DataType:
     try:
-        return DataType.fromDDL(ddl)
+        return spark_type(ddl)
     except Exception as e:
         raise StagingError(
             f"{where}: delta_type {ddl!r} is not a Spark SQL type ({one_line(e)}); fix the type map and re-stage"
@@ -189,13 +196,11 @@ class StagedFacts:
 def staged_facts(window_dir: str, st: StagedTable, *, storage: Storage) -> StagedFacts:
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+
+    from cdc_core.lake.staging_store import read_staged_file
 
     fs, root = storage.fs(window_dir)
-    parts = []
-    for f in st.files:
-        with fs.open(f"{root.rstrip('/')}/{f.path}", "rb") as fh:
-            parts.append(pq.read_table(fh, columns=[*st.key, COL_VERSION]))
+    parts = [read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f, [*st.key, COL_VERSION]) for f in st.files]
     if not parts:
         return StagedFacts(True, None)
     table = pa.concat_tables(parts, promote_options="permissive")

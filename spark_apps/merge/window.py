@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdc_core.lake import small_writer
+from cdc_core.lake import delta_state, small_writer
 from cdc_core.lake.object_store import AMBIENT, Storage, commit_storage, is_s3
 from cdc_core.model import faults
 from cdc_core.model.errors import (
@@ -99,9 +99,14 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
     foreign: list[tuple[str, str, str]] = []
     unclaimed: set[str] = set()
     landed_by_table: dict[str, int | None] = {}
-    for st in targets:  # one log read per table: its writer record and this pipeline's txn version
-        uri = table_uri(run.lake_root, st.schema, st.table)
-        state = table_writer_and_txn(run.spark, uri, run.app_id, run.table_props, storage=run.storage)
+    # One log read per table (on an object store several at a time): its writer record and this pipeline's
+    # txn version.
+    uris = [table_uri(run.lake_root, st.schema, st.table) for st in targets]
+    states = delta_state.per_table(
+        lambda uri: table_writer_and_txn(run.spark, uri, run.app_id, run.table_props, storage=run.storage),
+        uris, run.lake_root,
+    )
+    for st, uri, state in zip(targets, uris, states, strict=True):
         owner = writer_pipeline(state[0]) if state else None
         if owner is not None and owner != run.pipeline:
             foreign.append((st.name, uri, owner))
@@ -110,8 +115,11 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
         landed_by_table[st.name] = state[1] if state else None
     if foreign:  # before anything is written: one writer per table (cdc_core.model.lake_writers)
         raise LakeError(foreign_writer_message(run.pipeline, run.seq, foreign))
-    if unclaimed:
-        run = replace(run, unclaimed=frozenset(unclaimed))
+    # A table read above without the window is not read again before it lands: a concurrent run of the
+    # window that lands it meanwhile is found by the writer's own check (delta-rs) or Delta's txn (Spark).
+    unlanded = frozenset(uri for st, uri in zip(targets, uris, strict=True)
+                         if not holds_window(landed_by_table[st.name], run.seq))
+    run = replace(run, unclaimed=frozenset(unclaimed), unlanded=unlanded)
     for st in targets:
         landed = landed_by_table[st.name]
         if holds_window(landed, run.seq):
