@@ -362,7 +362,7 @@ def discover_tables(
     root = root.rstrip("/")
     prefix = lake_root.rstrip("/")
     options = table_options or {}
-    out: list[LakeTable] = []
+    candidates: list[tuple[str, str, str, str]] = []
     for schema_dir in _child_dirs(fs, root):
         if schema_dir == TOMBSTONE_DIR or schema_dir.startswith("."):
             continue
@@ -371,19 +371,25 @@ def discover_tables(
             table = unquote(table_dir)
             if path_component(schema) != schema_dir or path_component(table) != table_dir:
                 continue  # not a name the merge job would write
-            if not table_filter.matches(schema, table):
-                continue
-            uri = f"{prefix}/{schema_dir}/{table_dir}"
-            if not delta_state.table_exists(uri, storage=storage):
-                continue
-            name = f"{schema}.{table}"
-            zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
-            out.append(LakeTable(name, schema, table, uri, "table", zorder))
-            for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR)):
-                uri = f"{prefix}/{top}/{schema_dir}/{table_dir}"
-                if delta_state.table_exists(uri, storage=storage):
-                    out.append(LakeTable(name, schema, table, uri, kind))
-    return out
+            if table_filter.matches(schema, table):
+                candidates.append((schema, table, schema_dir, table_dir))
+
+    def found(candidate: tuple[str, str, str, str]) -> list[LakeTable]:
+        schema, table, schema_dir, table_dir = candidate
+        uri = f"{prefix}/{schema_dir}/{table_dir}"
+        if not delta_state.table_exists(uri, storage=storage):
+            return []
+        name = f"{schema}.{table}"
+        zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
+        tables = [LakeTable(name, schema, table, uri, "table", zorder)]
+        for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR)):
+            uri = f"{prefix}/{top}/{schema_dir}/{table_dir}"
+            if delta_state.table_exists(uri, storage=storage):
+                tables.append(LakeTable(name, schema, table, uri, kind))
+        return tables
+
+    # Each candidate's logs: on an object store several tables at a time.
+    return [t for tables in delta_state.per_table(found, candidates, lake_root) for t in tables]
 
 
 def table_status(p: PipelineContext, maintenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -393,15 +399,24 @@ def table_status(p: PipelineContext, maintenance: dict[str, Any] | None = None) 
         maintained[(t.get("name"), t.get("kind"))] = t
     last_at = (maintenance or {}).get("finished_at")
     rows = []
-    for t in discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options, storage=p.storage):
-        row: dict[str, Any] = {"name": t.name, "kind": t.kind}
+    tables = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options, storage=p.storage)
+
+    def summary(uri: str) -> dict[str, Any] | str:
         try:
-            s = delta_state.table_summary(t.uri, app_id=p.name, storage=p.storage)
+            return delta_state.table_summary(uri, app_id=p.name, storage=p.storage)
+        except LakeError as e:
+            return str(e)
+
+    # Every table of the lake: on an object store several at a time (`cdc status`, the monitor page).
+    summaries = delta_state.per_table(summary, [t.uri for t in tables], p.lake_root)
+    for t, s in zip(tables, summaries, strict=True):
+        row: dict[str, Any] = {"name": t.name, "kind": t.kind}
+        if isinstance(s, str):
+            row["error"] = s
+        else:
             row.update(files=s["files"], size_bytes=s["size_bytes"], version=s["version"],
                        txn_version=s.get("txn_version"), last_commit_at=s["last_commit_at"],
                        last_operation=s["last_operation"])
-        except LakeError as e:
-            row["error"] = str(e)
         m = maintained.get((t.name, t.kind))
         if m is not None:
             row["last_maintenance"] = {
