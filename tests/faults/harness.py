@@ -32,11 +32,12 @@ from tests.faults.workload import DDL_ALL, DDL_COLUMNS, Shadow, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 CONN_ID = "cdc_source_faults"
+STORE_CONN_ID = "cdc_store_faults"
 _OWN_ENV = ("CDC_FAULT", "CDC_FAULT_ONCE", "CDC_FAULT_ACTION", "CDC_MERGE_SERVER", "CDC_TEST_ZK_SESSION_FILE",
             "CDC_CONFIG")
 
 # Exit codes of `cdc` (cdc_core/cli.py, cdc_core/model/errors.py)
-RC_OK, RC_SOURCE, RC_COORDINATION, RC_FENCED, RC_STAGING, RC_LAKE, RC_SKIPPED = 0, 3, 4, 5, 6, 8, 75
+RC_OK, RC_SOURCE, RC_COORDINATION, RC_FENCED, RC_STAGING, RC_LAKE, RC_PARTIAL, RC_SKIPPED = 0, 3, 4, 5, 6, 8, 9, 75
 RC_KILLED = -signal.SIGKILL
 
 
@@ -159,6 +160,11 @@ class Rig:
     ddl: str = DDL_COLUMNS
     ddl_every: int = 25
     schema_changes: dict[str, Any] | None = None  # the pipeline's `schema_changes:` (None: the default, follow)
+    # An S3-compatible store (tests/support/object_store.ObjectStore) for the staging area and the lake, under a
+    # prefix of this pipeline's own; None: local directories. The oracle and the scenarios read and damage the
+    # store's own files (its filesystem backend), the pipeline goes through S3 with the store's credentials.
+    store: Any = None
+    merge_server: Any = None  # the product's warm merge server of this pipeline (tests/support/merge_server.py)
     name: str = ""
     database: str = ""
     zk_root: str = ""
@@ -172,11 +178,8 @@ class Rig:
         self.database = self.database or f"fault_{self.seed}_{tag}"
         self.zk_root = self.zk_root or f"/cdc-faults-{tag}"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.lake = self.workdir / "lake"
-        self.staging = self.workdir / "staging"
         self.config_path = self.workdir / "pipelines.json"
-        self.lake.mkdir(exist_ok=True)
-        self.staging.mkdir(exist_ok=True)
+        self._storage()
         self.conn = self.services.root_connect()
         with self.conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{self.database}` CHARACTER SET utf8mb4")
@@ -191,7 +194,31 @@ class Rig:
         self._n = 0
         self._clock_offset = 0.0  # seconds the next run's lease clock runs ahead (let_next_run_take_lease)
 
+    def _storage(self) -> None:
+        """Where the staging area and the lake are: `lake_url`/`staging_url` for the pipeline's configuration,
+        `lake`/`staging` the local files the oracle and the scenarios read (the store's own, with a store)."""
+        if self.store is not None:
+            from tests.support.object_store import BUCKET
+
+            files = self.store.dir / "data" / BUCKET / self.name
+            self.lake, self.staging = files / "lake", files / "staging"
+            self.lake_url, self.staging_url = self.store.url(self.name, "lake"), self.store.url(self.name, "staging")
+            self._store_connection = self.store.connection
+        else:
+            self.lake = self.workdir / "lake"
+            self.staging = self.workdir / "staging"
+            self.lake.mkdir(exist_ok=True)
+            self.staging.mkdir(exist_ok=True)
+            self.lake_url, self.staging_url = str(self.lake), str(self.staging)
+
+    def storage_config(self) -> dict[str, Any]:
+        """The pipeline configuration's storage keys."""
+        return {"staging_root": self.staging_url, "lake_root": self.lake_url,
+                **({"object_store": {"conn_id": STORE_CONN_ID}} if self.store is not None else {})}
+
     def close(self) -> None:
+        if self.merge_server is not None:
+            self.merge_server.close()
         for running in self._running:  # a test that failed mid-run must not leave a run behind
             if running.proc.poll() is None:
                 running.cont()
@@ -231,8 +258,7 @@ class Rig:
             "start": self.start,
             "zookeeper": {"hosts": self.services.zk_hosts, "root": self.zk_root},
             "lease_seconds": self.lease_seconds,
-            "staging_root": str(self.staging),
-            "lake_root": str(self.lake),
+            **self.storage_config(),
             "schedule": None,
             "retries": 1,
             "caps": self.caps,
@@ -261,6 +287,8 @@ class Rig:
                 "conn_type": "mysql", "host": s.mysql_host, "port": s.mysql_port, "login": s.mysql_user,
                 "password": s.mysql_password,
             })
+        if self.store is not None:
+            env[f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}"] = self._store_connection
         if self.merge_address and not self.real_spark:
             env["CDC_MERGE_SERVER"] = self.merge_address
         env.update(extra or {})

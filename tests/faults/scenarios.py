@@ -21,8 +21,10 @@ from tests.faults.harness import (
     RC_FENCED,
     RC_LAKE,
     RC_OK,
+    RC_PARTIAL,
     RC_SKIPPED,
     RC_SOURCE,
+    RC_STAGING,
     CliResult,
     Rig,
 )
@@ -45,9 +47,14 @@ CRASH_POINTS = (
 # steps done, its mark not (spark_apps/merge/schema_steps.py), in the merge job's first phase.
 SCHEMA_POINTS = (*CRASH_POINTS, "mid_schema_change")
 # Points inside the merge job (spark_apps/merge_window.py, schema_steps.py), a separate process under spark-submit.
-MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table", "mid_schema_change")
+MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table", "mid_schema_change", "mid_derive")
 # Where a paused zombie is most dangerous: holding a plan, a staged window, or an ack about to commit.
 ZOMBIE_POINTS = ("after_plan", "after_stage", "after_merge", "before_ack", "mid_ack")
+
+
+def _partial(rig: Rig) -> tuple[int, ...]:
+    """A group pipeline's run may also end in a partial failure (some sources landed, one failed: exit 9)."""
+    return (RC_PARTIAL,) if hasattr(rig, "sources") else ()
 
 
 def _expect(r: CliResult, allowed: tuple[int, ...], what: str) -> None:
@@ -71,9 +78,10 @@ def crash_at(rig: Rig, point: str, txns: int = 4, *, require: bool = True, attem
             if point not in r.fired:
                 raise AssertionError(f"run killed, but not at {point}:\n{r.explain()}")
             return f"killed at {point}"
-        if point in MERGE_JOB_POINTS and point in r.fired and r.rc == RC_LAKE:
+        if point in MERGE_JOB_POINTS and point in r.fired and r.rc in (RC_LAKE, RC_PARTIAL):
             # With real spark-submit the point kills the merge job's driver, a child of the run: the
-            # run sees the job die (exit 137) and fails its merge step, retryable, like a lost worker.
+            # run sees the job die (exit 137) and fails its merge step, retryable, like a lost worker
+            # (in a group run: that source's; the others may land, a partial failure).
             return f"merge job killed at {point}"
         _expect(r, (RC_OK,), f"run with fault {point} that did not fire")
         if not require:
@@ -107,7 +115,7 @@ def _state(rig: Rig) -> dict[str, Any]:
     for base in (rig.lake, rig.staging):
         for p in sorted(base.rglob("*")):
             if p.is_file() and "/reports/" not in str(p):
-                files[str(p.relative_to(rig.workdir))] = p.stat().st_size
+                files[str(p.relative_to(base.parent))] = p.stat().st_size
     return {"zk": zk, "files": files}
 
 
@@ -196,7 +204,7 @@ def zk_restart(rig: Rig, point: str | None = "after_stage", txns: int = 4) -> st
     r = a.finish()
     rig.runs.append(r)
     _wait_zk(rig)
-    _expect(r, (RC_OK, RC_COORDINATION), "a run across a ZooKeeper restart")
+    _expect(r, (RC_OK, RC_COORDINATION, *_partial(rig)), "a run across a ZooKeeper restart")
     rig.check(f"ZooKeeper restarted mid-run at {point} (rc {r.rc})")
     return f"ZooKeeper restart at {point}: rc {r.rc}"
 
@@ -219,7 +227,7 @@ def session_expiry(rig: Rig, point: str = "after_stage", txns: int = 4) -> str:
     a.cont()
     r = a.finish()
     rig.runs.append(r)
-    _expect(r, (RC_OK, RC_COORDINATION), "a run whose session was expired")
+    _expect(r, (RC_OK, RC_COORDINATION, *_partial(rig)), "a run whose session was expired")
     rig.check(f"session expired at {point} (rc {r.rc})")
     return f"session expired at {point}: rc {r.rc}"
 
@@ -326,3 +334,68 @@ def run_cleanly(rig: Rig, txns: int = 5) -> str:
     _expect(r, (RC_OK, RC_SKIPPED), "a clean run")
     rig.check(f"clean run (rc {r.rc})")
     return "clean run"
+
+
+# ------------------------------------------------------------------------- shapes' own faults
+
+
+def merge_server_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: float = 10.0) -> str:
+    """The pipeline's warm merge server (`cdc merge-server`, rig.merge_server) SIGKILLed: either at a point
+    inside the merge job (the server is restarted with the point armed once and kills itself there, after its
+    first table committed), or at a random time while a run is going on. The run fails its merge step
+    retryably (a lake error, never a skip) or had finished first; the server is started again, as its
+    supervisor would, and the next run replays the window."""
+    server = rig.merge_server
+    rig.write(txns)
+    rig.let_next_run_take_lease()
+    if rng.random() < 0.5:
+        point = rng.choice(("mid_merge", "mid_merge_table"))
+        marker = rig.workdir / f"server-fault-{time.monotonic_ns()}.fired"
+        server.kill()
+        server.start(extra_env={"CDC_FAULT": point, "CDC_FAULT_ONCE": str(marker)})
+        r = rig.run()
+        how = f"at {point}" if marker.exists() else f"armed at {point}, not reached"
+    else:
+        after = rng.uniform(0.3, max_after)
+        a = rig.start_run()
+        deadline = time.monotonic() + after
+        while a.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.kill()
+        r = a.finish()
+        rig.runs.append(r)
+        how = f"after {after:.1f}s"
+    _expect(r, (RC_OK, RC_LAKE, *_partial(rig)), f"a run whose merge server was killed {how}")
+    if r.rc != RC_OK and "merge server" not in r.stderr:
+        raise AssertionError(f"the run failed on the killed merge server without saying so:\n{r.explain()}")
+    if server.proc is not None and server.proc.poll() is not None:  # it killed itself at the point
+        server.wait_gone()
+    server.close()
+    server.start()
+    rig.check(f"merge server killed {how} (rc {r.rc})")
+    return f"merge server killed {how}: rc {r.rc}"
+
+
+def object_store_restart(rig: Rig, rng: random.Random, txns: int = 4) -> str:
+    """The object store holding the staging area and the lake (rig.store) restarted while a run is in the
+    middle of a window: paused at a point (planned, staged, or merged and about to ack), or running. The run
+    carries on or stops with a clear staging or lake error; the next run finishes the window."""
+    point = rng.choice(("after_plan", "after_stage", "before_ack", None))
+    rig.write(txns)
+    rig.let_next_run_take_lease()
+    if point:
+        a = rig.start_run(fault=point, action="stop")
+        a.wait_stopped()
+        rig.store.stop()
+        rig.store.start()
+        a.cont()
+    else:
+        a = rig.start_run()
+        time.sleep(rng.uniform(0.5, 4.0))
+        rig.store.stop()
+        rig.store.start()
+    r = a.finish()
+    rig.runs.append(r)
+    _expect(r, (RC_OK, RC_STAGING, RC_LAKE, *_partial(rig)), "a run across an object-store restart")
+    rig.check(f"object store restarted mid-run at {point} (rc {r.rc})")
+    return f"object store restart at {point}: rc {r.rc}"

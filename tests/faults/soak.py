@@ -3,6 +3,8 @@
     python -m tests.faults.soak --seeds 50            # seeds 1..50, writes tests/faults/RESULTS.md + results.json
     python -m tests.faults.soak --seeds 5 --first-seed 100 --steps 8 --out /tmp/soak
     python -m tests.faults.soak --ddl all --seeds 20 --lenient-every 5   # schema changes: results-ddl.json
+    python -m tests.faults.soak --shapes random --seeds 50   # every seed draws its shape (issue 39)
+    python -m tests.faults.soak --shapes random --first-seed 17 --seeds 1   # seed 17 again, same shape and steps
 
 Per seed: a fresh pipeline over a fresh database on a private MariaDB/ZooKeeper of its own (ports 13318/22192,
 started here if needed, stopped at the end if started here), a seeded workload (tests/faults/workload.py),
@@ -19,6 +21,17 @@ created LIKE others and migrated online as gh-ost and pt-osc do), crashes also h
 every `--lenient-every`-th seed runs its pipeline with `schema_changes: {mode: lenient}`. The lake-table
 deletion step is left out there (a backfill's repair across dropped and renamed tables is not what it
 tests). Its figures go to results-ddl.json and their own section of RESULTS.md.
+
+`--shapes random`: each seed also draws its shape (`Shape`, from a random stream of its own, so a seed's
+shape and steps replay from its number): a single-source pipeline or a group of two shards' sources
+(tests/faults/group.py: rows and global ids moved between the shards, `key: source` and `key: primary_key`
+routes, the group oracle; shards on ports 13351-13352), a local lake or one on an S3-compatible object store
+(S3Proxy, one for the soak, a prefix per seed; the oracle reads the store's own files), and merges on the
+in-process server, on the seed's own `cdc merge-server` (the product's warm option) or through spark-submit per
+window. The shape adds its own faults to the menu: the warm server SIGKILLed (at a point inside the merge job,
+or at a random time) and started again, the object store restarted mid-run, a shard down for a group run.
+`--lake`, `--merge` and `--pipeline` force one part of every seed's shape. RESULTS.md then has the figures
+per shape and per fault kind.
 
 A seed that breaks an invariant is recorded as failed with the oracle's message, and the soak goes on.
 Exit status 1 if any seed failed.
@@ -37,10 +50,14 @@ import tempfile
 import time
 import traceback
 from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.faults import scenarios as sc
+from tests.faults.group import POINTS as GROUP_POINTS
+from tests.faults.group import GroupRig, shard_down
 from tests.faults.harness import Rig
 from tests.faults.merge_server import MergeServer, default_spark
 from tests.faults.oracle import Figures
@@ -61,12 +78,70 @@ MENU = (
     ("staging_deleted", 6),
     ("lake_table_deleted", 3),
     ("clean_run", 8),
+    # A shape's own faults (drawn only where the seed's shape has the thing to break).
+    ("merge_server_kill", 12),  # merge: warm
+    ("object_store_restart", 10),  # lake: object_store
 )
+SHAPE_STEPS = {"merge_server_kill": lambda shape: shape.merge == "warm",
+               "object_store_restart": lambda shape: shape.lake == "object_store"}
+# A group seed's menu: the scenarios that work on a group's runs (its sources' runs, or the whole group's), and a
+# shard down for a run. Not there: zombies and staged or lake files deleted (they read one source's records and
+# paths), MariaDB restarts (the group's sources are the shards, and a shard down is its own step).
+GROUP_MENU = (
+    ("crash_point", 35),
+    ("random_kill", 20),
+    ("zk_restart", 5),
+    ("session_expiry", 5),
+    ("shard_down", 10),
+    ("clean_run", 8),
+    ("merge_server_kill", 12),
+    ("object_store_restart", 10),
+)
+
+# A seed's shape: where its staging area and lake live, and what runs its merges.
+LAKES = ("local", "object_store")
+MERGES = ("inproc", "warm", "spark_submit")
+PIPELINES = ("single", "group")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """`lake`: local directories, or an S3-compatible object store (S3Proxy, the soak's one instance, a prefix
+    per seed). `merge`: `inproc` (the soak's one-JVM merge server in this process: tests/faults/merge_server.py,
+    fault points inside the job fire for the requesting run), `warm` (the product's warm option: the seed's own
+    `cdc merge-server <pipeline>` process, with the pipeline's confs and credentials), or `spark_submit` (a
+    spark-submit per window, as the CLI does by default). `pipeline`: one source, or a group of two shards'
+    sources (tests/faults/group.py: `key: source` routes and a `key: primary_key` one, rows and global ids moved
+    between the shards, the group oracle)."""
+
+    lake: str = "local"
+    merge: str = "inproc"
+    pipeline: str = "single"
+
+    @property
+    def label(self) -> str:
+        return f"{self.pipeline}+{self.lake}+{self.merge}"
+
+
+def draw_shape(seed: int, lake: str | None = None, merge: str | None = None, pipeline: str | None = None) -> Shape:
+    """The seed's shape, from a random stream of its own (so the seed's steps are the same whatever its shape),
+    unless forced. The in-process server has the suite's default Spark confs, no object-store access: an
+    object-store seed drawn with it merges on its warm server instead."""
+    rng = random.Random(f"shape-{seed}")
+    drawn_lake = rng.choices(LAKES, (3, 2))[0]
+    drawn_merge = rng.choices(MERGES, (5, 3, 2))[0]
+    drawn_pipeline = rng.choices(PIPELINES, (3, 2))[0]
+    lake, merge = lake or drawn_lake, merge or drawn_merge
+    if lake == "object_store" and merge == "inproc":
+        merge = "warm"
+    return Shape(lake, merge, pipeline or drawn_pipeline)
 
 
 def step(rig: Rig, rng: random.Random, name: str) -> str:
     txns = rng.choice((2, 4, 8, 15))
     if name == "crash_point":
+        if isinstance(rig, GroupRig):
+            return sc.crash_at(rig, rng.choice(GROUP_POINTS), txns=txns, require=False)
         point = rng.choice(sc.SCHEMA_POINTS if rig.ddl == DDL_ALL else sc.CRASH_POINTS)
         return sc.crash_at(rig, point, txns=txns, require=False)
     if name == "random_kill":
@@ -86,11 +161,18 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
         return sc.staging_deleted(rig, rng, txns=txns)
     if name == "lake_table_deleted":
         return sc.lake_table_deleted(rig, rng, txns=txns)
+    if name == "shard_down":
+        return shard_down(rig, rng, txns=txns)  # type: ignore[arg-type]
+    if name == "merge_server_kill":
+        return sc.merge_server_kill(rig, rng, txns=txns)
+    if name == "object_store_restart":
+        return sc.object_store_restart(rig, rng, txns=txns)
     return sc.run_cleanly(rig, txns=txns)
 
 
 def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer, workdir: Path, steps: int,
-              real_spark: bool, ddl: str = DDL_COLUMNS, lenient: bool = False) -> dict[str, Any]:
+              shape: Shape, ddl: str = DDL_COLUMNS, lenient: bool = False, store: Any = None,
+              shards: Any = None) -> dict[str, Any]:
     rng = random.Random(seed)
     t0 = time.monotonic()
     # Windows of up to 40 transactions, two per run, a 1 s lease: many windows and takeovers per seed,
@@ -101,33 +183,66 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
     if ddl == DDL_ALL:
         extra = {"ddl": DDL_ALL, "ddl_every": 4, "tables": ("orders", "t1", "t2"),
                  "schema_changes": {"mode": "lenient"} if lenient else None}
-    rig = Rig(services, workdir / f"seed{seed}", zk, merge.address, seed, real_spark=real_spark, lease_seconds=1,
-              windows_per_run=2, caps={"max_events": 5000, "max_bytes": 64 << 20,
-                                       "max_transactions": 15 if ddl == DDL_ALL else 40}, **extra)
-    out: dict[str, Any] = {"seed": seed, "real_spark": real_spark, "ddl": ddl, "lenient": lenient, "steps": [],
-                           "ok": False}
+    common: dict[str, Any] = {
+        "real_spark": shape.merge == "spark_submit", "lease_seconds": 1, "windows_per_run": 2,
+        "caps": {"max_events": 5000, "max_bytes": 64 << 20, "max_transactions": 15 if ddl == DDL_ALL else 40},
+        "store": store if shape.lake == "object_store" else None,
+    }
+    address = merge.address if shape.merge == "inproc" else None
+    rig: Rig
+    if shape.pipeline == "group":
+        rig = GroupRig(services, workdir / f"seed{seed}", zk, address, seed, shards=tuple(shards)[:2],
+                       vary_units=True, **common)
+    else:
+        rig = Rig(services, workdir / f"seed{seed}", zk, address, seed, **common, **extra)
+    out: dict[str, Any] = {"seed": seed, "shape": shape.label, "real_spark": shape.merge == "spark_submit",
+                           "ddl": ddl, "lenient": lenient, "steps": [], "ok": False}
     try:
+        if shape.merge == "warm":  # the pipeline's own server, as an operator runs it (`cdc merge-server`)
+            from tests.support.merge_server import ServerProcess, free_port
+
+            rig.merge_server = ServerProcess(str(rig.config_path), rig.name, f"127.0.0.1:{free_port()}",
+                                             rig.workdir, base_env=rig.env())
+            rig.merge_server.start()
+            rig.merge_address = rig.merge_server.address
         rig.write(rng.randint(5, 20))
-        menu = [(n, w) for n, w in MENU if not (ddl == DDL_ALL and n == "lake_table_deleted")]
+        menu = [(n, w) for n, w in (GROUP_MENU if shape.pipeline == "group" else MENU)
+                if not (ddl == DDL_ALL and n == "lake_table_deleted")
+                and SHAPE_STEPS.get(n, lambda _shape: True)(shape)]
         names = [n for n, _ in menu]
         weights = [w for _, w in menu]
         for _ in range(steps):
             name = rng.choices(names, weights)[0]
+            out["failed_step"] = name  # until it returns
             out["steps"].append({"scenario": name, "outcome": step(rig, rng, name)})
+        out["failed_step"] = "final drain and comparison"
         rig.finish(f"seed {seed}")
         out["ok"] = True
+        out.pop("failed_step")
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"[:6000]
         out["traceback"] = traceback.format_exc()[-4000:]
         out["last_run"] = rig.runs[-1].explain()[-4000:] if rig.runs else None
     finally:
-        out["figures"] = rig.oracle.figures.__dict__.copy()
-        out["workload"] = rig.workload.stats.__dict__.copy()
+        out["figures"], out["workload"] = _figures(rig)
         out["runs"] = len(rig.runs)
         out["exit_codes"] = dict(Counter(str(r.rc) for r in rig.runs))
         out["seconds"] = round(time.monotonic() - t0, 1)
         rig.close()
     return out
+
+
+def _figures(rig: Rig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The seed's oracle figures and workload statistics, a group's in the single-source terms the totals add."""
+    if not isinstance(rig, GroupRig):
+        return rig.oracle.figures.__dict__.copy(), rig.workload.stats.__dict__.copy()
+    f = rig.oracle.figures
+    figures = Figures(checks=f.checks, rows_compared=f.rows_compared + f.derived_rows, rows_lost=f.rows_lost,
+                      rows_duplicated=f.rows_duplicated, wrong_values=f.wrong_values,
+                      windows_acked=sum(f.windows_acked.values()))
+    txns = [changes for src in rig.sources.values() for _, changes in src.txns]
+    return figures.__dict__.copy(), {"transactions": len(txns), "rows": sum(len(c) for c in txns),
+                                     "largest_txn_rows": max((len(c) for c in txns), default=0)}
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -167,10 +282,23 @@ def render(summary: dict[str, Any]) -> str:
         + " (0 ok, -9 killed, 3 source, 4 ZooKeeper, 5 fenced, 8 lake, 75 lease held).",
         "",
     ]
+    if summary.get("shapes"):
+        lines += ["By shape (lake + merge path; tests/faults/soak.py `Shape`):", "",
+                  "| shape | seeds | passed | fault steps | CLI runs | windows acked | rows compared "
+                  "| rows lost, duplicated or wrong |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for shape, r in summary["shapes"].items():
+            lines.append(f"| {shape} | {r['seeds']} | {r['passed']} | {r['steps']} | {r['runs']} | "
+                         f"{r['windows_acked']} | {r['rows_compared']} | {r['bad_rows']} |")
+        lines += ["", "By fault kind:", "", "| fault kind | steps | seeds | seeds failed at it |", "|---|---|---|---|"]
+        for kind, r in summary["kinds"].items():
+            lines.append(f"| {kind} | {r['steps']} | {r['seeds']} | {r['failed']} |")
+        lines.append("")
     if summary["failures"]:
         lines += ["## Failed seeds", ""]
         for f in summary["failures"]:
-            lines += [f"- seed {f['seed']}: {f['error'][:1500]}", ""]
+            where = f" ({f['shape']}, at {f['step']})" if f.get("step") else ""
+            lines += [f"- seed {f['seed']}{where}: {f['error'][:1500]}", ""]
     lines += [
         "## The CI part",
         "",
@@ -201,7 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=6, help="fault steps per seed")
-    ap.add_argument("--real-spark-every", type=int, default=0, help="every Nth seed merges with spark-submit")
+    ap.add_argument("--real-spark-every", type=int, default=0,
+                    help="every Nth seed merges with spark-submit (with --shape fixed; the random shapes draw it)")
+    ap.add_argument("--shapes", choices=("fixed", "random"), default="fixed",
+                    help="random: each seed draws its lake and merge path (Shape); fixed: local lake, "
+                         "--lake/--merge or the in-process server")
+    ap.add_argument("--lake", choices=LAKES, default=None, help="every seed's lake (overrides the draw)")
+    ap.add_argument("--merge", choices=MERGES, default=None, help="every seed's merge path (overrides the draw)")
+    ap.add_argument("--pipeline", choices=PIPELINES, default=None, help="every seed's pipeline (overrides the draw)")
+    ap.add_argument("--shard-base-port", type=int, default=13350, help="group seeds' shards: this + 1, + 2")
     ap.add_argument("--out", default=str(HERE), help="where RESULTS.md and results.json go")
     ap.add_argument("--ddl", choices=(DDL_COLUMNS, DDL_ALL), default=DDL_COLUMNS,
                     help="the workload's DDL: ADD/DROP COLUMN, or every kind the product follows")
@@ -229,15 +365,38 @@ def main(argv: list[str] | None = None) -> int:
     seeds: list[dict[str, Any]] = []
     command = "python -m tests.faults.soak " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
-        with MergeServer(default_spark) as merge:
+        with MergeServer(default_spark) as merge, ExitStack() as stack:
+            store: Any = None
+            shards: Any = None
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                real = bool(args.real_spark_every) and seed % args.real_spark_every == 0
+                if args.shapes == "random":
+                    shape = draw_shape(seed, args.lake, args.merge, args.pipeline)
+                else:
+                    real = bool(args.real_spark_every) and seed % args.real_spark_every == 0
+                    shape = Shape(args.lake or "local", args.merge or ("spark_submit" if real else "inproc"),
+                                  args.pipeline or "single")
+                    if shape.lake == "object_store" and shape.merge == "inproc":
+                        shape = Shape(shape.lake, "warm", shape.pipeline)
+                if shape.pipeline == "group" and args.ddl == DDL_ALL:
+                    shape = Shape(shape.lake, shape.merge, "single")  # the group workload has no DDL
+                if shape.pipeline == "group" and shards is None:  # two shards of the soak's own
+                    from tests.support.shards import ShardServers
+
+                    shards = ShardServers.for_worker(0, count=2, base_port=args.shard_base_port,
+                                                     directory=PRIVATE_DIR.parent / "private-soak-shards")
+                    shards.start()
+                    stack.callback(shards.stop_all)
+                if shape.lake == "object_store" and store is None:  # one store for the soak, a prefix per seed
+                    from tests.support.object_store import running_object_store
+
+                    store = stack.enter_context(running_object_store())
                 lenient = args.ddl == DDL_ALL and bool(args.lenient_every) and seed % args.lenient_every == 0
-                res = soak_seed(seed, services, zk, merge, workdir, args.steps, real, args.ddl, lenient)
+                res = soak_seed(seed, services, zk, merge, workdir, args.steps, shape, args.ddl, lenient, store,
+                                shards)
                 seeds.append(res)
                 status = "ok" if res["ok"] else f"FAILED: {res['error'][:300]}"
-                print(f"seed {seed}: {status} ({res['seconds']}s, {len(res['steps'])} steps, {res['runs']} runs)",
-                      flush=True)
+                print(f"seed {seed} ({shape.label}): {status} ({res['seconds']}s, {len(res['steps'])} steps, "
+                      f"{res['runs']} runs)", flush=True)
                 write_results(out, seeds, command, time.monotonic() - t0, args.seeds, args.ddl)  # partial too
     finally:
         zk.stop()
@@ -301,7 +460,10 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
             "rotations": wl["rotations"],
             "largest_txn_rows": largest,
         },
-        "failures": [{"seed": s["seed"], "error": s["error"]} for s in seeds if not s["ok"]],
+        "shapes": _by_shape(seeds),
+        "kinds": _by_kind(seeds),
+        "failures": [{"seed": s["seed"], "shape": s.get("shape", "single+local+inproc"), "step": s.get("failed_step"),
+                      "error": s["error"]} for s in seeds if not s["ok"]],
         "per_seed": [{k: v for k, v in s.items() if k != "traceback"} for s in seeds],
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -311,6 +473,33 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
         _write_md(out, ddl_section=render_ddl(summary))
     else:
         _write_md(out, main=render(summary))
+
+
+def _by_shape(seeds: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per shape (lake+merge): seeds, passed, fault steps, CLI runs, windows acked, rows compared, rows lost,
+    duplicated or wrong."""
+    out: dict[str, dict[str, int]] = {}
+    for s in seeds:
+        f = s["figures"]
+        row = out.setdefault(s.get("shape", "single+local+inproc"), Counter())
+        row.update({"seeds": 1, "passed": int(s["ok"]), "steps": len(s["steps"]), "runs": s["runs"],
+                    "windows_acked": f["windows_acked"], "rows_compared": f["rows_compared"],
+                    "bad_rows": f["rows_lost"] + f["rows_duplicated"] + f["wrong_values"]})
+    return {k: dict(v) for k, v in sorted(out.items())}
+
+
+def _by_kind(seeds: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per fault kind: steps taken, seeds that took one, and seeds that failed at one."""
+    out: dict[str, Counter[str]] = {}
+    for s in seeds:
+        kinds = {st["scenario"] for st in s["steps"]}
+        for st in s["steps"]:
+            out.setdefault(st["scenario"], Counter())["steps"] += 1
+        for k in kinds:
+            out[k]["seeds"] += 1
+        if not s["ok"] and s.get("failed_step"):
+            out.setdefault(s["failed_step"], Counter())["failed"] += 1
+    return {k: {"steps": v["steps"], "seeds": v["seeds"], "failed": v["failed"]} for k, v in sorted(out.items())}
 
 
 # RESULTS.md: the soak's figures, then this line, then the schema-change soak's; each run rewrites its own part.
