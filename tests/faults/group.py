@@ -743,12 +743,11 @@ class GroupRig(Rig):
             "snapshot": {"on_start": False},
             "zookeeper": {"hosts": self.services.zk_hosts, "root": self.zk_root},
             "lease_seconds": self.lease_seconds,
-            **self.storage_config(),
             "schedule": None,
             "retries": 1,
             "caps": self.caps,
             # One table at a time in the merge job: a crash inside it leaves a known set of tables committed.
-            "spark": {"merge_parallelism": 1},
+            **self.storage_config({"merge_parallelism": 1}),
             **overrides,
         }
         self.config_path.write_text(json.dumps({"pipelines": [pipeline]}, indent=2))

@@ -33,6 +33,7 @@ from tests.faults.workload import DDL_ALL, DDL_COLUMNS, Shadow, Workload
 ROOT = Path(__file__).resolve().parents[2]
 CONN_ID = "cdc_source_faults"
 STORE_CONN_ID = "cdc_store_faults"
+CLUSTER_CONN_ID = "spark_cluster_faults"
 _OWN_ENV = ("CDC_FAULT", "CDC_FAULT_ONCE", "CDC_FAULT_ACTION", "CDC_MERGE_SERVER", "CDC_TEST_ZK_SESSION_FILE",
             "CDC_CONFIG")
 
@@ -165,6 +166,9 @@ class Rig:
     # store's own files (its filesystem backend), the pipeline goes through S3 with the store's credentials.
     store: Any = None
     merge_server: Any = None  # the product's warm merge server of this pipeline (tests/support/merge_server.py)
+    # A Spark standalone cluster (tests/support/spark_cluster.Cluster) the merges are submitted to (with
+    # real_spark); None: spark-submit runs them on local[2].
+    cluster: Any = None
     name: str = ""
     database: str = ""
     zk_root: str = ""
@@ -211,10 +215,16 @@ class Rig:
             self.staging.mkdir(exist_ok=True)
             self.lake_url, self.staging_url = str(self.lake), str(self.staging)
 
-    def storage_config(self) -> dict[str, Any]:
-        """The pipeline configuration's storage keys."""
+    def storage_config(self, spark: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The pipeline configuration's storage keys, and its `spark:` section (`spark`, plus the cluster's
+        connection when merges go to one)."""
+        spark = dict(spark or {})
+        if self.cluster is not None:
+            spark.update({"conn_id": CLUSTER_CONN_ID,
+                          "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2"}})
         return {"staging_root": self.staging_url, "lake_root": self.lake_url,
-                **({"object_store": {"conn_id": STORE_CONN_ID}} if self.store is not None else {})}
+                **({"object_store": {"conn_id": STORE_CONN_ID}} if self.store is not None else {}),
+                **({"spark": spark} if spark else {})}
 
     def close(self) -> None:
         if self.merge_server is not None:
@@ -289,6 +299,8 @@ class Rig:
             })
         if self.store is not None:
             env[f"AIRFLOW_CONN_{STORE_CONN_ID.upper()}"] = self._store_connection
+        if self.cluster is not None:
+            env[f"AIRFLOW_CONN_{CLUSTER_CONN_ID.upper()}"] = self.cluster.connection
         if self.merge_address and not self.real_spark:
             env["CDC_MERGE_SERVER"] = self.merge_address
         env.update(extra or {})

@@ -10,8 +10,10 @@ nothing; a restarted service makes a run either continue safely or stop with a c
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -399,3 +401,27 @@ def object_store_restart(rig: Rig, rng: random.Random, txns: int = 4) -> str:
     _expect(r, (RC_OK, RC_STAGING, RC_LAKE, *_partial(rig)), "a run across an object-store restart")
     rig.check(f"object store restarted mid-run at {point} (rc {r.rc})")
     return f"object store restart at {point}: rc {r.rc}"
+
+
+def cluster_worker_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: float = 20.0) -> str:
+    """A worker of the Spark cluster the merges are submitted to (rig.cluster) SIGKILLed with its executors while
+    a run is going on (at a random time: before, during or after its merge). Spark re-runs the lost tasks on the
+    other worker, or the job fails and the run with it (retryable); either way nothing lands twice. The worker
+    is started again after the run."""
+    rig.write(txns)
+    rig.let_next_run_take_lease()
+    worker = rng.choice((1, 2))
+    after = rng.uniform(1.0, max_after)
+    a = rig.start_run()
+    deadline = time.monotonic() + after
+    while a.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(rig.cluster.worker_pid(worker), signal.SIGKILL)
+    r = a.finish()
+    rig.runs.append(r)
+    restarted = rig.cluster.script("start")  # the killed worker back
+    if restarted.returncode != 0:
+        raise AssertionError(f"the cluster's worker {worker} did not start again: {restarted.stderr[-2000:]}")
+    _expect(r, (RC_OK, RC_LAKE, *_partial(rig)), f"a run whose cluster lost worker {worker}")
+    rig.check(f"cluster worker {worker} killed after {after:.1f}s (rc {r.rc})")
+    return f"cluster worker killed after {after:.1f}s: rc {r.rc}"

@@ -27,9 +27,11 @@ shape and steps replay from its number): a single-source pipeline or a group of 
 (tests/faults/group.py: rows and global ids moved between the shards, `key: source` and `key: primary_key`
 routes, the group oracle; shards on ports 13351-13352), a local lake or one on an S3-compatible object store
 (S3Proxy, one for the soak, a prefix per seed; the oracle reads the store's own files), and merges on the
-in-process server, on the seed's own `cdc merge-server` (the product's warm option) or through spark-submit per
-window. The shape adds its own faults to the menu: the warm server SIGKILLed (at a point inside the merge job,
-or at a random time) and started again, the object store restarted mid-run, a shard down for a group run.
+in-process server, on the seed's own `cdc merge-server` (the product's warm option), through spark-submit per
+window, or through spark-submit to a Spark standalone cluster (one for the soak: a master, two workers). The
+shape adds its own faults to the menu: the warm server SIGKILLed (at a point inside the merge job, or at a
+random time) and started again, the object store restarted mid-run, a shard down for a group run, a cluster
+worker killed mid-run (the driver is the run's spark-submit: the random kills and the merge job's points kill it).
 `--lake`, `--merge` and `--pipeline` force one part of every seed's shape. RESULTS.md then has the figures
 per shape and per fault kind.
 
@@ -81,9 +83,11 @@ MENU = (
     # A shape's own faults (drawn only where the seed's shape has the thing to break).
     ("merge_server_kill", 12),  # merge: warm
     ("object_store_restart", 10),  # lake: object_store
+    ("cluster_worker_kill", 12),  # merge: cluster
 )
 SHAPE_STEPS = {"merge_server_kill": lambda shape: shape.merge == "warm",
-               "object_store_restart": lambda shape: shape.lake == "object_store"}
+               "object_store_restart": lambda shape: shape.lake == "object_store",
+               "cluster_worker_kill": lambda shape: shape.merge == "cluster"}
 # A group seed's menu: the scenarios that work on a group's runs (its sources' runs, or the whole group's), and a
 # shard down for a run. Not there: zombies and staged or lake files deleted (they read one source's records and
 # paths), MariaDB restarts (the group's sources are the shards, and a shard down is its own step).
@@ -96,11 +100,12 @@ GROUP_MENU = (
     ("clean_run", 8),
     ("merge_server_kill", 12),
     ("object_store_restart", 10),
+    ("cluster_worker_kill", 12),
 )
 
 # A seed's shape: where its staging area and lake live, and what runs its merges.
 LAKES = ("local", "object_store")
-MERGES = ("inproc", "warm", "spark_submit")
+MERGES = ("inproc", "warm", "spark_submit", "cluster")
 PIPELINES = ("single", "group")
 
 
@@ -109,8 +114,9 @@ class Shape:
     """`lake`: local directories, or an S3-compatible object store (S3Proxy, the soak's one instance, a prefix
     per seed). `merge`: `inproc` (the soak's one-JVM merge server in this process: tests/faults/merge_server.py,
     fault points inside the job fire for the requesting run), `warm` (the product's warm option: the seed's own
-    `cdc merge-server <pipeline>` process, with the pipeline's confs and credentials), or `spark_submit` (a
-    spark-submit per window, as the CLI does by default). `pipeline`: one source, or a group of two shards'
+    `cdc merge-server <pipeline>` process, with the pipeline's confs and credentials), `spark_submit` (a
+    spark-submit per window, as the CLI does by default), or `cluster` (spark-submit to the soak's Spark
+    standalone cluster). `pipeline`: one source, or a group of two shards'
     sources (tests/faults/group.py: `key: source` routes and a `key: primary_key` one, rows and global ids moved
     between the shards, the group oracle)."""
 
@@ -129,7 +135,7 @@ def draw_shape(seed: int, lake: str | None = None, merge: str | None = None, pip
     object-store seed drawn with it merges on its warm server instead."""
     rng = random.Random(f"shape-{seed}")
     drawn_lake = rng.choices(LAKES, (3, 2))[0]
-    drawn_merge = rng.choices(MERGES, (5, 3, 2))[0]
+    drawn_merge = rng.choices(MERGES, (5, 3, 2, 1))[0]
     drawn_pipeline = rng.choices(PIPELINES, (3, 2))[0]
     lake, merge = lake or drawn_lake, merge or drawn_merge
     if lake == "object_store" and merge == "inproc":
@@ -163,6 +169,8 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
         return sc.lake_table_deleted(rig, rng, txns=txns)
     if name == "shard_down":
         return shard_down(rig, rng, txns=txns)  # type: ignore[arg-type]
+    if name == "cluster_worker_kill":
+        return sc.cluster_worker_kill(rig, rng, txns=txns)
     if name == "merge_server_kill":
         return sc.merge_server_kill(rig, rng, txns=txns)
     if name == "object_store_restart":
@@ -172,7 +180,7 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
 
 def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer, workdir: Path, steps: int,
               shape: Shape, ddl: str = DDL_COLUMNS, lenient: bool = False, store: Any = None,
-              shards: Any = None) -> dict[str, Any]:
+              shards: Any = None, cluster: Any = None) -> dict[str, Any]:
     rng = random.Random(seed)
     t0 = time.monotonic()
     # Windows of up to 40 transactions, two per run, a 1 s lease: many windows and takeovers per seed,
@@ -184,9 +192,10 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
         extra = {"ddl": DDL_ALL, "ddl_every": 4, "tables": ("orders", "t1", "t2"),
                  "schema_changes": {"mode": "lenient"} if lenient else None}
     common: dict[str, Any] = {
-        "real_spark": shape.merge == "spark_submit", "lease_seconds": 1, "windows_per_run": 2,
+        "real_spark": shape.merge in ("spark_submit", "cluster"), "lease_seconds": 1, "windows_per_run": 2,
         "caps": {"max_events": 5000, "max_bytes": 64 << 20, "max_transactions": 15 if ddl == DDL_ALL else 40},
         "store": store if shape.lake == "object_store" else None,
+        "cluster": cluster if shape.merge == "cluster" else None,
     }
     address = merge.address if shape.merge == "inproc" else None
     rig: Rig
@@ -195,7 +204,7 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
                        vary_units=True, **common)
     else:
         rig = Rig(services, workdir / f"seed{seed}", zk, address, seed, **common, **extra)
-    out: dict[str, Any] = {"seed": seed, "shape": shape.label, "real_spark": shape.merge == "spark_submit",
+    out: dict[str, Any] = {"seed": seed, "shape": shape.label, "real_spark": common["real_spark"],
                            "ddl": ddl, "lenient": lenient, "steps": [], "ok": False}
     try:
         if shape.merge == "warm":  # the pipeline's own server, as an operator runs it (`cdc merge-server`)
@@ -368,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         with MergeServer(default_spark) as merge, ExitStack() as stack:
             store: Any = None
             shards: Any = None
+            cluster: Any = None
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if args.shapes == "random":
                     shape = draw_shape(seed, args.lake, args.merge, args.pipeline)
@@ -390,9 +400,13 @@ def main(argv: list[str] | None = None) -> int:
                     from tests.support.object_store import running_object_store
 
                     store = stack.enter_context(running_object_store())
+                if shape.merge == "cluster" and cluster is None:  # one cluster for the soak
+                    from tests.support.spark_cluster import running_cluster
+
+                    cluster = stack.enter_context(running_cluster())
                 lenient = args.ddl == DDL_ALL and bool(args.lenient_every) and seed % args.lenient_every == 0
                 res = soak_seed(seed, services, zk, merge, workdir, args.steps, shape, args.ddl, lenient, store,
-                                shards)
+                                shards, cluster)
                 seeds.append(res)
                 status = "ok" if res["ok"] else f"FAILED: {res['error'][:300]}"
                 print(f"seed {seed} ({shape.label}): {status} ({res['seconds']}s, {len(res['steps'])} steps, "
