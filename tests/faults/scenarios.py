@@ -190,21 +190,28 @@ def _wait_zk(rig: Rig, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-def zk_restart(rig: Rig, point: str | None = "after_stage", txns: int = 4) -> str:
-    """ZooKeeper restarted while a run is in the middle of a window (paused at `point`, or running)."""
+def _run_across(rig: Rig, point: str | None, restart: Any, txns: int, running_for: float = 1.0) -> CliResult:
+    """A run with `restart()` done while it is in the middle of a window: paused at `point` (resumed after), or
+    `running_for` seconds after it started."""
     rig.write(txns)
     rig.let_next_run_take_lease()
     if point:
         a = rig.start_run(fault=point, action="stop")
         a.wait_stopped()
-        rig.services.restart_zookeeper()
+        restart()
         a.cont()
     else:
         a = rig.start_run()
-        time.sleep(1.0)
-        rig.services.restart_zookeeper()
+        time.sleep(running_for)
+        restart()
     r = a.finish()
     rig.runs.append(r)
+    return r
+
+
+def zk_restart(rig: Rig, point: str | None = "after_stage", txns: int = 4) -> str:
+    """ZooKeeper restarted while a run is in the middle of a window (paused at `point`, or running)."""
+    r = _run_across(rig, point, rig.services.restart_zookeeper, txns)
     _wait_zk(rig)
     _expect(r, (RC_OK, RC_COORDINATION, *_partial(rig)), "a run across a ZooKeeper restart")
     rig.check(f"ZooKeeper restarted mid-run at {point} (rc {r.rc})")
@@ -383,21 +390,12 @@ def object_store_restart(rig: Rig, rng: random.Random, txns: int = 4) -> str:
     middle of a window: paused at a point (planned, staged, or merged and about to ack), or running. The run
     carries on or stops with a clear staging or lake error; the next run finishes the window."""
     point = rng.choice(("after_plan", "after_stage", "before_ack", None))
-    rig.write(txns)
-    rig.let_next_run_take_lease()
-    if point:
-        a = rig.start_run(fault=point, action="stop")
-        a.wait_stopped()
+
+    def restart() -> None:
         rig.store.stop()
         rig.store.start()
-        a.cont()
-    else:
-        a = rig.start_run()
-        time.sleep(rng.uniform(0.5, 4.0))
-        rig.store.stop()
-        rig.store.start()
-    r = a.finish()
-    rig.runs.append(r)
+
+    r = _run_across(rig, point, restart, txns, running_for=rng.uniform(0.5, 4.0))
     _expect(r, (RC_OK, RC_STAGING, RC_LAKE, *_partial(rig)), "a run across an object-store restart")
     rig.check(f"object store restarted mid-run at {point} (rc {r.rc})")
     return f"object store restart at {point}: rc {r.rc}"
