@@ -212,10 +212,18 @@ class Source:
         if not ids:
             free = [(i,) for i in range(1, KEYS + 1)
                     if (here, (i,)) not in self.rows and (there, (i,)) not in other.rows]
-            txn = self.transaction()
-            txn.put(here, free[0], self._row(here, free[0]))
-            self.commit(txn)
-            ids = [free[0]]
+            if not free:  # every id is held here or there (a long workload): `other` deletes one first
+                held = sorted(k for t, k in self.rows if t == here)  # each also held there
+                gone = held[0] if held else min(k for t, k in other.rows if t == there)
+                txn = other.transaction()
+                txn.delete(there, gone)
+                other.commit(txn)
+                ids, free = ([gone], []) if held else ([], [gone])
+            if not ids:
+                txn = self.transaction()
+                txn.put(here, free[0], self._row(here, free[0]))
+                self.commit(txn)
+                ids = [free[0]]
         key = self.rng.choice(ids)
         return self._move(here, key, other, there)
 
