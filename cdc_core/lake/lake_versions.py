@@ -91,24 +91,15 @@ def checkpoint_rows(
 
 
 def current_versions(
-    pipeline: str, seq: int, uris: dict[str, str], *, storage: Storage = AMBIENT,
-    read: Callable[[list[str]], list[TableFacts | None]] | None = None,
+    pipeline: str, seq: int, uris: dict[str, str], *, read: Callable[[list[str]], list[TableFacts | None]],
 ) -> dict[str, int | None]:
     """Each table's current Delta version, checked to hold no window after `seq` (else this run is stale).
 
     None for a table that is not there (a deleted table: a reader of the cut gets an error for it). `read`:
-    the tables' facts for a list of URIs (the ack's, which read most of them already); by default each is
-    read now.
+    the tables' facts for a list of URIs (the ack's `LakeReads.facts`, which read most of them already).
     """
-    from cdc_core.lake import delta_state
-
     names = list(uris)
-    if read is None:
-        # Every table of the pipeline, each ack: on an object store READ_THREADS reads at a time.
-        facts = delta_state.per_table(lambda uri: delta_state.table_facts(uri, pipeline, storage=storage),
-                                      [uris[n] for n in names], next(iter(uris.values()), ""))
-    else:
-        facts = read([uris[n] for n in names])
+    facts = read([uris[n] for n in names])
     out: dict[str, int | None] = {}
     for name, found in zip(names, facts, strict=True):
         uri = uris[name]

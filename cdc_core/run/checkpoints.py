@@ -48,7 +48,7 @@ def record_checkpoint(
     covered = position.commit_ts if position else None
 
     def build() -> Any:
-        versions = lake_versions.current_versions(p.name, plan.seq, uris, storage=p.storage, read=lake.facts)
+        versions = lake_versions.current_versions(p.name, plan.seq, uris, read=lake.facts)
         changed = result.get("tables") or {}
         rows = []
         for name, uri in sorted(uris.items()):

@@ -202,6 +202,7 @@ def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
+    from cdc_core.lake import delta_state
     from cdc_core.model.errors import StateConflict
 
     uri = str(tmp_path / "s" / "a")
@@ -209,9 +210,13 @@ def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path
         write_deltalake(uri, pa.table({"id": [seq]}), mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction("p", seq)]))
     missing = str(tmp_path / "s" / "gone")
-    assert lv.current_versions("p", 3, {"s.a": uri, "s.gone": missing}) == {"s.a": 2, "s.gone": None}
+
+    def read(uris: list[str]) -> list[delta_state.TableFacts | None]:
+        return [delta_state.table_facts(u, "p") for u in uris]
+
+    assert lv.current_versions("p", 3, {"s.a": uri, "s.gone": missing}, read=read) == {"s.a": 2, "s.gone": None}
     with pytest.raises(StateConflict, match="already holds window 3, after window 2"):
-        lv.current_versions("p", 2, {"s.a": uri})
+        lv.current_versions("p", 2, {"s.a": uri}, read=read)
 
 
 def test_a_vacuumed_or_forgotten_version_names_the_retention_to_raise(tmp_path: Path) -> None:
