@@ -374,6 +374,55 @@ def test_two_concurrent_runs_land_the_window_once(spark, staging_dir, lake_dir):
         assert last_txn_version(spark, table, PIPE) == 2
 
 
+@pytest.mark.parametrize("writer", ["spark", "delta-rs"])
+def test_a_run_landing_the_window_in_the_gap_after_the_first_read_lands_nothing_twice(
+    spark, staging_dir, lake_dir, monkeypatch, writer
+):
+    """The gap `MergeRun.unlanded` leaves open: the job's first read found the tables without the window and does
+    not read their txn again before landing them. Another run of the same window landing them in that gap
+    (forced here: it runs whole just before this run's schema phase) must be found by the writer itself (delta-rs's
+    check inside its commit, Delta's txn identity for Spark): one commit of the window per table and tombstone
+    table, the rows as the window leaves them, one of created `shop.b`."""
+    from spark_apps.merge.land import MergeRun
+
+    small = 0 if writer == "spark" else MergeJobSpec.small_table_rows
+    clock = VersionClock()
+    w1 = WindowBuilder(staging_dir, PIPE, 1, clock)
+    w1.file("shop", "a", ("id",), [ID, NOTE], [("I", {"id": i, "note": f"n{i}"}) for i in range(1, 6)])
+    run(spark, w1.build(), lake_dir, small_table_rows=small)
+    w2 = WindowBuilder(staging_dir, PIPE, 2, clock)
+    w2.file("shop", "a", ("id",), [ID, NOTE],
+            [("U", {"id": 1, "note": "u"}), ("D", {"id": 2, "note": "n2"}), ("I", {"id": 9, "note": "new"})])
+    w2.file("shop", "b", ("id",), [ID, QTY], [("I", {"id": 1, "qty": 1})])  # created by this window
+    built = w2.build()
+
+    real_phase = MergeRun.schema_phase
+    other: list[dict[str, Any]] = []
+
+    def other_run_lands_first(self: Any, targets: Any, parallelism: int = 1) -> None:
+        if not other:  # this run, past its first read: the other run of the window goes whole now
+            other.append({})
+            other[0] = run(spark.newSession(), built, lake_dir, small_table_rows=small)
+        real_phase(self, targets, parallelism)
+
+    monkeypatch.setattr(MergeRun, "schema_phase", other_run_lands_first)
+    ours = run(spark, built, lake_dir, small_table_rows=small)
+    monkeypatch.setattr(MergeRun, "schema_phase", real_phase)
+
+    assert statuses(other[0]) == {"shop.a": STATUS_COMMITTED, "shop.b": STATUS_COMMITTED}
+    assert statuses(ours) == {"shop.a": STATUS_ALREADY, "shop.b": STATUS_ALREADY}, ours["tables"]
+    assert contents(spark, lake_dir, "shop", "a") == {
+        (1,): {"id": 1, "note": "u"}, (3,): {"id": 3, "note": "n3"}, (4,): {"id": 4, "note": "n4"},
+        (5,): {"id": 5, "note": "n5"}, (9,): {"id": 9, "note": "new"},
+    }
+    assert contents(spark, lake_dir, "shop", "b") == {(1,): {"id": 1, "qty": 1}}
+    for table in (uri(lake_dir, "shop", "a"), uri(lake_dir, "shop", "b"), tombstone_uri(str(lake_dir), "shop", "a")):
+        seqs = [json.loads(r["userMetadata"])["seq"] for r in DeltaTable.forPath(spark, table).history().collect()
+                if r["userMetadata"]]
+        assert seqs.count(2) == 1, (table, seqs)
+        assert last_txn_version(spark, table, PIPE) == 2
+
+
 # --------------------------------------------------------------------------------- change semantics
 
 
