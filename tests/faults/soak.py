@@ -392,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                 if shape.pipeline == "group" and shards is None:  # two shards of the soak's own
                     from tests.support.shards import ShardServers
 
-                    shards = ShardServers.for_worker(0, count=2, base_port=args.shard_base_port,
-                                                     directory=PRIVATE_DIR.parent / "private-soak-shards")
+                    where = PRIVATE_DIR.parent / f"private-soak-shards-{args.shard_base_port}"
+                    shards = ShardServers.for_worker(0, count=2, base_port=args.shard_base_port, directory=where)
                     shards.start()
                     stack.callback(shards.stop_all)
                 if shape.lake == "object_store" and store is None:  # one store for the soak, a prefix per seed
