@@ -292,7 +292,7 @@ def render(summary: dict[str, Any]) -> str:
         "",
     ]
     if summary.get("shapes"):
-        lines += ["By shape (lake + merge path; tests/faults/soak.py `Shape`):", "",
+        lines += ["By shape (pipeline + lake + merge path; tests/faults/soak.py `Shape`):", "",
                   "| shape | seeds | passed | fault steps | CLI runs | windows acked | rows compared "
                   "| rows lost, duplicated or wrong |",
                   "|---|---|---|---|---|---|---|---|"]
