@@ -1,5 +1,5 @@
 """A group pipeline under faults (docs/group-pipelines.md), for tests/faults/test_fault_group.py and the soak's
-group shape (tests/faults/soak.py): two shards' sources with a seeded workload that moves rows between them
+group shape (tests/faults/soak.py): two to four shards' sources with a seeded workload that moves rows between them
 (`Source`, `Txn`), the oracle that checks every invariant of every source after each run (`GroupOracle`; what
 it checks: test_fault_group.py's docstring), and the rig that drives `cdc run` over the group (`GroupRig`)."""
 
@@ -26,7 +26,8 @@ from tests.faults.harness import RC_OK, RC_PARTIAL, RC_SOURCE, CliResult, Rig, R
 from tests.faults.scenarios import CRASH_POINTS
 
 BIG_CAPS = {"max_events": 100_000, "max_bytes": 1 << 30, "max_transactions": 1000}
-SOURCES = ("a", "b")
+SOURCES = ("a", "b")  # test_fault_group.py's two sources
+SOURCE_IDS = ("a", "b", "c", "d")  # a rig's sources, one per shard
 KEYS = 10  # orders ids 1..KEYS, items (1..KEYS/2, 1..3): equal keys in every schema of every shard
 COLUMNS = {"orders": ("id", "amount", "note"), "items": ("order_id", "line", "qty", "sku"),
            "accounts": ("id", "balance", "note")}
@@ -714,8 +715,12 @@ class GroupRig(Rig):
         self._storage()
         self.write_rng, self.run_rng = random.Random(f"{self.seed}-writes"), random.Random(f"{self.seed}-runs")
         self.prefix = f"g{tag}"
-        # Source a: two schemas on shard 1 (equal keys in both); source b: one schema on shard 2.
-        layout_ = {"a": (self.shards[0], ("00", "01")), "b": (self.shards[1], ("02",))}
+        # Source a: two schemas on shard 1 (equal keys in both); b, c, d: one schema each on shards 2, 3, 4.
+        if not 2 <= len(self.shards) <= len(SOURCE_IDS):
+            raise ValueError(f"a group rig takes 2 to {len(SOURCE_IDS)} shards, not {len(self.shards)}")
+        layout_ = {"a": (self.shards[0], ("00", "01"))}
+        layout_.update({sid: (shard, (f"0{i + 1}",)) for i, (sid, shard) in enumerate(zip(SOURCE_IDS[1:],
+                                                                                           self.shards[1:]), 1)})
         ids = itertools.count(1)  # accounts ids, shared: globally unique across both shards and all schemas
         self.sources = {
             sid: Source(sid, shard, tuple(f"{self.prefix}_{n}" for n in nums), random.Random(f"{self.seed}-{sid}"),
@@ -782,22 +787,26 @@ class GroupRig(Rig):
     # ------------------------------------------------ Rig's interface, for Rig's scenarios (tests/faults/soak.py)
 
     def write(self, transactions: int, tables: tuple[str, ...] | None = None) -> None:
-        """Seeded writes: `transactions` on one source or both (`Source.batch`: its first transaction touches
-        every table), and, half of the time each, an order moved between the shards keeping its key and an
-        account (a global id) moved to the other shard or between a's schemas."""
+        """Seeded writes: `transactions` spread over one source or more (`Source.batch`: its first transaction
+        touches every table), and, half of the time each, an order moved between two shards keeping its key and
+        an account (a global id) moved to another shard or between a's schemas."""
         rng = self.write_rng
-        a, b = self.sources["a"], self.sources["b"]
-        for src in rng.sample((a, b), rng.choice((1, 2))):
-            src.batch(max(1, transactions // 2))
+        sources = [self.sources[sid] for sid in sorted(self.sources)]
+        picked = rng.sample(sources, rng.randint(1, len(sources)))
+        for src in picked:
+            src.batch(max(1, transactions // 2))  # // 2 as when a group had two shards: their seeds replay
         if rng.random() < 0.5:
-            x, y = rng.sample((a, b), 2)
+            x, y = rng.sample(sources, 2)
             x.move_to(y)
         if rng.random() < 0.5:
-            src, dst = rng.choice(((a, a), (a, b), (b, a)))  # b has one schema: no move inside b
+            # Only a has two schemas: no move inside another source.
+            src, dst = rng.choice([(x, y) for x in sources for y in sources if x is not y or len(x.schemas) > 1])
             src.move_account(dst)
 
     def _who(self) -> tuple[str, ...]:
-        who = self.run_rng.choice((None, None, "a", "b")) if self.vary_units else None
+        """A whole-group run half of the time, else one source's."""
+        sids = sorted(self.sources)
+        who = self.run_rng.choice((*[None] * len(sids), *sids)) if self.vary_units else None
         return ("--source", who) if who else ()
 
     def run(self, windows: int | None = None, **kw: Any) -> CliResult:
@@ -845,8 +854,8 @@ def drain(rig: GroupRig, max_runs: int = 5) -> int:
 
 
 def shard_down(rig: GroupRig, rng: random.Random, txns: int = 4) -> str:
-    """One source's shard stopped for a run of the whole group: the other source lands its windows, the stopped
-    one fails with a source error (a partial failure, exit 9; or exit 3 when the other had nothing to land), and
+    """One source's shard stopped for a run of the whole group: the other sources land their windows, the stopped
+    one fails with a source error (a partial failure, exit 9; or exit 3 when the others had nothing to land), and
     nothing of the stopped source moves. The shard comes back; later runs catch it up."""
     rig.write(txns)
     sid = rng.choice(sorted(rig.sources))

@@ -5,6 +5,7 @@
     python -m tests.faults.soak --ddl all --seeds 20 --lenient-every 5   # schema changes: results-ddl.json
     python -m tests.faults.soak --shapes random --seeds 50   # every seed draws its shape (issue 39)
     python -m tests.faults.soak --shapes random --first-seed 17 --seeds 1   # seed 17 again, same shape and steps
+    python -m tests.faults.soak --shapes random --first-seed 23 --seeds 28 --append   # continue: fold in
 
 Per seed: a fresh pipeline over a fresh database on a private MariaDB/ZooKeeper of its own (ports 13318/22192,
 started here if needed, stopped at the end if started here), a seeded workload (tests/faults/workload.py),
@@ -23,16 +24,17 @@ deletion step is left out there (a backfill's repair across dropped and renamed 
 tests). Its figures go to results-ddl.json and their own section of RESULTS.md.
 
 `--shapes random`: each seed also draws its shape (`Shape`, from a random stream of its own, so a seed's
-shape and steps replay from its number): a single-source pipeline or a group of two shards' sources
+shape and steps replay from its number): a single-source pipeline or a group of two to four shards' sources
 (tests/faults/group.py: rows and global ids moved between the shards, `key: source` and `key: primary_key`
-routes, the group oracle; shards on ports 13351-13352), a local lake or one on an S3-compatible object store
+routes, the group oracle; shards on ports 13351-13354), a local lake or one on an S3-compatible object store
 (S3Proxy, one for the soak, a prefix per seed; the oracle reads the store's own files), and merges on the
 in-process server, on the seed's own `cdc merge-server` (the product's warm option), through spark-submit per
 window, or through spark-submit to a Spark standalone cluster (one for the soak: a master, two workers). The
 shape adds its own faults to the menu: the warm server SIGKILLed (at a point inside the merge job, or at a
 random time) and started again, the object store restarted mid-run, a shard down for a group run, a cluster
 worker killed mid-run (the driver is the run's spark-submit: the random kills and the merge job's points kill it).
-`--lake`, `--merge` and `--pipeline` force one part of every seed's shape. RESULTS.md then has the figures
+`--lake`, `--merge`, `--pipeline` and `--shards` force one part of every seed's shape (group seeds before
+2026-11-30 had two shards: `--shards 2` replays them). RESULTS.md then has the figures
 per shape and per fault kind.
 
 A seed that breaks an invariant is recorded as failed with the oracle's message, and the soak goes on.
@@ -107,6 +109,7 @@ GROUP_MENU = (
 LAKES = ("local", "object_store")
 MERGES = ("inproc", "warm", "spark_submit", "cluster")
 PIPELINES = ("single", "group")
+SHARD_COUNTS = (2, 3, 4)  # a group seed's shards, one source each
 
 
 @dataclass(frozen=True)
@@ -116,31 +119,37 @@ class Shape:
     fault points inside the job fire for the requesting run), `warm` (the product's warm option: the seed's own
     `cdc merge-server <pipeline>` process, with the pipeline's confs and credentials), `spark_submit` (a
     spark-submit per window, as the CLI does by default), or `cluster` (spark-submit to the soak's Spark
-    standalone cluster). `pipeline`: one source, or a group of two shards'
+    standalone cluster). `pipeline`: one source, or a group of `shards` (2-4) shards'
     sources (tests/faults/group.py: `key: source` routes and a `key: primary_key` one, rows and global ids moved
     between the shards, the group oracle)."""
 
     lake: str = "local"
     merge: str = "inproc"
     pipeline: str = "single"
+    shards: int = 0  # a group's sources, one per shard (0 for a single pipeline)
 
     @property
     def label(self) -> str:
-        return f"{self.pipeline}+{self.lake}+{self.merge}"
+        pipeline = f"group{self.shards}" if self.pipeline == "group" else self.pipeline
+        return f"{pipeline}+{self.lake}+{self.merge}"
 
 
-def draw_shape(seed: int, lake: str | None = None, merge: str | None = None, pipeline: str | None = None) -> Shape:
+def draw_shape(seed: int, lake: str | None = None, merge: str | None = None, pipeline: str | None = None,
+               shards: int | None = None) -> Shape:
     """The seed's shape, from a random stream of its own (so the seed's steps are the same whatever its shape),
     unless forced. The in-process server has the suite's default Spark confs, no object-store access: an
-    object-store seed drawn with it merges on its warm server instead."""
+    object-store seed drawn with it merges on its warm server instead. A group's shard count comes from a
+    stream of its own (added after the first seeds ran: their lake, merge and pipeline draws stay)."""
     rng = random.Random(f"shape-{seed}")
     drawn_lake = rng.choices(LAKES, (3, 2))[0]
     drawn_merge = rng.choices(MERGES, (5, 3, 2, 1))[0]
     drawn_pipeline = rng.choices(PIPELINES, (3, 2))[0]
-    lake, merge = lake or drawn_lake, merge or drawn_merge
+    lake, merge, pipeline = lake or drawn_lake, merge or drawn_merge, pipeline or drawn_pipeline
     if lake == "object_store" and merge == "inproc":
         merge = "warm"
-    return Shape(lake, merge, pipeline or drawn_pipeline)
+    if pipeline != "group":
+        return Shape(lake, merge, pipeline)
+    return Shape(lake, merge, pipeline, shards or random.Random(f"shards-{seed}").choice(SHARD_COUNTS))
 
 
 def step(rig: Rig, rng: random.Random, name: str) -> str:
@@ -200,7 +209,7 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
     address = merge.address if shape.merge == "inproc" else None
     rig: Rig
     if shape.pipeline == "group":
-        rig = GroupRig(services, workdir / f"seed{seed}", zk, address, seed, shards=tuple(shards)[:2],
+        rig = GroupRig(services, workdir / f"seed{seed}", zk, address, seed, shards=tuple(shards)[:shape.shards],
                        vary_units=True, **common)
     else:
         rig = Rig(services, workdir / f"seed{seed}", zk, address, seed, **common, **extra)
@@ -292,7 +301,8 @@ def render(summary: dict[str, Any]) -> str:
         "",
     ]
     if summary.get("shapes"):
-        lines += ["By shape (pipeline + lake + merge path; tests/faults/soak.py `Shape`):", "",
+        lines += ["By shape (pipeline (a group: groupN, N shards) + lake + merge path; tests/faults/soak.py `Shape`):",
+                  "",
                   "| shape | seeds | passed | fault steps | CLI runs | windows acked | rows compared "
                   "| rows lost, duplicated or wrong |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -305,6 +315,9 @@ def render(summary: dict[str, Any]) -> str:
         lines.append("")
     if summary["failures"]:
         lines += ["## Failed seeds", ""]
+        if summary.get("notes"):  # what each failure was and what fixed it (written by hand, kept by --append)
+            lines += [summary["notes"].rstrip(), "",
+                      "The original failures' first lines (full output in results.json):", ""]
         for f in summary["failures"]:
             where = f" ({f['shape']}, at {f['step']})" if f.get("step") else ""
             lines += [f"- seed {f['seed']}{where}: {f['error'][:1500]}", ""]
@@ -346,8 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lake", choices=LAKES, default=None, help="every seed's lake (overrides the draw)")
     ap.add_argument("--merge", choices=MERGES, default=None, help="every seed's merge path (overrides the draw)")
     ap.add_argument("--pipeline", choices=PIPELINES, default=None, help="every seed's pipeline (overrides the draw)")
-    ap.add_argument("--shard-base-port", type=int, default=13350, help="group seeds' shards: this + 1, + 2")
+    ap.add_argument("--shards", type=int, choices=SHARD_COUNTS, default=None,
+                    help="every group seed's shards (overrides the draw)")
+    ap.add_argument("--shard-base-port", type=int, default=13350, help="group seeds' shards: this + 1 .. + 4")
     ap.add_argument("--out", default=str(HERE), help="where RESULTS.md and results.json go")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run's seeds to the results already in --out (a soak continued in parts); "
+                         "their notes and re-runs are kept")
     ap.add_argument("--ddl", choices=(DDL_COLUMNS, DDL_ALL), default=DDL_COLUMNS,
                     help="the workload's DDL: ADD/DROP COLUMN, or every kind the product follows")
     ap.add_argument("--lenient-every", type=int, default=0,
@@ -373,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     seeds: list[dict[str, Any]] = []
     command = "python -m tests.faults.soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    earlier: dict[str, Any] = {}
+    if args.append:
+        earlier = json.loads((out / ("results-ddl.json" if args.ddl == DDL_ALL else "results.json")).read_text())
+        seeds = list(earlier["per_seed"])
+        command = f"{earlier['command']}; then {command}"
     try:
         with MergeServer(default_spark) as merge, ExitStack() as stack:
             store: Any = None
@@ -380,20 +403,22 @@ def main(argv: list[str] | None = None) -> int:
             cluster: Any = None
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if args.shapes == "random":
-                    shape = draw_shape(seed, args.lake, args.merge, args.pipeline)
+                    shape = draw_shape(seed, args.lake, args.merge, args.pipeline, args.shards)
                 else:
                     real = bool(args.real_spark_every) and seed % args.real_spark_every == 0
+                    pipeline = args.pipeline or "single"
                     shape = Shape(args.lake or "local", args.merge or ("spark_submit" if real else "inproc"),
-                                  args.pipeline or "single")
+                                  pipeline, (args.shards or 2) if pipeline == "group" else 0)
                     if shape.lake == "object_store" and shape.merge == "inproc":
-                        shape = Shape(shape.lake, "warm", shape.pipeline)
+                        shape = Shape(shape.lake, "warm", shape.pipeline, shape.shards)
                 if shape.pipeline == "group" and args.ddl == DDL_ALL:
                     shape = Shape(shape.lake, shape.merge, "single")  # the group workload has no DDL
-                if shape.pipeline == "group" and shards is None:  # two shards of the soak's own
+                if shape.pipeline == "group" and shards is None:  # the soak's own shards, as many as a group takes
                     from tests.support.shards import ShardServers
 
                     where = PRIVATE_DIR.parent / f"private-soak-shards-{args.shard_base_port}"
-                    shards = ShardServers.for_worker(0, count=2, base_port=args.shard_base_port, directory=where)
+                    shards = ShardServers.for_worker(0, count=max(SHARD_COUNTS), base_port=args.shard_base_port,
+                                                     directory=where)
                     shards.start()
                     stack.callback(shards.stop_all)
                 if shape.lake == "object_store" and store is None:  # one store for the soak, a prefix per seed
@@ -411,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                 status = "ok" if res["ok"] else f"FAILED: {res['error'][:300]}"
                 print(f"seed {seed} ({shape.label}): {status} ({res['seconds']}s, {len(res['steps'])} steps, "
                       f"{res['runs']} runs)", flush=True)
-                write_results(out, seeds, command, time.monotonic() - t0, args.seeds, args.ddl)  # partial too
+                write_results(out, seeds, command, earlier.get("seconds", 0) + time.monotonic() - t0,
+                              earlier.get("requested", 0) + args.seeds, args.ddl, earlier)  # partial too
     finally:
         zk.stop()
         zk.close()
@@ -421,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds: float, requested: int,
-                  ddl: str = DDL_COLUMNS) -> None:
+                  ddl: str = DDL_COLUMNS, earlier: dict[str, Any] | None = None) -> None:
+    """results.json (or results-ddl.json) and RESULTS.md from `seeds`; `earlier`'s hand-written notes and
+    re-runs of failed seeds are carried over."""
     totals = Figures()
     wl: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -479,6 +507,7 @@ def write_results(out: Path, seeds: list[dict[str, Any]], command: str, seconds:
         "failures": [{"seed": s["seed"], "shape": s.get("shape", "single+local+inproc"), "step": s.get("failed_step"),
                       "error": s["error"]} for s in seeds if not s["ok"]],
         "per_seed": [{k: v for k, v in s.items() if k != "traceback"} for s in seeds],
+        **{k: earlier[k] for k in ("notes", "reruns") if earlier and k in earlier},
     }
     out.mkdir(parents=True, exist_ok=True)
     name = "results-ddl.json" if ddl == DDL_ALL else "results.json"
