@@ -433,3 +433,53 @@ def cluster_worker_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: 
     _expect(r, (RC_OK, RC_LAKE, *_partial(rig)), f"a run whose cluster lost worker {worker}")
     rig.check(f"cluster worker {worker} killed after {after:.1f}s (rc {r.rc})")
     return f"cluster worker killed after {after:.1f}s: rc {r.rc}"
+
+
+def _spark_submits(root: int) -> list[Any]:
+    """The spark-submit JVMs (the merge job's driver, client deploy mode) among `root`'s descendants."""
+    import psutil
+
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in children:
+        try:
+            if "org.apache.spark.deploy.SparkSubmit" in p.cmdline():
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def merge_driver_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: float = 12.0) -> str:
+    """The merge job's driver alone SIGKILLed (the spark-submit JVM a run started, on a local master or the
+    cluster; its Python driver dies with it) a random time after it started: the run itself lives on and sees
+    its merge fail (exit 8, retryable) or, killed after the job's last commit, fail to read its report (the
+    same); or the job finished before the kill came (exit 0). Nothing is acked that did not land; the next
+    runs replay the window from its plan and it lands once."""
+    rig.write(txns)
+    rig.let_next_run_take_lease()
+    after = rng.uniform(0.5, max_after)
+    a = rig.start_run()
+    driver = None
+    while a.proc.poll() is None and driver is None:
+        found = _spark_submits(a.proc.pid)
+        driver = found[0] if found else None
+        time.sleep(0.05)
+    killed = False
+    if driver is not None:
+        deadline = time.monotonic() + after
+        while a.proc.poll() is None and driver.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if a.proc.poll() is None and driver.is_running():
+            driver.send_signal(signal.SIGKILL)
+            killed = True
+    r = a.finish()
+    rig.runs.append(r)
+    _expect(r, (RC_OK, RC_LAKE, *_partial(rig)), "a run whose merge driver was SIGKILLed")
+    what = (f"merge driver killed {after:.1f}s into its job" if killed
+            else "no merge driver to kill (nothing to merge, or done)")
+    rig.check(f"{what} (rc {r.rc})")
+    return f"{what}: rc {r.rc}"

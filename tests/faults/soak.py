@@ -32,7 +32,8 @@ in-process server, on the seed's own `cdc merge-server` (the product's warm opti
 window, or through spark-submit to a Spark standalone cluster (one for the soak: a master, two workers). The
 shape adds its own faults to the menu: the warm server SIGKILLed (at a point inside the merge job, or at a
 random time) and started again, the object store restarted mid-run, a shard down for a group run, a cluster
-worker killed mid-run (the driver is the run's spark-submit: the random kills and the merge job's points kill it).
+worker killed mid-run, and the merge job's driver (the run's spark-submit, on a local master or the cluster)
+SIGKILLed alone while the run lives on.
 `--lake`, `--merge`, `--pipeline` and `--shards` force one part of every seed's shape (group seeds before
 2026-11-30 had two shards: `--shards 2` replays them). RESULTS.md then has the figures
 per shape and per fault kind.
@@ -86,10 +87,12 @@ MENU = (
     ("merge_server_kill", 12),  # merge: warm
     ("object_store_restart", 10),  # lake: object_store
     ("cluster_worker_kill", 12),  # merge: cluster
+    ("merge_driver_kill", 10),  # merge: spark_submit or cluster
 )
 SHAPE_STEPS = {"merge_server_kill": lambda shape: shape.merge == "warm",
                "object_store_restart": lambda shape: shape.lake == "object_store",
-               "cluster_worker_kill": lambda shape: shape.merge == "cluster"}
+               "cluster_worker_kill": lambda shape: shape.merge == "cluster",
+               "merge_driver_kill": lambda shape: shape.merge in ("spark_submit", "cluster")}
 # A group seed's menu: the scenarios that work on a group's runs (its sources' runs, or the whole group's), and a
 # shard down for a run. Not there: zombies and staged or lake files deleted (they read one source's records and
 # paths), MariaDB restarts (the group's sources are the shards, and a shard down is its own step).
@@ -103,6 +106,7 @@ GROUP_MENU = (
     ("merge_server_kill", 12),
     ("object_store_restart", 10),
     ("cluster_worker_kill", 12),
+    ("merge_driver_kill", 10),
 )
 
 # A seed's shape: where its staging area and lake live, and what runs its merges.
@@ -180,6 +184,8 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
         return shard_down(rig, rng, txns=txns)  # type: ignore[arg-type]
     if name == "cluster_worker_kill":
         return sc.cluster_worker_kill(rig, rng, txns=txns)
+    if name == "merge_driver_kill":
+        return sc.merge_driver_kill(rig, rng, txns=txns)
     if name == "merge_server_kill":
         return sc.merge_server_kill(rig, rng, txns=txns)
     if name == "object_store_restart":

@@ -72,6 +72,8 @@ def test_each_shapes_own_faults_are_drawn_only_where_the_shape_has_the_thing_to_
     assert "object_store_restart" in menu(Shape("object_store", "warm", "group", 3))
     assert "object_store_restart" not in menu(Shape("local", "spark_submit"))
     assert "cluster_worker_kill" in menu(Shape("local", "cluster")) - menu(Shape("local", "spark_submit"))
+    assert "merge_driver_kill" in menu(Shape("local", "spark_submit")) & menu(Shape("local", "cluster"))
+    assert "merge_driver_kill" not in menu(Shape("local", "warm")) | menu(Shape("local", "inproc"))
     assert "shard_down" in menu(Shape(pipeline="group", shards=2)) and "shard_down" not in menu(Shape())
     # A group's runs are its sources': no scenario that reads one source's records and paths.
     assert not {"zombie", "staging_deleted", "lake_table_deleted"} & menu(Shape(pipeline="group", shards=2))
