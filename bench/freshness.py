@@ -220,8 +220,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cdc_core.lake import object_store
     from cdc_core.model.connections import parse_connection
     from cdc_core.model.naming import path_component
-    from tests.support.merge_server import ServerProcess, free_port
+    from tests.support.merge_server import ServerProcess
     from tests.support.object_store import ObjectStore
+    from tests.support.ports import free_port
     from tests.support.real_airflow import real_airflow
 
     work = ROOT / ".local" / f"bench-freshness-{uuid.uuid4().hex[:8]}"

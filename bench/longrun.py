@@ -235,12 +235,13 @@ def _pct(values: list[float], q: float) -> float | None:
 def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dict[str, Any]:
     from bench.fixed import _zk_cleanup
     from bench.tables import _case, si_binlog_end
-    from bench.warm import _free_port, _jvm_child, _live_heap_mb, _rss_mb, _start_server, _stop_server
+    from bench.warm import _jvm_child, _live_heap_mb, _rss_mb, _start_server, _stop_server
     from cdc_core.cli import run_failure, source_params_for
     from cdc_core.lake import merge_client
     from cdc_core.model.config import load_config
     from cdc_core.model.holders import this_process
     from cdc_core.run.group import PipelineGroup
+    from tests.support.ports import free_port
 
     out: dict[str, Any] = {
         "command": "python -m bench.longrun " + " ".join(sys.argv[1:]), "started": now_iso(),
@@ -258,7 +259,7 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
         overrides["spark"] = {"merge_parallelism": args.parallelism}
     case.write_config(si_binlog_end(si), **overrides)
     out["config"] = overrides
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     server = None
     env = {**os.environ, **case.env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "SPARK_LOCAL_IP": "127.0.0.1"}

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,14 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, load_avg, log, machine_info, now_iso, source_info
+from tests.support.ports import free_port
 
 SCRIPT = ROOT / "scripts" / "object_store.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _binlog_end(si: Any) -> dict[str, object]:
@@ -92,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     si = source_info()
     work = Path(tempfile.mkdtemp(prefix="bench-object-store-"))
     store_env = {**os.environ, "CDC_OBJECT_STORE_DIR": str(work / "store"),
-                 "CDC_OBJECT_STORE_PORT": str(_free_port()), "CDC_OBJECT_STORE_BUCKETS": "cdc"}
+                 "CDC_OBJECT_STORE_PORT": str(free_port()), "CDC_OBJECT_STORE_BUCKETS": "cdc"}
     t0 = time.monotonic()
     subprocess.run([str(SCRIPT), "start"], env=store_env, check=True, capture_output=True, text=True)
     store_start = time.monotonic() - t0

@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,14 +33,9 @@ from typing import Any
 
 from bench.common import ROOT, VENV_BIN, SourceInfo, Stat, load_avg, log, ratio, short_error
 from bench.tables import _case, _last_report, _Schema, phases, si_binlog_end
+from tests.support.ports import free_port
 
 TARGET_RATIO = 0.25
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start_server(case: Any, address: str, log_path: Path) -> tuple[subprocess.Popen[bytes], float]:
@@ -136,7 +130,7 @@ def run(si: SourceInfo, workdir: Path, repeats: int) -> dict[str, Any]:
     from cdc_core.lake import merge_client
 
     out: dict[str, Any] = {"errors": [], "load_start": load_avg(), "repeats": repeats}
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     with _bench_case(si, workdir, out, 1, "bw warm") as (schema, case, servers):
         case.write_config(si_binlog_end(si))
         log("warm: warm-up (cursor, then the Delta table created by spark-submit)")
@@ -216,7 +210,7 @@ def soak(si: SourceInfo, workdir: Path, windows: int, tables: int, touch: int, e
 
     out: dict[str, Any] = {"errors": [], "load_start": load_avg(), "windows": windows, "tables": tables,
                            "touch": touch, "samples": []}
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     with _bench_case(si, workdir, out, tables, "bs soak") as (schema, case, servers):
         case.write_config(si_binlog_end(si))
         server, ready = _start_server(case, address, workdir / "merge-server.log")

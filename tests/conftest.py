@@ -257,7 +257,8 @@ def spark():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def shared_merge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One warm merge server per test session (per xdist worker), started on first use: `warm_merges`."""
-    from tests.support.merge_server import SharedMergeServer, free_port
+    from tests.support.merge_server import SharedMergeServer
+    from tests.support.ports import free_port
 
     server = SharedMergeServer(f"127.0.0.1:{free_port()}", tmp_path_factory.mktemp("shared-merge-server"))
     yield server

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,16 +22,11 @@ import pytest
 
 from cdc_core.run.status import pipeline_status
 from tests.support.e2e import ROOT, VENV_BIN, CdcCase, binlog_position, sql
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
 HOLDER = "e2e-monitor/holder-run"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, token: str | None = None, data: bytes | None = None) -> tuple[int, str]:
@@ -49,7 +43,7 @@ def _get(url: str, token: str | None = None, data: bytes | None = None) -> tuple
 
 @pytest.fixture
 def api_server(cdc_case: CdcCase, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**cdc_case.env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": base}
     log = (tmp_path / "api-server.log").open("w")

@@ -41,7 +41,8 @@ from cdc_core.model.naming import path_component
 from tests.support.e2e import ROOT, binlog_position, sql
 from tests.support.jvm_archive import lean_executor_confs
 from tests.support.object_store import ObjectStore, running_object_store
-from tests.support.real_airflow import RealAirflow, free_port, real_airflow
+from tests.support.ports import free_port
+from tests.support.real_airflow import RealAirflow, real_airflow
 from tests.support.spark_cluster import Cluster, running_cluster
 
 # The suite's lean JVMs, the cluster's executors included (tests/support/jvm_archive.py): this test's subject

@@ -16,7 +16,7 @@ import pytest
 from cdc_core.lake import merge_client
 from cdc_core.run.status import pipeline_status
 from tests.support.e2e import CdcCase, assert_all, assert_lake_equals_source, binlog_position, sql
-from tests.support.merge_server import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 

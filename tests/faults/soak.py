@@ -223,7 +223,8 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
                            "ddl": ddl, "lenient": lenient, "steps": [], "ok": False}
     try:
         if shape.merge == "warm":  # the pipeline's own server, as an operator runs it (`cdc merge-server`)
-            from tests.support.merge_server import ServerProcess, free_port
+            from tests.support.merge_server import ServerProcess
+            from tests.support.ports import free_port
 
             rig.merge_server = ServerProcess(str(rig.config_path), rig.name, f"127.0.0.1:{free_port()}",
                                              rig.workdir, base_env=rig.env())
@@ -247,6 +248,12 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
         out["error"] = f"{type(e).__name__}: {e}"[:6000]
         out["traceback"] = traceback.format_exc()[-4000:]
         out["last_run"] = rig.runs[-1].explain()[-4000:] if rig.runs else None
+        # Every run's whole output next to the seed's lake and staging (kept with --keep-failed).
+        with (rig.workdir / "runs.log").open("w") as f:
+            for r in rig.runs:
+                f.write(f"{'=' * 100}\n`{' '.join(r.args)}` rc={r.rc} fired={r.fired} secs={r.seconds:.1f}\n"
+                        f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
+        out["workdir"] = str(rig.workdir)
     finally:
         out["figures"], out["workload"] = _figures(rig)
         out["runs"] = len(rig.runs)
@@ -369,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="every group seed's shards (overrides the draw)")
     ap.add_argument("--shard-base-port", type=int, default=13350, help="group seeds' shards: this + 1 .. + 4")
     ap.add_argument("--out", default=str(HERE), help="where RESULTS.md and results.json go")
+    ap.add_argument("--keep-failed", action="store_true",
+                    help="keep the work directory (lake, staging, config, every run's output in runs.log) of a "
+                         "failed seed, and say where")
     ap.add_argument("--append", action="store_true",
                     help="add this run's seeds to the results already in --out (a soak continued in parts); "
                          "their notes and re-runs are kept")
@@ -448,7 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         zk.stop()
         zk.close()
         services.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep_failed and not all(s["ok"] for s in seeds):
+            print(f"failed seeds' work directories kept under {workdir} (runs.log: every run's output)", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all(s["ok"] for s in seeds) else 1
 
 

@@ -5,22 +5,17 @@ source with a least-privilege replication user."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -37,8 +32,8 @@ def test_start_twice_status_and_stop(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "CDC_SERVICES_DIR": str(tmp_path / "svc"),
-        "CDC_MARIADB_PORT": str(_free_port()),
-        "CDC_ZK_PORT": str(_free_port()),
+        "CDC_MARIADB_PORT": str(free_port()),
+        "CDC_ZK_PORT": str(free_port()),
     }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:

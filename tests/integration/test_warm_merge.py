@@ -19,7 +19,8 @@ import pytest
 from cdc_core.cli import main
 from cdc_core.lake import merge_client
 from tests.support.cli import cli_pipeline
-from tests.support.merge_server import ServerProcess, free_port
+from tests.support.merge_server import ServerProcess
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.spark_cluster import _free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "object_store.sh"
@@ -24,7 +24,7 @@ BUCKET = "cdc"
 class ObjectStore:
     def __init__(self) -> None:
         self.dir = ROOT / ".local" / f"object-store-test-{uuid.uuid4().hex[:8]}"
-        self.port = _free_port()
+        self.port = free_port()
         self.env = {**os.environ, "CDC_OBJECT_STORE_DIR": str(self.dir), "CDC_OBJECT_STORE_PORT": str(self.port),
                     "CDC_OBJECT_STORE_BUCKETS": BUCKET}
 

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,15 +27,10 @@ from typing import Any
 import pytest
 
 from tests.support.e2e import ROOT, VENV_BIN, airflow_env
+from tests.support.ports import free_port
 
 # Task instance states that mean "the executor took it" (not queued or scheduled forever).
 STARTED = {"running", "success", "failed", "up_for_retry", "skipped", "upstream_failed", "up_for_reschedule"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call(url: str, token: str | None = None, body: Any = None, method: str | None = None) -> tuple[int, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -15,14 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "spark_cluster.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -30,9 +25,9 @@ class Cluster:
 
     def __init__(self) -> None:
         self.dir = ROOT / ".local" / f"spark-cluster-test-{uuid.uuid4().hex[:8]}"
-        self.port, self.ui = _free_port(), _free_port()
+        self.port, self.ui = free_port(), free_port()
         self.env = {**os.environ, "CDC_SPARK_CLUSTER_DIR": str(self.dir), "CDC_SPARK_MASTER_PORT": str(self.port),
-                    "CDC_SPARK_MASTER_UI_PORT": str(self.ui), "CDC_SPARK_WORKER_UI_PORT": str(_free_port()),
+                    "CDC_SPARK_MASTER_UI_PORT": str(self.ui), "CDC_SPARK_WORKER_UI_PORT": str(free_port()),
                     "CDC_SPARK_WORKERS": "2", "CDC_SPARK_WORKER_CORES": "1", "CDC_SPARK_WORKER_MEMORY": "1g"}
 
     @property

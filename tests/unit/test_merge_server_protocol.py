@@ -26,6 +26,7 @@ from cdc_core.model.errors import ConfigError, Fenced, LakeError, StagingError
 from cdc_core.run import stage
 from cdc_core.run.pipeline import Pipeline
 from tests.support.fake_manifest import fake_manifest
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.unit
 
@@ -73,15 +74,9 @@ def test_answers_are_checked() -> None:
             mc.MergeAnswer.from_dict(bad)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_unreachable_server_is_a_retryable_lake_error() -> None:
     with pytest.raises(mc.MergeServerUnavailable, match=r"cannot reach the merge server .*safe to retry") as e:
-        mc.request_merge(f"127.0.0.1:{_free_port()}", ["--spec", "{}"])
+        mc.request_merge(f"127.0.0.1:{free_port()}", ["--spec", "{}"])
     assert isinstance(e.value, LakeError) and e.value.exit_code == 8
 
 
@@ -229,7 +224,7 @@ def test_merge_step_goes_to_the_server_and_keeps_spark_submits_verdicts(monkeypa
 
 
 def test_an_unreachable_server_fails_the_merge_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    p = _pipeline(monkeypatch, merge_server={"address": f"127.0.0.1:{_free_port()}"})
+    p = _pipeline(monkeypatch, merge_server={"address": f"127.0.0.1:{free_port()}"})
     monkeypatch.setattr("cdc_core.lake.job_runner.subprocess.run", lambda *a, **k: pytest.fail("spark-submit started"))
     with pytest.raises(mc.MergeServerUnavailable, match="merge of window 7 failed: cannot reach") as e:
         p.merge_locally(GRANT, 7)
