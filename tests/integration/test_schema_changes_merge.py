@@ -272,3 +272,41 @@ def test_gh_ost_migration_lands_the_new_shape_in_the_real_table(spark: Any, tmp_
     ]
     for stray in ("_t_gho", "_t_del"):
         assert not (Path(lake.root) / "s" / stray).exists()
+
+
+class _Crashed(BaseException):
+    """The first attempt's end at a fault point (not an Exception: the job must not turn it into a LakeError)."""
+
+
+def test_a_drop_replayed_after_its_structure_committed_keeps_the_windows_older_rows_from_bringing_it_back(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window with rows before a DROP COLUMN and rows after it; the first attempt dies between the drop's
+    structure commit and its mark (`mid_schema_change`), the replay finds the column already gone. It must still
+    record the drop, so that the rows from before it are translated: else the MERGE adds the column back (found
+    by the fault soak, seed 27: the lake kept a column the source had dropped)."""
+    from cdc_core.model import faults
+
+    lake = Lake(spark, tmp_path)
+    seed(lake, 3)
+    w = lake.window()
+    w.file("s", "t", ["id"], [ID, V, N], [("U", {"id": 1, "v": "one", "n": 10})])
+    w.ddl(change(DROP_COLUMN, name="n"))
+    w.file("s", "t", ["id"], [ID, V], [("I", {"id": 7, "v": "seven"})])
+    manifest, wdir = w.build()
+    real = faults.point
+
+    def crash(name: str) -> None:
+        if name == "mid_schema_change":
+            raise _Crashed(name)
+        real(name)
+
+    monkeypatch.setattr(faults, "point", crash)
+    with pytest.raises(_Crashed):
+        merge_window(spark, manifest, wdir, lake.root, PIPE, w.seq, TOKEN, delete_mode="hard")
+    assert "n" not in lake.types("t")  # the structure committed, the mark not
+    monkeypatch.setattr(faults, "point", real)
+    merge_window(spark, manifest, wdir, lake.root, PIPE, w.seq, TOKEN, delete_mode="hard")
+    assert lake.types("t") == {"id": "int", "v": "string"}
+    assert lake.rows("t") == [{"id": 0, "v": "v0"}, {"id": 1, "v": "one"}, {"id": 2, "v": "v2"},
+                              {"id": 7, "v": "seven"}]
