@@ -457,8 +457,8 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
             # Already gone: an earlier attempt at this window dropped it and was killed or fenced before the mark
             # (or the lake never had it). The drop is recorded all the same: the window's images from before it
             # still carry the column, and untranslated they would bring it back (the MERGE adds new columns).
-            ops = () if lenient else (ColumnOp(v, H_DROP, change.name),)
-            return OpPlan(change, None, (), marked(state, change, *ops)), cols, None
+            gone = () if lenient else (ColumnOp(v, H_DROP, change.name),)
+            return OpPlan(change, None, (), marked(state, change, *gone)), cols, None
         op = ColumnOp(v, H_DROP, existing.name)
         if lenient:  # older images keep their value too: no history op
             note = f"the lake keeps column {existing.name!r} (NULL in rows written from now on)"
