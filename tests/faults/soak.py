@@ -236,10 +236,12 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
                 and SHAPE_STEPS.get(n, lambda _shape: True)(shape)]
         names = [n for n, _ in menu]
         weights = [w for _, w in menu]
-        for _ in range(steps):
+        for i in range(1, steps + 1):
             name = rng.choices(names, weights)[0]
             out["failed_step"] = name  # until it returns
             out["steps"].append({"scenario": name, "outcome": step(rig, rng, name)})
+            print(f"  seed {seed} step {i}/{steps} ({time.monotonic() - t0:.0f}s): {name}: "
+                  f"{out['steps'][-1]['outcome']}", flush=True)
         out["failed_step"] = "final drain and comparison"
         rig.finish(f"seed {seed}")
         out["ok"] = True
