@@ -719,8 +719,8 @@ class GroupRig(Rig):
         if not 2 <= len(self.shards) <= len(SOURCE_IDS):
             raise ValueError(f"a group rig takes 2 to {len(SOURCE_IDS)} shards, not {len(self.shards)}")
         layout_ = {"a": (self.shards[0], ("00", "01"))}
-        layout_.update({sid: (shard, (f"0{i + 1}",)) for i, (sid, shard) in enumerate(zip(SOURCE_IDS[1:],
-                                                                                           self.shards[1:]), 1)})
+        for i, (sid, shard) in enumerate(zip(SOURCE_IDS[1:], self.shards[1:]), start=2):
+            layout_[sid] = (shard, (f"0{i}",))
         ids = itertools.count(1)  # accounts ids, shared: globally unique across both shards and all schemas
         self.sources = {
             sid: Source(sid, shard, tuple(f"{self.prefix}_{n}" for n in nums), random.Random(f"{self.seed}-{sid}"),
