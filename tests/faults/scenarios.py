@@ -435,22 +435,29 @@ def cluster_worker_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: 
     return f"cluster worker killed after {after:.1f}s: rc {r.rc}"
 
 
-def _spark_submits(root: int) -> list[Any]:
+def _spark_submits(root: int) -> list[int]:
     """The spark-submit JVMs (the merge job's driver, client deploy mode) among `root`'s descendants."""
-    import psutil
+    from tests.support.merge_server import child_pids
 
-    try:
-        children = psutil.Process(root).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for p in children:
+    out, todo = [], child_pids(root)
+    while todo:
+        pid = todo.pop()
         try:
-            if "org.apache.spark.deploy.SparkSubmit" in p.cmdline():
-                out.append(p)
-        except psutil.Error:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             continue
+        if b"org.apache.spark.deploy.SparkSubmit" in argv:
+            out.append(pid)
+        todo += child_pids(pid)
     return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def merge_driver_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: float = 12.0) -> str:
@@ -463,7 +470,7 @@ def merge_driver_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: fl
     rig.let_next_run_take_lease()
     after = rng.uniform(0.5, max_after)
     a = rig.start_run()
-    driver = None
+    driver: int | None = None
     while a.proc.poll() is None and driver is None:
         found = _spark_submits(a.proc.pid)
         driver = found[0] if found else None
@@ -471,10 +478,10 @@ def merge_driver_kill(rig: Rig, rng: random.Random, txns: int = 5, max_after: fl
     killed = False
     if driver is not None:
         deadline = time.monotonic() + after
-        while a.proc.poll() is None and driver.is_running() and time.monotonic() < deadline:
+        while a.proc.poll() is None and _alive(driver) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if a.proc.poll() is None and driver.is_running():
-            driver.send_signal(signal.SIGKILL)
+        if a.proc.poll() is None and _alive(driver):
+            os.kill(driver, signal.SIGKILL)
             killed = True
     r = a.finish()
     rig.runs.append(r)

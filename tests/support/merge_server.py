@@ -13,7 +13,8 @@ from pathlib import Path
 from cdc_core.lake import merge_client
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The direct children of `pid` (from /proc)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -72,7 +73,7 @@ class ServerProcess:
                 assert time.monotonic() < deadline, f"never ready:\n{self.log.read_text()[-3000:]}"
                 time.sleep(0.5)
         assert status["pid"] == self.proc.pid and status["pipelines"] == ([self.name] if self.name else [])
-        self.jvms = _children(self.proc.pid)
+        self.jvms = child_pids(self.proc.pid)
 
     def wait_gone(self) -> None:
         """The server and its JVM are gone (a killed server must not leave its Spark application behind)."""
