@@ -47,7 +47,7 @@ from spark_apps.writer_threads import in_threads
 
 log = logging.getLogger("cdc.maintenance")
 
-KINDS = ("table", "tombstones", "base")  # cdc_core.run.housekeeping.LakeTable.kind
+KINDS = ("table", "tombstones", "base", "history", "changelog")  # cdc_core.run.housekeeping.LakeTable.kind
 CONFLICT_ATTEMPTS = 5
 _LOG_ENTRY_RE = re.compile(r"^\d{20}\.")
 

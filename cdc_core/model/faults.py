@@ -36,6 +36,7 @@ POINTS = (
     "mid_merge",  # in the Spark job, after the first table committed
     "mid_merge_table",  # in the Spark job, a table's tombstones committed, its main MERGE not yet
     "mid_derive",  # in the Spark job, a derived table's base committed, the derived table not yet
+    "mid_outputs",  # in the Spark job, a table's history and change log committed, its state not yet
     "mid_schema_change",  # in the Spark job, a schema change's structure and row steps done, its mark not yet
     "after_merge",  # the merge job finished; the ack step has not started
     "before_ack",  # the ack step checked Delta; ZooKeeper not yet touched

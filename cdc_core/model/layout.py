@@ -9,6 +9,9 @@
     <lake_root>/_cdc.base/<schema>/<table>                  a derived lake table's base (group pipelines,
                                                             `key: primary_key` routes)
     <lake_root>/_cdc.meta/<pipeline>/checkpoints            Delta versions per acked window
+    <lake_root>/_cdc.history/<schema>/<table>               a table's history (SCD type 2), when it has one
+    <lake_root>/_cdc.changelog/<schema>/<table>             a table's change log, when it has one
+                                                            (cdc_core.model.output_modes)
 
 Schema, table and pipeline names go through `naming.path_component`, so hostile names cannot leave their
 directory; `_cdc_tombstones` and `_cdc.meta` cannot collide with an encoded name. Roots are local paths or
@@ -21,6 +24,7 @@ import re
 from pathlib import Path
 
 from cdc_core.model.naming import path_component, window_dir_name
+from cdc_core.model.output_modes import CHANGELOG_DIR, HISTORY_DIR
 from cdc_core.model.sources import split_unit
 
 # The checkout (this file is cdc_core/model/layout.py): default config, Spark jobs and scripts live under it.
@@ -58,6 +62,14 @@ def base_uri(lake_root: str, schema: str, table: str) -> str:
     """The base of a derived lake table: every source's rows, keyed by lineage and primary key
     (cdc_core.model.sources.Lineage.derived)."""
     return _join(lake_root, BASE_DIR, path_component(schema), path_component(table))
+
+
+def history_uri(lake_root: str, schema: str, table: str) -> str:
+    return _join(lake_root, HISTORY_DIR, path_component(schema), path_component(table))
+
+
+def changelog_uri(lake_root: str, schema: str, table: str) -> str:
+    return _join(lake_root, CHANGELOG_DIR, path_component(schema), path_component(table))
 
 
 def checkpoints_uri(lake_root: str, pipeline: str) -> str:

@@ -50,6 +50,7 @@ from cdc_core.model.errors import CdcError, Fenced, LakeError, LeaseHeld
 from cdc_core.model.layout import BASE_DIR, PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import path_component
+from cdc_core.model.output_modes import CHANGELOG_DIR, HISTORY_DIR
 from cdc_core.run import spark_jobs
 from cdc_core.run.context import PipelineContext
 
@@ -352,8 +353,9 @@ def discover_tables(
     storage: Storage = AMBIENT,
 ) -> list[LakeTable]:
     """The pipeline's Delta tables under `lake_root`: every `<schema>/<table>` holding a Delta log whose
-    name matches the pipeline's table filter, plus its tombstone table and its base (a derived table of a
-    group pipeline, docs/group-pipelines.md) when there are.
+    name matches the pipeline's table filter, plus its tombstone table, its base (a derived table of a
+    group pipeline, docs/group-pipelines.md), its history and its change log (docs/output-modes.md) when there
+    are.
 
     The filter, not the lake, decides ownership: several pipelines may share a lake root, each with its
     own tables (two pipelines writing one table is not supported anyway).
@@ -382,7 +384,8 @@ def discover_tables(
         name = f"{schema}.{table}"
         zorder = tuple((options.get(name) or {}).get("zorder_by") or ())
         tables = [LakeTable(name, schema, table, uri, "table", zorder)]
-        for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR)):
+        for kind, top in (("tombstones", TOMBSTONE_DIR), ("base", BASE_DIR), ("history", HISTORY_DIR),
+                          ("changelog", CHANGELOG_DIR)):
             uri = f"{prefix}/{top}/{schema_dir}/{table_dir}"
             if delta_state.table_exists(uri, storage=storage):
                 tables.append(LakeTable(name, schema, table, uri, kind))

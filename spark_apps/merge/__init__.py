@@ -8,6 +8,7 @@
     schema_steps.py  the Spark/Delta operations of a schema change's plan
     small.py      small tables by delta-rs
     derive.py     derived tables of group pipelines
+    outputs.py    a table's history (SCD type 2) and change log, before its state
     staged.py     the staged window as Spark rows and driver-side facts
     targets.py    which Delta table each staged table lands in
     tables.py     table options, CREATE TABLE, txn versions, the MERGE statements

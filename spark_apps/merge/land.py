@@ -26,7 +26,7 @@ from cdc_core.model.merge_semantics import (
 )
 from cdc_core.model.sources import COL_SOURCE_TABLE
 from spark_apps.merge import schema_steps
-from spark_apps.merge.derive import Derived
+from spark_apps.merge.outputs import Outputs
 from spark_apps.merge.staged import (
     STAGED_META_NAMES,
     conform,
@@ -42,20 +42,25 @@ from spark_apps.merge.targets import LakeTarget, schema_state_key
 log = logging.getLogger("cdc.merge")
 
 
-class MergeRun(Derived):
+class MergeRun(Outputs):
     """One merge job run, every step of it."""
 
     def merge_table(self, st: LakeTarget) -> dict[str, Any]:
         """Land the window's changes of one lake table; a derived table's land in its base first."""
         uri = table_uri(self.lake_root, st.schema, st.table)
+        # The history and change log land first (crash suite: `mid_outputs`): a table's state holding the window
+        # then says everything of the table does, which is what the window's first read (and the ack) check.
+        outputs = self.land_outputs(st, st.base_key if st.derived else st.key, snapshot=self.snapshot)
         if not st.derived:
-            return self.land(st, uri, st.key, st.name)
-        t0 = time.monotonic()
-        base = self.land(st, base_uri(self.lake_root, st.schema, st.table), st.base_key, f"base of {st.name}")
-        faults.point("mid_derive")  # crash suite: the base holds the window, the derived table not yet
-        result = self.derive(st, uri)
-        result["base"] = {k: v for k, v in base.items() if k != "steps"}
-        result["seconds"] = round(time.monotonic() - t0, 3)
+            result = self.land(st, uri, st.key, st.name)
+        else:
+            t0 = time.monotonic()
+            base = self.land(st, base_uri(self.lake_root, st.schema, st.table), st.base_key, f"base of {st.name}")
+            faults.point("mid_derive")  # crash suite: the base holds the window, the derived table not yet
+            result = self.derive(st, uri)
+            result["base"] = {k: v for k, v in base.items() if k != "steps"}
+            result["seconds"] = round(time.monotonic() - t0, 3)
+        result.update(outputs)
         return result
 
     def land(self, st: LakeTarget, uri: str, key: tuple[str, ...], label: str) -> dict[str, Any]:

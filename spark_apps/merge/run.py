@@ -115,6 +115,7 @@ class RunBase:
     rereads: list[dict[str, Any]] = field(default_factory=list)
     # A snapshot window's chunks by source table: a re-read's last chunk sweeps what it did not read again.
     chunks: dict[str, ChunkSpec] = field(default_factory=dict)
+    snapshot: bool = False  # a snapshot window (its rows are what it read: history and change log op `S`)
     # The driver's way to the staging and the lake (fsspec, delta-rs): the job's object-store credentials,
     # passed down to every read (spark_apps.spark_job.job_storage); Spark itself uses its session's s3a confs.
     storage: Storage = AMBIENT

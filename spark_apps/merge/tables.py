@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -29,6 +29,7 @@ from cdc_core.model.merge_semantics import (
     spark_merge_sql,
 )
 from cdc_core.model.naming import quote_spark
+from cdc_core.model.output_modes import OutputModes
 from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
 from spark_apps.spark_job import sql_str
 
@@ -36,7 +37,7 @@ log = logging.getLogger("cdc.merge")
 
 
 # zorder_by is read by the maintenance job (spark_apps/maintain_tables.py), not at table creation.
-TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_by")
+TABLE_OPTION_KEYS = ("partition_by", "change_data_feed", "properties", "zorder_by", "outputs", "track")
 
 
 # Every table the job creates, unless --table-options says otherwise. Deletion vectors: a MERGE marks
@@ -58,6 +59,8 @@ class TableOptions:
     partition_by: tuple[str, ...] = ()
     change_data_feed: bool = False
     properties: tuple[tuple[str, str], ...] = ()
+    # History and change-log tables (cdc_core.model.output_modes).
+    outputs: OutputModes = field(default_factory=OutputModes)
 
     @classmethod
     def from_dict(cls, name: str, d: dict[str, Any]) -> TableOptions:
@@ -72,10 +75,15 @@ class TableOptions:
             raise ConfigError(f"--table-options[{name!r}].partition_by must be a list of column names")
         if not isinstance(props, dict):
             raise ConfigError(f"--table-options[{name!r}].properties must be an object of strings")
+        try:
+            outputs = OutputModes.parse(name, d.get("outputs"), d.get("track"))
+        except ValueError as e:
+            raise ConfigError(f"--table-options[{name!r}]: {e}") from None
         return cls(
             tuple(parts),
             bool(d.get("change_data_feed", False)),
             tuple(sorted((str(k), str(v)) for k, v in props.items())),
+            outputs,
         )
 
     def table_properties(self) -> dict[str, str]:

@@ -249,6 +249,7 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         window=window,
         schema_policy=policy,
         chunks={c.table: c for c in chunks_of(manifest.plan)} if manifest.plan.kind == KIND_SNAPSHOT else {},
+        snapshot=manifest.plan.kind == KIND_SNAPSHOT,
         zero_dates=zero_dates,
         storage=storage,
     )

@@ -49,7 +49,7 @@ CRASH_POINTS = (
 # steps done, its mark not (spark_apps/merge/schema_steps.py), in the merge job's first phase.
 SCHEMA_POINTS = (*CRASH_POINTS, "mid_schema_change")
 # Points inside the merge job (spark_apps/merge_window.py, schema_steps.py), a separate process under spark-submit.
-MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table", "mid_schema_change", "mid_derive")
+MERGE_JOB_POINTS = ("mid_merge", "mid_merge_table", "mid_schema_change", "mid_derive", "mid_outputs")
 # Where a paused zombie is most dangerous: holding a plan, a staged window, or an ack about to commit.
 ZOMBIE_POINTS = ("after_plan", "after_stage", "after_merge", "before_ack", "mid_ack")
 

@@ -238,6 +238,12 @@ def test_example_message_format(tmp_path: Path) -> None:
         ("table_options: {orders: {}}", "table_options: 'orders' is not of the form schema.table"),
         ("table_options: {shop.*: {}}", "'shop.*': table options name one table exactly"),
         ("table_options: {shop.orders: {partition_by: [a, a]}}", "partition_by must list distinct"),
+        ("table_options: {shop.orders: {outputs: [history]}}", "outputs must include 'state'"),
+        ("table_options: {shop.orders: {outputs: [state, scd2]}}", "unknown outputs ['scd2']; each of outputs is one"),
+        ("table_options: {shop.orders: {outputs: [state, history, history]}}", "outputs lists ['history'"),
+        ("table_options: {shop.orders: {outputs: [state, changelog], track: [tier]}}",
+         "track only applies to a history table"),
+        ("table_options: {shop.orders: {outputs: [state, history], track: [tier, tier]}}", "track must list distinct"),
         ("start: {kind: yesterday}", "start.kind: must be one of 'current', 'gtid', 'file', 'file_timestamp' or 't"),
         ("start: {kind: gtid}", "start: kind 'gtid' needs gtid"),
         ("start: {kind: gtid, gtid: 'not-a-gtid'}", "start.gtid: malformed MariaDB GTID"),
@@ -406,3 +412,16 @@ def test_zero_dates_default_to_refuse_null_is_a_choice_and_anything_else_is_refu
     assert chosen.pipeline("orders").zero_dates == "null"
     err = load_error(tmp_path, one_pipeline(tmp_path, extra="zero_dates: keep"))
     assert "zero_dates" in err and "refuse" in err and "null" in err
+
+
+def test_a_table_keeps_its_history_and_change_log_when_its_options_say_so(tmp_path: Path) -> None:
+    extra = "table_options: {shop.orders: {outputs: [state, history, changelog], track: [tier]}}"
+    cfg = load_config(write(tmp_path, one_pipeline(tmp_path, extra)))
+    opts = cfg.pipeline("orders").table_options["shop.orders"]
+    assert opts["outputs"] == ["state", "history", "changelog"] and opts["track"] == ["tier"]
+    # The merge job reads the same options back (they travel as JSON in its spec).
+    from spark_apps.merge.tables import parse_table_options
+
+    modes = parse_table_options(json.dumps({"shop.orders": opts}))["shop.orders"].outputs
+    assert (modes.history, modes.changelog, modes.track) == (True, True, ("tier",))
+    assert modes.names() == ["state", "history", "changelog"]

@@ -39,6 +39,7 @@ from cdc_core.model.config.sections import (
 )
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.naming import parse_table_pattern, table_id
+from cdc_core.model.output_modes import OutputModes
 from cdc_core.model.positions import START_FIELDS, START_KEYS, StartKind, binlog_file_index, parse_gtid_set
 from cdc_core.model.sources import SOURCE_ID_RE, Route
 from cdc_core.model.transforms import TransformConfig
@@ -111,6 +112,7 @@ class PipelineSettings(StrictModel):
             columns = opts.get("partition_by", [])
             if any(not c.strip() for c in columns) or len(set(columns)) != len(columns):
                 raise ValueError(f"{name!r}: partition_by must list distinct, non-empty column names")
+            OutputModes.parse(name, opts.get("outputs"), opts.get("track"))
             # Keyed by the table's id (`naming.table_id`), the name the merge job looks options up by.
             out[table_id(schema.text, table.text)] = cast(TableOptions, {**TABLE_OPTION_DEFAULTS, **opts})
         return out

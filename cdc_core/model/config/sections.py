@@ -259,6 +259,10 @@ class TableOptions(TypedDict, total=False):
     properties: dict[str, str]
     # Used by the maintenance job's OPTIMIZE (Z-order on these columns, usually the key); not by creation.
     zorder_by: list[str]
+    # What the table keeps (cdc_core.model.output_modes, docs/output-modes.md): [state] and any of history,
+    # changelog; `track`: the columns whose change opens a history version (default: every column).
+    outputs: list[str]
+    track: list[str]
 
 
 TABLE_OPTION_DEFAULTS: dict[str, Any] = {"partition_by": [], "change_data_feed": False, "properties": {}}

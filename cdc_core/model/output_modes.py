@@ -1,0 +1,123 @@
+"""What a lake table keeps besides the latest state of each row: its history (SCD type 2) and its change log
+(docs/output-modes.md). The rules are stated here once; the merge job renders them (spark_apps/merge/outputs.py).
+
+A table's `outputs` option (`table_options`, per lake table) lists `state` (the table as it is today, always
+kept: checks, cuts and verify read it), and any of:
+
+- **history**, at `<lake_root>/_cdc.history/<schema>/<table>`: one row per version of a row. A change opens a
+  version (`_cdc_valid_from[_version]`) and closes the key's current one (`_cdc_valid_to[_version]` = the
+  change's commit time and change version); a delete closes it and opens none. Versions are ordered by
+  change version (binlog position), never by wall clock. With `track: [columns]`, a change that leaves every
+  tracked column as it was opens no version: it updates the current one in place (the untracked columns take
+  the newest value). Without `track`, every column is tracked (a change that changes nothing opens nothing).
+  Exactly once: the rows of the touched keys are recomputed from the lake's rows and the window's changes,
+  and MERGEd keyed on (key, `_cdc_valid_from_version`), so a replay, a backfill that re-delivers older
+  changes, or one that fills a gap, all give the rows an uninterrupted run would.
+- **changelog**, at `<lake_root>/_cdc.changelog/<schema>/<table>`: one row per change (append only): the
+  row image (the after image of an insert or update, the before image of a delete), `_cdc_op`, the change
+  version, its ordinal in the window, its commit time and the window. Inserted once per (key, change version,
+  op): a replay of the window is skipped by its txn, a backfill's re-delivered changes match and are not
+  inserted again.
+
+Rows a snapshot loads carry op `S` in both (the row as the snapshot read it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_VERSION, COL_WINDOW_SEQ
+
+OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG = "state", "history", "changelog"
+OUTPUTS = (OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG)
+
+HISTORY_DIR = "_cdc.history"  # a dot: no path_component-encoded schema name has one
+CHANGELOG_DIR = "_cdc.changelog"
+
+OP_SNAPSHOT = "S"  # a row a snapshot read (history and changelog `_cdc_op`)
+
+# History columns (besides the key and the row's columns, and `_cdc_op`: the op that opened the version).
+COL_VALID_FROM = "_cdc_valid_from"  # the opening change's commit time
+COL_VALID_FROM_VERSION = "_cdc_valid_from_version"  # its change version: with the key, the version's identity
+COL_VALID_TO = "_cdc_valid_to"  # the closing change's commit time; NULL while current
+COL_VALID_TO_VERSION = "_cdc_valid_to_version"
+COL_IS_CURRENT = "_cdc_is_current"
+COL_LAST_VERSION = "_cdc_last_version"  # the newest change folded into this version (`track`)
+
+HISTORY_COLUMNS: tuple[tuple[str, str], ...] = (
+    (COL_OP, "STRING"),
+    (COL_VALID_FROM, "TIMESTAMP"),
+    (COL_VALID_FROM_VERSION, "BIGINT"),
+    (COL_VALID_TO, "TIMESTAMP"),
+    (COL_VALID_TO_VERSION, "BIGINT"),
+    (COL_IS_CURRENT, "BOOLEAN"),
+    (COL_LAST_VERSION, "BIGINT"),
+    (COL_WINDOW_SEQ, "BIGINT"),
+)
+CHANGELOG_COLUMNS: tuple[tuple[str, str], ...] = (
+    (COL_OP, "STRING"),
+    (COL_VERSION, "BIGINT"),
+    (COL_ORDINAL, "BIGINT"),
+    (COL_COMMIT_TS, "TIMESTAMP"),
+    (COL_WINDOW_SEQ, "BIGINT"),
+)
+
+
+@dataclass(frozen=True)
+class OutputModes:
+    """A lake table's outputs (`table_options[...].outputs` and `.track`)."""
+
+    history: bool = False
+    changelog: bool = False
+    track: tuple[str, ...] = ()  # history: the columns whose change opens a version (empty: every column)
+
+    @property
+    def any(self) -> bool:
+        return self.history or self.changelog
+
+    @classmethod
+    def parse(cls, name: str, outputs: object, track: object) -> OutputModes:
+        """From a table's options; ValueError saying what to write instead."""
+        if outputs is None:
+            outputs = [OUTPUT_STATE]
+        if not isinstance(outputs, list | tuple) or not all(isinstance(o, str) for o in outputs):
+            raise ValueError(f"{name!r}: outputs must be a list of {', '.join(OUTPUTS)}")
+        listed = [str(o) for o in outputs]
+        unknown = sorted(set(listed) - set(OUTPUTS))
+        if unknown:
+            raise ValueError(f"{name!r}: unknown outputs {unknown}; each of outputs is one of {', '.join(OUTPUTS)}")
+        twice = sorted({o for o in listed if listed.count(o) > 1})
+        if twice:
+            raise ValueError(f"{name!r}: outputs lists {twice} twice")
+        if OUTPUT_STATE not in listed:
+            raise ValueError(
+                f"{name!r}: outputs must include {OUTPUT_STATE!r}: the state table is what the pipeline's checks, "
+                f"consistent cuts and verify read; add it (e.g. outputs: [state, {OUTPUT_HISTORY}])"
+            )
+        columns = list(track) if isinstance(track, list | tuple) else [] if track is None else [track]
+        if not all(isinstance(c, str) and c.strip() for c in columns) or len(set(columns)) != len(columns):
+            raise ValueError(f"{name!r}: track must list distinct, non-empty column names")
+        if columns and OUTPUT_HISTORY not in listed:
+            raise ValueError(f"{name!r}: track only applies to a history table; add {OUTPUT_HISTORY!r} to outputs")
+        return cls(OUTPUT_HISTORY in listed, OUTPUT_CHANGELOG in listed, tuple(str(c) for c in columns))
+
+    def names(self) -> list[str]:
+        return [OUTPUT_STATE] + [o for o, on in ((OUTPUT_HISTORY, self.history), (OUTPUT_CHANGELOG, self.changelog))
+                                 if on]
+
+
+def tracked_columns(track: Sequence[str], columns: Sequence[str], key: Sequence[str]) -> list[str]:
+    """The columns whose change opens a history version: `track` (as the table spells them), or every column
+    but the key. A tracked column the table does not have is an error naming the table's columns."""
+    by_lower = {c.lower(): c for c in columns}
+    if not track:
+        keys = {k.lower() for k in key}
+        return [c for c in columns if c.lower() not in keys]
+    missing = [c for c in track if c.lower() not in by_lower]
+    if missing:
+        raise ValueError(
+            f"track names {missing}, which the table does not have (its columns: {', '.join(columns)}); "
+            "fix table_options[...].track"
+        )
+    return [by_lower[c.lower()] for c in track]

@@ -1,0 +1,317 @@
+"""A lake table's history (SCD type 2) and change log, landed before its state, each as one idempotent commit of
+the window (the rules: cdc_core.model.output_modes, docs/output-modes.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType
+
+from cdc_core.model import faults
+from cdc_core.model.layout import changelog_uri, history_uri
+from cdc_core.model.manifest import (
+    COL_COMMIT_TS,
+    COL_OP,
+    COL_ORDINAL,
+    COL_VERSION,
+    COL_WINDOW_SEQ,
+    OP_DELETE,
+)
+from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, holds_window, key_condition
+from cdc_core.model.naming import quote_spark
+from cdc_core.model.output_modes import (
+    CHANGELOG_COLUMNS,
+    COL_IS_CURRENT,
+    COL_LAST_VERSION,
+    COL_VALID_FROM,
+    COL_VALID_FROM_VERSION,
+    COL_VALID_TO,
+    COL_VALID_TO_VERSION,
+    HISTORY_COLUMNS,
+    OP_SNAPSHOT,
+    OutputModes,
+    tracked_columns,
+)
+from spark_apps.merge.derive import Derived
+from spark_apps.merge.staged import STAGED_META_NAMES, conform, spark_type
+from spark_apps.merge.tables import TableOptions, commit_output_rows, has_no_rows, last_txn_version
+from spark_apps.merge.targets import LakeTarget
+
+# Scratch columns of the history recompute (the `__cdc_` prefix no source column may have).
+_VER, _RANK, _ORD, _KIND, _TS, _OP, _VALVER = (
+    "__cdc_ev_version", "__cdc_ev_rank", "__cdc_ev_ordinal", "__cdc_ev_kind", "__cdc_ev_ts", "__cdc_ev_op",
+    "__cdc_ev_value_version",
+)
+_CAP_VER, _CAP_TS, _OPEN, _SEG = "__cdc_cap_version", "__cdc_cap_ts", "__cdc_is_open", "__cdc_segment"
+OPEN, CLOSE, CHANGE = "open", "close", "change"  # a version the lake holds, a delete, any other change
+RANK_LAKE, RANK_CLOSED, RANK_WINDOW = 0, 1, 2  # order at equal versions: the lake's rows first
+
+
+def _same_key(a: DataFrame, b: DataFrame, key: tuple[str, ...], alias: str) -> Column:
+    return functools.reduce(
+        lambda x, y: x & y, [a[quote_spark(k)].eqNullSafe(b[f"{alias}{i}"]) for i, k in enumerate(key)]
+    )
+
+
+def _keys(df: DataFrame, key: tuple[str, ...], alias: str, *extra: Column) -> DataFrame:
+    return df.select(*[F.col(quote_spark(k)).alias(f"{alias}{i}") for i, k in enumerate(key)], *extra)
+
+
+class Outputs(Derived):
+    """A run's history and change-log steps."""
+
+    def land_outputs(self, st: LakeTarget, key: tuple[str, ...], snapshot: bool) -> dict[str, Any]:
+        """The table's history and change log for this window (nothing unless its options ask for them)."""
+        options = self.table_options.get(st.name, TableOptions())
+        modes: OutputModes = options.outputs
+        if not modes.any or not key:
+            return {}
+        out: dict[str, Any] = {}
+        changes: DataFrame | None = None
+
+        def window_changes() -> DataFrame:
+            nonlocal changes
+            if changes is None:
+                read = self.read_target_rows(st)
+                if snapshot:  # a snapshot's rows are what it read, not changes
+                    read = read.withColumn(COL_OP, F.when(F.col(COL_OP) == OP_DELETE, F.col(COL_OP))
+                                           .otherwise(F.lit(OP_SNAPSHOT)))
+                changes = read
+            return changes
+
+        if modes.changelog:
+            out["changelog"] = self.land_changelog(st, key, window_changes, options)
+        if modes.history:
+            out["history"] = self.land_history(st, key, window_changes, options)
+        faults.point("mid_outputs")  # crash suite: the history and change log hold the window, the state not yet
+        return out
+
+    def read_target_rows(self, st: LakeTarget) -> DataFrame:
+        """Every staged change of the target, each member's rows limited to the versions that land here (a renamed
+        table's rows before the rename belong to the table it became)."""
+        if not st.bounds:
+            return st.read(self.spark, self.window_dir, storage=self.storage)
+        parts = []
+        for i, (member, where) in enumerate(st.members):
+            df = st.__class__(st.schema, st.table, ((member, where),)).read(
+                self.spark, self.window_dir, storage=self.storage)
+            since, until = st.bound(i)
+            if since is not None:
+                df = df.where(F.col(COL_VERSION) >= since)
+            if until is not None:
+                df = df.where(F.col(COL_VERSION) < until)
+            parts.append(df)
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+    def _companion_target(self, uri: str, label: str, rows: DataFrame, meta: tuple[tuple[str, str], ...],
+                          options: TableOptions) -> DataFrame:
+        """Create the table (or add the window's new columns) and return `rows` in its types."""
+        meta_names = {n for n, _ in meta}
+        columns = [(f.name, f.dataType) for f in rows.schema.fields if f.name not in meta_names]
+        columns += [(n, spark_type(t)) for n, t in meta]
+        target = self.ensure_table(uri, label, columns, TableOptions(options.partition_by, options.change_data_feed,
+                                                                     options.properties))
+        return conform(rows, target)
+
+    # ------------------------------------------------------------------------------------------ change log
+
+    def land_changelog(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
+                       options: TableOptions) -> dict[str, Any]:
+        t0 = time.monotonic()
+        uri = changelog_uri(self.lake_root, st.schema, st.table)
+        label = f"changelog of {st.name}"
+        landed = last_txn_version(self.spark, uri, self.app_id, storage=self.storage)
+        if holds_window(landed, self.seq):
+            return {"status": STATUS_ALREADY, "inserted": 0}
+        self.fence()
+        rows = changes().withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
+        rows = self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options)
+        if has_no_rows(uri):
+            status, version = self.idempotent_append(uri, label, rows)
+            metrics = {"inserted": commit_output_rows(uri, version) if version is not None else 0}
+        else:
+            span = rows.agg(F.min(COL_VERSION), F.max(COL_VERSION)).collect()[0]
+            if span[0] is None:  # nothing staged: the window's txn alone
+                status, version = self.idempotent_append(uri, label, rows.limit(0))
+                metrics = {"inserted": 0}
+            else:
+                status, metrics, version = self.idempotent_merge(
+                    uri, label, rows, lambda view: changelog_merge_sql(uri, view, key, int(span[0]), int(span[1])),
+                    immutable_source=True,
+                )
+        result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
+        self.log("merge.changelog", table=st.name, **result)
+        return result
+
+    # --------------------------------------------------------------------------------------------- history
+
+    def land_history(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
+                     options: TableOptions) -> dict[str, Any]:
+        t0 = time.monotonic()
+        spark = self.spark
+        uri = history_uri(self.lake_root, st.schema, st.table)
+        label = f"history of {st.name}"
+        landed = last_txn_version(spark, uri, self.app_id, storage=self.storage)
+        if holds_window(landed, self.seq):
+            return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0}
+        self.fence()
+        window = changes()
+        values = [c for c in window.columns if c not in STAGED_META_NAMES]
+        try:
+            tracked = tracked_columns(options.outputs.track, values, key)
+        except ValueError as e:
+            from cdc_core.model.errors import ConfigError
+
+            raise ConfigError(f"table_options[{st.name!r}]: {e}") from None
+        # The target's schema first (its new columns added), so the lake's rows and the window's union by type.
+        probe = window.select(*[F.col(quote_spark(c)) for c in values]).limit(0)
+        for name, ddl in HISTORY_COLUMNS:
+            probe = probe.withColumn(name, F.lit(None).cast(spark_type(ddl)))
+        target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options).schema
+        rows = history_rows(
+            conform(window, target).select(*[F.col(quote_spark(c)) for c in values],
+                                           COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS),
+            None if has_no_rows(uri) else spark.read.format("delta").load(uri),
+            key, values, tracked, self.seq,
+        )
+        rows = conform(rows, target)
+        if has_no_rows(uri):
+            status, version = self.idempotent_append(uri, label, rows)
+            metrics: dict[str, int] = {"inserted": commit_output_rows(uri, version) if version is not None else 0}
+        else:
+            status, metrics, version = self.idempotent_merge(
+                uri, label, rows, lambda view: history_merge_sql(uri, view, key))
+        result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
+        self.log("merge.history", table=st.name, **result)
+        return result
+
+
+def changelog_merge_sql(uri: str, view: str, key: tuple[str, ...], low: int, high: int) -> str:
+    """Insert each change the change log does not hold yet, by (key, change version, op): the version range
+    prunes the files to read (the log is appended in version order)."""
+    v, op = quote_spark(COL_VERSION), quote_spark(COL_OP)
+    return (
+        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{quote_spark(uri)} AS t USING {view} AS s "
+        f"ON {key_condition(key, SPARK)} AND t.{v} = s.{v} AND t.{op} = s.{op} AND t.{v} BETWEEN {low} AND {high} "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+def history_merge_sql(uri: str, view: str, key: tuple[str, ...]) -> str:
+    """The touched keys' versions as recomputed: new ones inserted, changed ones (closed, or holding newer
+    untracked values) updated, the rest untouched."""
+    q = quote_spark
+    same = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in (COL_VALID_TO_VERSION, COL_LAST_VERSION))
+    return (
+        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{q(uri)} AS t USING {view} AS s "
+        f"ON {key_condition(key, SPARK)} AND t.{q(COL_VALID_FROM_VERSION)} = s.{q(COL_VALID_FROM_VERSION)} "
+        f"WHEN MATCHED AND NOT ({same}) THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+def history_rows(  # noqa: PLR0917
+    window: DataFrame, lake: DataFrame | None, key: tuple[str, ...], values: list[str], tracked: list[str], seq: int,
+) -> DataFrame:
+    """The history rows of the keys `window` touches, recomputed from the lake's rows of those keys and the
+    window's changes (cdc_core.model.output_modes): a pure function of the two, so a replay, or a backfill
+    re-delivering changes the lake holds, gives the same rows.
+
+    Events per key, in (version, rank, ordinal) order: the lake's versions (`open`), the deletes the lake's
+    closed versions imply (`close`, at their valid_to, unless another version opens there), the window's
+    changes (`change`, or `close` for a delete) less those the lake already holds. An open or change event
+    opens a version unless the previous event is a change or version with the same tracked values (then it
+    folds into that version); a close ends the current version."""
+    q = quote_spark
+    cols = [q(c) for c in values]
+    none_ts = F.lit(None).cast("timestamp")
+    none_long = F.lit(None).cast(LongType())
+    zero = F.lit(0).cast(LongType())
+    new = window.select(
+        *cols,
+        F.col(COL_VERSION).alias(_VER), F.lit(RANK_WINDOW).alias(_RANK), F.col(COL_ORDINAL).alias(_ORD),
+        F.when(F.col(COL_OP) == OP_DELETE, F.lit(CLOSE)).otherwise(F.lit(CHANGE)).alias(_KIND),
+        F.col(COL_COMMIT_TS).alias(_TS), F.col(COL_OP).alias(_OP), F.col(COL_VERSION).alias(_VALVER),
+        none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
+    )
+    events = new
+    if lake is not None:
+        touched = _keys(window, key, "__cdc_k").distinct()
+        held = lake.join(touched, _same_key(lake, touched, key, "__cdc_k"), "left_semi")
+        held = held.select(*cols, COL_OP, COL_VALID_FROM, COL_VALID_FROM_VERSION, COL_VALID_TO, COL_VALID_TO_VERSION,
+                           COL_LAST_VERSION)
+        opens = held.select(
+            *cols,
+            F.col(COL_VALID_FROM_VERSION).alias(_VER), F.lit(RANK_LAKE).alias(_RANK), zero.alias(_ORD),
+            F.lit(OPEN).alias(_KIND), F.col(COL_VALID_FROM).alias(_TS), F.col(COL_OP).alias(_OP),
+            F.col(COL_LAST_VERSION).alias(_VALVER),
+            F.col(COL_VALID_TO_VERSION).alias(_CAP_VER), F.col(COL_VALID_TO).alias(_CAP_TS),
+        )
+        # A closed version whose valid_to no other version opens at was closed by a delete the lake keeps no row of.
+        starts = _keys(held, key, "__cdc_s", F.col(COL_VALID_FROM_VERSION).alias("__cdc_sv"))
+        capped = held.where(F.col(COL_VALID_TO_VERSION).isNotNull())
+        next_open = capped.join(
+            starts,
+            _same_key(capped, starts, key, "__cdc_s") & (capped[COL_VALID_TO_VERSION] == starts["__cdc_sv"])
+            & (capped[COL_VALID_FROM_VERSION] != starts["__cdc_sv"]),
+            "left_anti",
+        )
+        closes = next_open.select(
+            *[F.col(q(k)) for k in key],
+            F.col(COL_VALID_TO_VERSION).alias(_VER), F.lit(RANK_CLOSED).alias(_RANK), zero.alias(_ORD),
+            F.lit(CLOSE).alias(_KIND), F.col(COL_VALID_TO).alias(_TS), F.lit(OP_DELETE).alias(_OP),
+            none_long.alias(_VALVER), none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
+        )
+        # The window's changes the lake holds: a version it opens, a close at a version some version ends at.
+        ends = _keys(capped, key, "__cdc_e", F.col(COL_VALID_TO_VERSION).alias("__cdc_ev"))
+        fresh_changes = new.where(F.col(_KIND) == CHANGE).join(
+            starts, _same_key(new, starts, key, "__cdc_s") & (new[_VER] == starts["__cdc_sv"]), "left_anti")
+        fresh_closes = new.where(F.col(_KIND) == CLOSE).join(
+            ends, _same_key(new, ends, key, "__cdc_e") & (new[_VER] == ends["__cdc_ev"]), "left_anti")
+        events = opens.unionByName(closes, allowMissingColumns=True).unionByName(fresh_changes).unionByName(
+            fresh_closes)
+
+    by_key = [F.col(q(k)) for k in key]
+    order = Window.partitionBy(*by_key).orderBy(F.col(_VER), F.col(_RANK), F.col(_ORD))
+    prev_kind = F.lag(F.col(_KIND)).over(order)
+    same_tracked = functools.reduce(
+        lambda a, b: a & b, [F.col(q(c)).eqNullSafe(F.lag(F.col(q(c))).over(order)) for c in tracked], F.lit(True))
+    is_open = (F.col(_KIND) == OPEN) | (
+        (F.col(_KIND) == CHANGE) & (prev_kind.isNull() | (prev_kind == CLOSE) | ~same_tracked)
+    )
+    events = events.withColumn(_OPEN, is_open)
+    boundary = F.col(_OPEN) | (F.col(_KIND) == CLOSE)
+    after = order.rowsBetween(1, Window.unboundedFollowing)
+    events = (
+        events
+        .withColumn("__cdc_next_ver", F.first(F.when(boundary, F.col(_VER)), ignorenulls=True).over(after))
+        .withColumn("__cdc_next_ts", F.first(F.when(boundary, F.col(_TS)), ignorenulls=True).over(after))
+        .withColumn(_SEG, F.sum(F.col(_OPEN).cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0)))
+        .where(F.col(_KIND) != CLOSE)
+    )
+    # A version's values are its newest event's (changes folded into it update its untracked columns).
+    segment = Window.partitionBy(*by_key, F.col(_SEG))
+    keys = {k.lower() for k in key}
+    for c in values:
+        if c.lower() not in keys:
+            events = events.withColumn(c, F.max_by(F.col(q(c)), F.col(_VALVER)).over(segment))
+    events = events.withColumn(COL_LAST_VERSION, F.max(F.col(_VALVER)).over(segment))
+    joined = events.where(F.col(_OPEN))
+    # A version the lake closed keeps its end unless something earlier ends it now (a backfill filling a gap).
+    next_ver, next_ts = F.col("__cdc_next_ver"), F.col("__cdc_next_ts")
+    keep_cap = F.col(_CAP_VER).isNotNull() & (next_ver.isNull() | (F.col(_CAP_VER) <= next_ver))
+    to_version = F.when(keep_cap, F.col(_CAP_VER)).otherwise(next_ver)
+    to_ts = F.when(keep_cap, F.col(_CAP_TS)).otherwise(next_ts)
+    return joined.select(
+        *cols,
+        F.col(_OP).cast(StringType()).alias(COL_OP),
+        F.col(_TS).alias(COL_VALID_FROM), F.col(_VER).alias(COL_VALID_FROM_VERSION),
+        to_ts.alias(COL_VALID_TO), to_version.alias(COL_VALID_TO_VERSION), to_version.isNull().alias(COL_IS_CURRENT),
+        F.col(COL_LAST_VERSION), F.lit(seq).cast(LongType()).alias(COL_WINDOW_SEQ),
+    )
