@@ -27,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cdc_core.model import schema_changes as sc
 from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_VERSION, COL_WINDOW_SEQ
+from cdc_core.model.schema_window import ROLE_GHOST, ROLE_MOVED_OUT, ROLE_OWN, ROLE_SWAP
 
 OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG = "state", "history", "changelog"
 OUTPUTS = (OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG)
@@ -36,6 +38,8 @@ HISTORY_DIR = "_cdc.history"  # a dot: no path_component-encoded schema name has
 CHANGELOG_DIR = "_cdc.changelog"
 
 OP_SNAPSHOT = "S"  # a row a snapshot read (history and changelog `_cdc_op`)
+OP_CLEARED = "T"  # a DDL that removed every row (TRUNCATE, DROP TABLE, CREATE OR REPLACE, a rename away)
+PROP_OUTPUTS_KEY = "cdc.outputs.key"  # the key a history or change log was created with (JSON list)
 
 # History columns (besides the key and the row's columns, and `_cdc_op`: the op that opened the version).
 COL_VALID_FROM = "_cdc_valid_from"  # the opening change's commit time
@@ -121,3 +125,32 @@ def tracked_columns(track: Sequence[str], columns: Sequence[str], key: Sequence[
             "fix table_options[...].track"
         )
     return [by_lower[c.lower()] for c in track]
+
+
+# Schema changes a history and change log follow: their columns follow the rows (a new column appears with the
+# first change that has it; a dropped or renamed one stays, NULL from then on), and what removes every row
+# closes every version (history) and is one `T` row (change log). Defaults that fill existing rows change no
+# version: the history shows the values the binlog showed.
+_COLUMN_KINDS = frozenset({sc.ADD_COLUMN, sc.DROP_COLUMN, sc.RENAME_COLUMN, sc.MODIFY_COLUMN, sc.SET_DEFAULT,
+                           sc.DROP_DEFAULT, sc.CREATE_TABLE, sc.CREATE_TABLE_LIKE})
+_CLEARING_KINDS = frozenset({sc.TRUNCATE_TABLE, sc.DROP_TABLE})
+
+
+def clears_rows(kind: str, role: str, *, replace: bool = False) -> bool:
+    """A schema change after which the table holds no row (cdc_core.model.schema_window roles)."""
+    if role == ROLE_MOVED_OUT:
+        return True
+    return role == ROLE_OWN and (kind in _CLEARING_KINDS or (kind == sc.CREATE_TABLE and replace))
+
+
+def not_followed(kind: str, role: str, *, replace: bool = False) -> str | None:
+    """Why a history and change log cannot follow this schema change (None: they do)."""
+    if role == ROLE_GHOST or clears_rows(kind, role, replace=replace):
+        return None
+    if role in (ROLE_OWN, ROLE_SWAP) and kind in _COLUMN_KINDS:
+        return None
+    if kind == sc.PRIMARY_KEY:
+        return "it changes the key their versions and changes are identified by"
+    if role not in (ROLE_OWN, ROLE_SWAP):
+        return f"the table takes rows another table had ({role.replace('_', ' ')}), which they do not record"
+    return f"it changes rows without row events ({kind.replace('_', ' ')}), which they do not record"

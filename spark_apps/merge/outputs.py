@@ -4,16 +4,20 @@ the window (the rules: cdc_core.model.output_modes, docs/output-modes.md).
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType
+from pyspark.sql.types import LongType, StringType, StructType
 
 from cdc_core.model import faults
+from cdc_core.model.errors import ConfigError, SchemaConflict
 from cdc_core.model.layout import changelog_uri, history_uri
 from cdc_core.model.manifest import (
     COL_COMMIT_TS,
@@ -34,8 +38,12 @@ from cdc_core.model.output_modes import (
     COL_VALID_TO,
     COL_VALID_TO_VERSION,
     HISTORY_COLUMNS,
+    OP_CLEARED,
     OP_SNAPSHOT,
+    PROP_OUTPUTS_KEY,
     OutputModes,
+    clears_rows,
+    not_followed,
     tracked_columns,
 )
 from spark_apps.merge.derive import Derived
@@ -70,8 +78,13 @@ class Outputs(Derived):
         """The table's history and change log for this window (nothing unless its options ask for them)."""
         options = self.table_options.get(st.name, TableOptions())
         modes: OutputModes = options.outputs
-        if not modes.any or not key:
+        if not modes.any:
             return {}
+        cleared = self.cleared_at(st)
+        if not key:  # the window names the table only in DDL (a drop): the key its outputs were created with
+            key = self.outputs_key(st)
+            if not key:
+                return {}
         out: dict[str, Any] = {}
         changes: DataFrame | None = None
 
@@ -86,11 +99,47 @@ class Outputs(Derived):
             return changes
 
         if modes.changelog:
-            out["changelog"] = self.land_changelog(st, key, window_changes, options)
+            out["changelog"] = self.land_changelog(st, key, window_changes, options, cleared)
         if modes.history:
-            out["history"] = self.land_history(st, key, window_changes, options)
+            out["history"] = self.land_history(st, key, window_changes, options, cleared)
         faults.point("mid_outputs")  # crash suite: the history and change log hold the window, the state not yet
         return out
+
+    def check_outputs_follow(self, targets: Sequence[LakeTarget]) -> None:
+        """Before anything of the window is written: every schema change of a table keeping a history or change
+        log is one they follow (cdc_core.model.output_modes.followed_change), else a SchemaConflict saying what
+        to do."""
+        for st in targets:
+            if not self.table_options.get(st.name, TableOptions()).outputs.any:
+                continue
+            for lc in self.window.for_lake((st.schema, st.table)):
+                why = not_followed(lc.change.kind, lc.role, replace=lc.change.replace)
+                if why is not None:
+                    raise SchemaConflict(
+                        f"{self.label()}: table {st.name} keeps a history or change log (table_options outputs), "
+                        f"which cannot follow `{lc.change.query or lc.change.describe()}`: {why}. Nothing of the "
+                        "window landed. To go on: take history and changelog out of the table's outputs (their "
+                        "tables stay as they are, the state follows the change), run, then put them back to start "
+                        "new ones (move the old ones away first)"
+                    )
+
+    def cleared_at(self, st: LakeTarget) -> list[tuple[int, dt.datetime]]:
+        """The (version, commit time) of each schema change that removes every row of the table (a TRUNCATE, a
+        DROP TABLE, a CREATE OR REPLACE, a rename away)."""
+        out = []
+        for lc in self.window.for_lake((st.schema, st.table)):
+            if clears_rows(lc.change.kind, lc.role, replace=lc.change.replace):
+                out.append((lc.change.version, dt.datetime.fromtimestamp(lc.change.commit_ts, dt.UTC)))
+        return out
+
+    def outputs_key(self, st: LakeTarget) -> tuple[str, ...]:
+        root = self.lake_root
+        for uri in (history_uri(root, st.schema, st.table), changelog_uri(root, st.schema, st.table)):
+            if DeltaTable.isDeltaTable(self.spark, uri):
+                props = DeltaTable.forPath(self.spark, uri).detail().collect()[0]["properties"] or {}
+                if PROP_OUTPUTS_KEY in props:
+                    return tuple(json.loads(props[PROP_OUTPUTS_KEY]))
+        return ()
 
     def read_target_rows(self, st: LakeTarget) -> DataFrame:
         """Every staged change of the target, each member's rows limited to the versions that land here (a renamed
@@ -110,19 +159,28 @@ class Outputs(Derived):
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
     def _companion_target(self, uri: str, label: str, rows: DataFrame, meta: tuple[tuple[str, str], ...],
-                          options: TableOptions) -> DataFrame:
-        """Create the table (or add the window's new columns) and return `rows` in its types."""
+                          options: TableOptions, *, key: tuple[str, ...]) -> StructType:
+        """Create the table (recording its key), or add the window's new columns to it; returns its schema. A
+        column the source dropped or renamed stays: the versions that had it keep their values."""
         meta_names = {n for n, _ in meta}
         columns = [(f.name, f.dataType) for f in rows.schema.fields if f.name not in meta_names]
         columns += [(n, spark_type(t)) for n, t in meta]
-        target = self.ensure_table(uri, label, columns, TableOptions(options.partition_by, options.change_data_feed,
-                                                                     options.properties))
-        return conform(rows, target)
+        own = TableOptions(options.partition_by, options.change_data_feed,
+                           (*options.properties, (PROP_OUTPUTS_KEY, json.dumps(list(key)))))
+        target = self.ensure_table(uri, label, columns, own)
+        have = {f.name.lower() for f in target.fields}
+        added = [(n, t) for n, t in columns if n.lower() not in have]
+        if added:
+            self.fence()
+            self.spark.sql(f"ALTER TABLE delta.{quote_spark(uri)} ADD COLUMNS ("
+                           + ", ".join(f"{quote_spark(n)} {t.simpleString()}" for n, t in added) + ")")
+            target = self.lake_schema(uri)
+        return target
 
     # ------------------------------------------------------------------------------------------ change log
 
     def land_changelog(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
-                       options: TableOptions) -> dict[str, Any]:
+                       options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = ()) -> dict[str, Any]:
         t0 = time.monotonic()
         uri = changelog_uri(self.lake_root, st.schema, st.table)
         label = f"changelog of {st.name}"
@@ -130,11 +188,19 @@ class Outputs(Derived):
         if holds_window(landed, self.seq):
             return {"status": STATUS_ALREADY, "inserted": 0}
         self.fence()
-        rows = changes().withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
-        rows = self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options)
+        rows = changes()
+        for at, ts in cleared:  # one row per DDL that removed every row: op T, no key, no values
+            marker = {COL_OP: F.lit(OP_CLEARED), COL_VERSION: F.lit(at), COL_ORDINAL: F.lit(0),
+                      COL_COMMIT_TS: F.lit(ts)}
+            rows = rows.unionByName(self.spark.range(1).select(
+                *[(marker[f.name] if f.name in marker else F.lit(None)).cast(f.dataType).alias(f.name)
+                  for f in rows.schema.fields]))
+        rows = rows.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
+        rows = conform(rows, self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options, key=key))
+        metrics: dict[str, int]
         if has_no_rows(uri):
             status, version = self.idempotent_append(uri, label, rows)
-            metrics = {"inserted": commit_output_rows(uri, version) if version is not None else 0}
+            metrics = {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None else 0}
         else:
             span = rows.agg(F.min(COL_VERSION), F.max(COL_VERSION)).collect()[0]
             if span[0] is None:  # nothing staged: the window's txn alone
@@ -152,7 +218,7 @@ class Outputs(Derived):
     # --------------------------------------------------------------------------------------------- history
 
     def land_history(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
-                     options: TableOptions) -> dict[str, Any]:
+                     options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = ()) -> dict[str, Any]:
         t0 = time.monotonic()
         spark = self.spark
         uri = history_uri(self.lake_root, st.schema, st.table)
@@ -162,28 +228,30 @@ class Outputs(Derived):
             return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0}
         self.fence()
         window = changes()
-        values = [c for c in window.columns if c not in STAGED_META_NAMES]
+        # The target's schema first (the window's new columns added), so the lake's rows and the window's union
+        # by type; the values are every column the history has (a dropped column's older values stay).
+        probe = window.select(*[F.col(quote_spark(c)) for c in window.columns if c not in STAGED_META_NAMES]).limit(0)
+        for name, ddl in HISTORY_COLUMNS:
+            probe = probe.withColumn(name, F.lit(None).cast(spark_type(ddl)))
+        target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options, key=key)
+        meta = {n for n, _ in HISTORY_COLUMNS}
+        values = [f.name for f in target.fields if f.name not in meta]
         try:
             tracked = tracked_columns(options.outputs.track, values, key)
         except ValueError as e:
-            from cdc_core.model.errors import ConfigError
-
             raise ConfigError(f"table_options[{st.name!r}]: {e}") from None
-        # The target's schema first (its new columns added), so the lake's rows and the window's union by type.
-        probe = window.select(*[F.col(quote_spark(c)) for c in values]).limit(0)
-        for name, ddl in HISTORY_COLUMNS:
-            probe = probe.withColumn(name, F.lit(None).cast(spark_type(ddl)))
-        target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options).schema
+        empty = has_no_rows(uri)
+        metrics: dict[str, int]
         rows = history_rows(
             conform(window, target).select(*[F.col(quote_spark(c)) for c in values],
                                            COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS),
-            None if has_no_rows(uri) else spark.read.format("delta").load(uri),
-            key, values, tracked, self.seq,
+            None if empty else spark.read.format("delta").load(uri),
+            key, values, tracked, self.seq, cleared,
         )
         rows = conform(rows, target)
-        if has_no_rows(uri):
+        if empty:
             status, version = self.idempotent_append(uri, label, rows)
-            metrics: dict[str, int] = {"inserted": commit_output_rows(uri, version) if version is not None else 0}
+            metrics = {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None else 0}
         else:
             status, metrics, version = self.idempotent_merge(
                 uri, label, rows, lambda view: history_merge_sql(uri, view, key))
@@ -218,6 +286,7 @@ def history_merge_sql(uri: str, view: str, key: tuple[str, ...]) -> str:
 
 def history_rows(  # noqa: PLR0917
     window: DataFrame, lake: DataFrame | None, key: tuple[str, ...], values: list[str], tracked: list[str], seq: int,
+    cleared: Sequence[tuple[int, dt.datetime]] = (),
 ) -> DataFrame:
     """The history rows of the keys `window` touches, recomputed from the lake's rows of those keys and the
     window's changes (cdc_core.model.output_modes): a pure function of the two, so a replay, or a backfill
@@ -227,7 +296,8 @@ def history_rows(  # noqa: PLR0917
     closed versions imply (`close`, at their valid_to, unless another version opens there), the window's
     changes (`change`, or `close` for a delete) less those the lake already holds. An open or change event
     opens a version unless the previous event is a change or version with the same tracked values (then it
-    folds into that version); a close ends the current version."""
+    folds into that version); a close ends the current version. `cleared`: the (version, commit time) of DDL that
+    removed every row: a close of every key the lake holds a current version of, or the window changed, there."""
     q = quote_spark
     cols = [q(c) for c in values]
     none_ts = F.lit(None).cast("timestamp")
@@ -240,9 +310,20 @@ def history_rows(  # noqa: PLR0917
         F.col(COL_COMMIT_TS).alias(_TS), F.col(COL_OP).alias(_OP), F.col(COL_VERSION).alias(_VALVER),
         none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
     )
+    if cleared:
+        keys = window.select(*[F.col(q(k)) for k in key])
+        if lake is not None:
+            keys = keys.unionByName(lake.where(F.col(COL_IS_CURRENT)).select(*[F.col(q(k)) for k in key]))
+        marks = window.sparkSession.createDataFrame([(v, ts) for v, ts in cleared], f"{_VER} bigint, {_TS} timestamp")
+        drops = keys.distinct().crossJoin(marks).select(
+            *[F.col(q(k)) for k in key], F.col(_VER), F.lit(RANK_WINDOW).alias(_RANK), zero.alias(_ORD),
+            F.lit(CLOSE).alias(_KIND), F.col(_TS), F.lit(OP_CLEARED).alias(_OP), none_long.alias(_VALVER),
+            none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
+        )
+        new = new.unionByName(drops, allowMissingColumns=True)
     events = new
     if lake is not None:
-        touched = _keys(window, key, "__cdc_k").distinct()
+        touched = _keys(new, key, "__cdc_k").distinct()
         held = lake.join(touched, _same_key(lake, touched, key, "__cdc_k"), "left_semi")
         held = held.select(*cols, COL_OP, COL_VALID_FROM, COL_VALID_FROM_VERSION, COL_VALID_TO, COL_VALID_TO_VERSION,
                            COL_LAST_VERSION)
@@ -297,9 +378,9 @@ def history_rows(  # noqa: PLR0917
     )
     # A version's values are its newest event's (changes folded into it update its untracked columns).
     segment = Window.partitionBy(*by_key, F.col(_SEG))
-    keys = {k.lower() for k in key}
+    key_names = {k.lower() for k in key}
     for c in values:
-        if c.lower() not in keys:
+        if c.lower() not in key_names:
             events = events.withColumn(c, F.max_by(F.col(q(c)), F.col(_VALVER)).over(segment))
     events = events.withColumn(COL_LAST_VERSION, F.max(F.col(_VALVER)).over(segment))
     joined = events.where(F.col(_OPEN))

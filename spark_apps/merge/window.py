@@ -131,6 +131,7 @@ def _merge_tables(run: MergeRun, targets: Sequence[LakeTarget], parallelism: int
         else:
             todo.append(st)
     run.log("merge.plan", tables=len(targets), to_merge=len(todo), parallelism=min(parallelism, len(todo)))
+    run.check_outputs_follow(todo)  # a DDL a table's history or change log cannot follow: before any write
     run.schema_phase(todo, parallelism)
     crash_after_first = len(targets) > 1
     done: dict[str, Any] = {}

@@ -14,9 +14,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cdc_core.model.errors import CdcError
+from cdc_core.lake import delta_state
+from cdc_core.model.errors import CdcError, SchemaConflict
 from cdc_core.model.layout import changelog_uri, history_uri, table_uri
 from cdc_core.model.merge_semantics import STATUS_ALREADY
+from cdc_core.model.schema_changes import ADD_COLUMN, DROP_COLUMN, PRIMARY_KEY, TRUNCATE_TABLE, ColumnSpec, SchemaChange
 from spark_apps.merge import merge_window
 from tests.support.output_model import Change, Model
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
@@ -138,3 +140,58 @@ def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfil
             seq += 1
             lake.merge(seq, part)
             lake.check(given, f"backfill window {seq}")
+
+
+def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_key_change(spark, tmp_path):
+    """A TRUNCATE closes every current version and is one `T` row of the change log; a column added shows from
+    the first change that has it; a dropped one keeps its older values. A change of the primary key, which
+    identifies versions and changes, is refused before anything of its window lands."""
+    root, staging = str(tmp_path / "lake"), tmp_path / "staging"
+    options = {"s.t": {"outputs": ["state", "history", "changelog"]}}
+    clock = VersionClock()
+    id_, v, n, d = (Col("id", pa.int32(), "INT"), Col("v", pa.string(), "STRING"), Col("n", pa.int32(), "INT"),
+                    Col("d", pa.int32(), "INT"))
+
+    def land(w: WindowBuilder) -> dict[str, Any]:
+        manifest, wdir = w.build()
+        return merge_window(spark, manifest, wdir, root, PIPE, w.seq, TOKEN, table_options=options)
+
+    def read(uri: str) -> list[dict[str, Any]]:
+        return [r.asDict() for r in spark.read.format("delta").load(uri).collect()]
+
+    land(WindowBuilder(staging, PIPE, 1, clock).file(
+        "s", "t", ["id"], [id_, v, n], [("I", {"id": i, "v": f"v{i}", "n": i}) for i in range(3)]))
+    w = WindowBuilder(staging, PIPE, 2, clock)
+    w.file("s", "t", ["id"], [id_, v, n], [("U", {"id": 1, "v": "x", "n": 1})])
+    w.ddl(SchemaChange(kind=TRUNCATE_TABLE, schema="s", table="t"))
+    w.file("s", "t", ["id"], [id_, v, n], [("I", {"id": 9, "v": "v9", "n": 9})])
+    w.ddl(SchemaChange(kind=ADD_COLUMN, schema="s", table="t", column=ColumnSpec("d", "int")))
+    w.file("s", "t", ["id"], [id_, v, n, d], [("I", {"id": 10, "v": "v10", "n": 10, "d": 5})])
+    w.ddl(SchemaChange(kind=DROP_COLUMN, schema="s", table="t", name="n"))
+    w.file("s", "t", ["id"], [id_, v, d], [("U", {"id": 9, "v": "v9", "d": 1})])
+    land(w)
+    truncated = w.schema_changes[0].version
+
+    history = sorted(read(history_uri(root, "s", "t")), key=lambda r: (r["id"], r["_cdc_valid_from_version"]))
+    assert [(r["id"], r["v"], r["n"], r["d"], r["_cdc_op"], r["_cdc_is_current"]) for r in history] == [
+        (0, "v0", 0, None, "I", False), (1, "v1", 1, None, "I", False), (1, "x", 1, None, "U", False),
+        (2, "v2", 2, None, "I", False),
+        (9, "v9", 9, None, "I", False), (9, "v9", None, 1, "U", True),  # n dropped, d set: a new version
+        (10, "v10", 10, 5, "I", True),
+    ]
+    assert [r["_cdc_valid_to_version"] for r in history if r["id"] in (0, 2)] == [truncated, truncated]
+    assert history[2]["_cdc_valid_to_version"] == truncated and history[1]["_cdc_valid_to_version"] < truncated
+    log = sorted(read(changelog_uri(root, "s", "t")), key=lambda r: r["_cdc_version"])
+    assert [(r["_cdc_op"], r["id"]) for r in log] == [("I", 0), ("I", 1), ("I", 2), ("U", 1), ("T", None), ("I", 9),
+                                                      ("I", 10), ("U", 9)]
+    assert log[4]["_cdc_version"] == truncated
+    state = sorted((r["id"], r["v"], r["d"]) for r in read(table_uri(root, "s", "t")))
+    assert state == [(9, "v9", 1), (10, "v10", 5)]
+
+    w = WindowBuilder(staging, PIPE, 3, clock)
+    w.ddl(SchemaChange(kind=PRIMARY_KEY, schema="s", table="t", key=("id", "v")))
+    w.file("s", "t", ["id", "v"], [id_, v, d], [("I", {"id": 11, "v": "v11", "d": 0})])
+    with pytest.raises(SchemaConflict, match=r"table s\.t keeps a history or change log .* it changes the key"):
+        land(w)
+    for uri in (table_uri(root, "s", "t"), history_uri(root, "s", "t"), changelog_uri(root, "s", "t")):
+        assert delta_state.last_txn_version(uri, PIPE) == 2, uri

@@ -37,3 +37,19 @@ def test_every_column_but_the_key_is_tracked_unless_the_options_name_some() -> N
     assert tracked_columns(("tier",), columns, ("id",)) == ["Tier"]  # spelled as the table spells it
     with pytest.raises(ValueError, match=r"track names \['email'\], which the table does not have"):
         tracked_columns(("email",), columns, ("id",))
+
+
+def test_which_schema_changes_a_history_follows_clears_on_or_refuses() -> None:
+    from cdc_core.model import schema_changes as sc
+    from cdc_core.model.output_modes import clears_rows, not_followed
+    from cdc_core.model.schema_window import ROLE_GHOST, ROLE_MOVED_IN, ROLE_MOVED_OUT, ROLE_OWN, ROLE_SWAP
+
+    assert clears_rows(sc.TRUNCATE_TABLE, ROLE_OWN) and clears_rows(sc.DROP_TABLE, ROLE_OWN)
+    assert clears_rows(sc.RENAME_TABLE, ROLE_MOVED_OUT) and clears_rows(sc.CREATE_TABLE, ROLE_OWN, replace=True)
+    assert not clears_rows(sc.CREATE_TABLE, ROLE_OWN) and not clears_rows(sc.ADD_COLUMN, ROLE_OWN)
+    for kind in (sc.ADD_COLUMN, sc.DROP_COLUMN, sc.RENAME_COLUMN, sc.MODIFY_COLUMN, sc.TRUNCATE_TABLE):
+        assert not_followed(kind, ROLE_OWN) is None, kind
+    assert not_followed(sc.ADD_COLUMN, ROLE_SWAP) is None and not_followed(sc.PRIMARY_KEY, ROLE_GHOST) is None
+    assert "changes the key" in str(not_followed(sc.PRIMARY_KEY, ROLE_OWN))
+    assert "takes rows another table had (moved in)" in str(not_followed(sc.RENAME_TABLE, ROLE_MOVED_IN))
+    assert "without row events (truncate partition)" in str(not_followed(sc.TRUNCATE_PARTITION, ROLE_OWN))
