@@ -5,13 +5,13 @@ Offline (plain `cdc validate`) only the connections are read, from the environme
 (`AIRFLOW_CONN_<ID>`), for each source's host:port; a connection that is not defined there is simply not
 compared. With `--check-sources` every source is asked for its identity (MySQL's server_uuid) and describes
 the tables the pipeline captures there, as a run would (a literal include that does not exist, a table without
-a usable key, a transform rule that cannot apply to its table or whose hash key is missing: the run's own
-errors): no ZooKeeper, no lake, nothing written.
+a usable key, a transform rule that cannot apply to its table or whose hash key is missing, a history tracking a
+column the table does not land: the run's own errors): no ZooKeeper, no lake, nothing written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_core.capture.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
@@ -19,6 +19,8 @@ from cdc_core.model import transforms
 from cdc_core.model.changes import TableSchema
 from cdc_core.model.config import PipelineConfig
 from cdc_core.model.connections import lookup_connection
+from cdc_core.model.errors import ConfigError
+from cdc_core.model.output_modes import OutputModes, tracked_columns
 from cdc_core.model.types import table_codec
 from cdc_core.model.validation import SourceServer, server_address
 
@@ -47,8 +49,22 @@ def check_transforms(config: PipelineConfig, tables: Iterable[TableSchema]) -> N
     rules = transforms.resolve(config.transform, config.name)
     for table in tables:
         rule = rules.rule_for(table.name)
+        columns = [c.name for c in table_codec(table).columns]
         if rule is not None:
-            transforms.table_transform(rule, rules.key, table.name, table_codec(table).columns, table.key)
+            shaped = transforms.table_transform(rule, rules.key, table.name, table_codec(table).columns, table.key)
+            columns = [c.name for c in shaped.columns]
+        check_outputs(config, table.name, columns, table.key)
+
+
+def check_outputs(config: PipelineConfig, table: str, columns: Sequence[str], key: Sequence[str]) -> None:
+    """A table's history `track` against the columns it lands with (cdc_core.model.output_modes)."""
+    opts = config.table_options.get(table) or {}
+    modes = OutputModes.parse(table, opts.get("outputs"), opts.get("track"))
+    if modes.history and modes.track:
+        try:
+            tracked_columns(modes.track, columns, key)
+        except ValueError as e:
+            raise ConfigError(f"pipeline {config.name!r}: table_options[{table!r}]: {e}") from None
 
 
 @dataclass(frozen=True)

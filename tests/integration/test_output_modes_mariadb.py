@@ -18,6 +18,7 @@ import pytest
 
 from cdc_core.cli import main
 from cdc_core.lake import delta_state
+from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import changelog_uri, history_uri
 from tests.support.security import find_values_in_files
 
@@ -64,7 +65,13 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
         "transform": {"hash_key": {"env": "CDC_TEST_OUTPUTS_KEY"}, "tables": [{"match": table, "hash": ["email"]}]},
     }
     config = tmp_path / "pipelines.yaml"
+    # `cdc validate --check-sources` checks a history's tracked columns against what the table lands.
+    bad = {**pipeline, "table_options": {table: {"outputs": ["state", "history"], "track": ["email", "level"]}}}
+    config.write_text(json.dumps({"pipelines": [bad]}))
+    assert main(["--config", str(config), "validate", "--check-sources"]) == ConfigError.exit_code
+    assert "track names ['level'], which the table does not have" in capsys.readouterr().err
     config.write_text(json.dumps({"pipelines": [pipeline]}))
+    assert main(["--config", str(config), "validate", "--check-sources"]) == 0, capsys.readouterr()
     lake = str(tmp_path / "lake")
 
     def run() -> None:
