@@ -325,8 +325,10 @@ def history_rows(  # noqa: PLR0917
     if lake is not None:
         touched = _keys(new, key, "__cdc_k").distinct()
         held = lake.join(touched, _same_key(lake, touched, key, "__cdc_k"), "left_semi")
+        # Read once: the events below use these rows four times (a local checkpoint, not a cache: the MERGE's
+        # source must not hold a cached plan of its own target).
         held = held.select(*cols, COL_OP, COL_VALID_FROM, COL_VALID_FROM_VERSION, COL_VALID_TO, COL_VALID_TO_VERSION,
-                           COL_LAST_VERSION)
+                           COL_LAST_VERSION).localCheckpoint(eager=True)
         opens = held.select(
             *cols,
             F.col(COL_VALID_FROM_VERSION).alias(_VER), F.lit(RANK_LAKE).alias(_RANK), zero.alias(_ORD),
