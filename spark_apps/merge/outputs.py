@@ -325,7 +325,12 @@ def history_rows(  # noqa: PLR0917
     if lake is not None:
         touched = _keys(new, key, "__cdc_k").distinct()
         held = lake.join(touched, _same_key(lake, touched, key, "__cdc_k"), "left_semi")
-        # Read once: the events below use these rows four times (a local checkpoint, not a cache: the MERGE's
+        # Versions that ended before the window's first change cannot change, nor decide what its changes do (the
+        # one before a change either holds it or ended in a delete, and a missing predecessor means the same).
+        low = new.agg(F.min(F.col(_VER))).collect()[0][0]
+        if low is not None:
+            held = held.where(F.col(COL_VALID_TO_VERSION).isNull() | (F.col(COL_VALID_TO_VERSION) >= int(low)))
+        # Read once: the events below use these rows three times (a local checkpoint, not a cache: the MERGE's
         # source must not hold a cached plan of its own target).
         held = held.select(*cols, COL_OP, COL_VALID_FROM, COL_VALID_FROM_VERSION, COL_VALID_TO, COL_VALID_TO_VERSION,
                            COL_LAST_VERSION).localCheckpoint(eager=True)
@@ -351,14 +356,13 @@ def history_rows(  # noqa: PLR0917
             F.lit(CLOSE).alias(_KIND), F.col(COL_VALID_TO).alias(_TS), F.lit(OP_DELETE).alias(_OP),
             none_long.alias(_VALVER), none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
         )
-        # The window's changes the lake holds: a version it opens, a close at a version some version ends at.
-        ends = _keys(capped, key, "__cdc_e", F.col(COL_VALID_TO_VERSION).alias("__cdc_ev"))
-        fresh_changes = new.where(F.col(_KIND) == CHANGE).join(
-            starts, _same_key(new, starts, key, "__cdc_s") & (new[_VER] == starts["__cdc_sv"]), "left_anti")
-        fresh_closes = new.where(F.col(_KIND) == CLOSE).join(
-            ends, _same_key(new, ends, key, "__cdc_e") & (new[_VER] == ends["__cdc_ev"]), "left_anti")
-        events = opens.unionByName(closes, allowMissingColumns=True).unionByName(fresh_changes).unionByName(
-            fresh_closes)
+        events = opens.unionByName(closes, allowMissingColumns=True).unionByName(new)
+        # The window's changes the lake holds already: those at a version where the lake has a version opening or
+        # a delete (a replay, a backfill delivering them again). Ordered by version alone, so no second shuffle.
+        same_version = Window.partitionBy(*[F.col(q(k)) for k in key]).orderBy(F.col(_VER)).rangeBetween(0, 0)
+        from_lake = F.col(_RANK) < RANK_WINDOW
+        events = events.withColumn("__cdc_held_here", F.max(from_lake.cast("int")).over(same_version))
+        events = events.where(from_lake | (F.col("__cdc_held_here") == 0)).drop("__cdc_held_here")
 
     by_key = [F.col(q(k)) for k in key]
     order = Window.partitionBy(*by_key).orderBy(F.col(_VER), F.col(_RANK), F.col(_ORD))
