@@ -84,6 +84,12 @@ class Services:
         return {"kind": "file", "file": file, "offset": int(pos)}
 
     @property
+    def airflow_connection(self) -> dict[str, object]:
+        """The replication user as an Airflow connection (the `AIRFLOW_CONN_<ID>` environment variable's JSON)."""
+        return {"conn_type": "mysql", "host": self.mysql_host, "port": self.mysql_port, "login": self.mysql_user,
+                "password": self.mysql_password}
+
+    @property
     def source_params(self) -> dict[str, object]:
         """Connection parameters of the replication user, as cdc_core takes them."""
         return {

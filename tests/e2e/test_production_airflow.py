@@ -196,8 +196,7 @@ def test_the_full_cycle_through_cross_process_faults_lands_every_window_once(
     db = source_db
     lake = store.url(name, "lake")
     marker = tmp_path / "fault-fired"
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [{
         "name": name, "source": {"conn_id": "cdc_source_prod"}, "tables": {"include": [f"{db}.*"]},

@@ -111,8 +111,7 @@ def scheduler(
     # The assets pipeline starts after its tables exist: a window that creates a table announces it (it appeared
     # in the lake), and test 2 is about the row changes of one transaction.
     sql(services, assets.database, *ASSET_TABLES)
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     config = tmp / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [
         {

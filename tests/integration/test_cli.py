@@ -27,8 +27,7 @@ def cli_env(
 ) -> dict[str, Any]:
     """A config file with one pipeline over this test's database, and its source connection in the env."""
     name = "cli_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_CLI", json.dumps(conn))
     pipeline = {
         "name": name,

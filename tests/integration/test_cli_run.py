@@ -27,8 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def env(services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     name = "run_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_RUN", json.dumps(conn))
     root = services.root_connect(source_db)
     with root.cursor() as cur:

@@ -25,8 +25,7 @@ def test_a_run_sends_its_windows_numbers_to_statsd(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     name = "met_" + source_db[-6:]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_METRICS", json.dumps(conn))
     monkeypatch.setenv(STATSD_ENV, f"127.0.0.1:{statsd_listener.getsockname()[1]}")
     config = tmp_path / "pipelines.yaml"

@@ -142,8 +142,7 @@ def test_two_pipelines_on_two_stores_read_concurrently_each_with_its_own_keys(
     assert creds["iso_a"].endpoint_url != creds["iso_b"].endpoint_url
 
     # The pipelines' configuration, as the monitor reads it ($CDC_CONFIG, connections from AIRFLOW_CONN_*).
-    source = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-              "login": services.mysql_user, "password": services.mysql_password}
+    source = services.airflow_connection
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [
         {"name": n, "source": {"conn_id": "cdc_source_iso"}, "tables": {"include": [f"{source_db}.*"]},

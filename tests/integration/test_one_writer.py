@@ -39,8 +39,7 @@ def test_second_pipeline_into_one_lake_table_is_refused_and_changes_nothing(
     services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_ONE_WRITER", json.dumps(conn))
     root = services.root_connect(source_db)
     with root.cursor() as cur:

@@ -46,8 +46,7 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
     services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_OUTPUTS", json.dumps(conn))
     monkeypatch.setenv("CDC_TEST_OUTPUTS_KEY", KEY)
     execute(services, source_db,

@@ -28,8 +28,7 @@ def pipe(
     services: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
     name = "ddl_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_DDL", json.dumps(conn))
     pipeline = {
         "name": name, "source": {"conn_id": "cdc_source_ddl"}, "tables": {"include": [f"{source_db}.*"]},
@@ -243,8 +242,7 @@ def test_ddl_during_a_chunked_snapshot_keeps_it_exact(
     p = {"db": source_db, "services": services, "lake": str(tmp_path / "lake"), "name": "snap_" + uuid.uuid4().hex[:6]}
     for t in ("s", "tr", "mv"):
         seed(p, t, 45)
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_SNAP", json.dumps(conn))
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [{

@@ -100,8 +100,7 @@ def test_excluded_hashed_masked_truncated_and_filtered_columns_land_shaped_on_ev
     services: Any, source_db: str, zk_client: Any, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_PII", json.dumps(conn))
     monkeypatch.setenv("CDC_TEST_PII_KEY", KEY)
     execute(services, source_db, TABLE, rows=[person(i, "DE" if i % 2 else "FR") for i in range(1, 7)])

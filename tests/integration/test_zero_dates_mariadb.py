@@ -160,8 +160,7 @@ def test_the_pipeline_refuses_by_default_acks_nothing_and_lands_after_switching_
     services: Any, db: Any, source_db: str, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_ZD", json.dumps(conn))
     with db.cursor() as cur:
         cur.execute(TABLE)

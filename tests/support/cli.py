@@ -23,8 +23,7 @@ def cli_pipeline(
     binlog's end, with `settings(name)` on top; its source connection in the returned environment (plus `env`)."""
     name = f"{prefix}_{uuid.uuid4().hex[:6]}"
     conn_id = f"cdc_source_{prefix}"
-    conn = {"conn_type": "mysql", "host": services.mysql_host, "port": services.mysql_port,
-            "login": services.mysql_user, "password": services.mysql_password}
+    conn = services.airflow_connection
     write(services, source_db, *([ddl] if isinstance(ddl, str) else ddl))
     cfg = {
         "name": name, "source": {"conn_id": conn_id}, "tables": {"include": [f"{source_db}.*"]},
