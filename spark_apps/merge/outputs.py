@@ -357,15 +357,18 @@ def history_rows(  # noqa: PLR0917
             none_long.alias(_VALVER), none_long.alias(_CAP_VER), none_ts.alias(_CAP_TS),
         )
         events = opens.unionByName(closes, allowMissingColumns=True).unionByName(new)
-        # The window's changes the lake holds already: those at a version where the lake has a version opening or
-        # a delete (a replay, a backfill delivering them again). Ordered by version alone, so no second shuffle.
-        same_version = Window.partitionBy(*[F.col(q(k)) for k in key]).orderBy(F.col(_VER)).rangeBetween(0, 0)
-        from_lake = F.col(_RANK) < RANK_WINDOW
-        events = events.withColumn("__cdc_held_here", F.max(from_lake.cast("int")).over(same_version))
-        events = events.where(from_lake | (F.col("__cdc_held_here") == 0)).drop("__cdc_held_here")
 
+    # One shuffle (by key) and one sort (by version, rank, ordinal) serve every step below.
     by_key = [F.col(q(k)) for k in key]
     order = Window.partitionBy(*by_key).orderBy(F.col(_VER), F.col(_RANK), F.col(_ORD))
+    if lake is not None:
+        # The window's changes the lake holds already: those at a version where the lake has a version opening or a
+        # delete (a replay, a backfill delivering them again). The lake's events sort first at their version.
+        from_lake = F.col(_RANK) < RANK_WINDOW
+        lake_version = F.last(F.when(from_lake, F.col(_VER)), ignorenulls=True).over(
+            order.rowsBetween(Window.unboundedPreceding, 0))
+        events = events.withColumn("__cdc_lake_ver", lake_version)
+        events = events.where(from_lake | ~F.col("__cdc_lake_ver").eqNullSafe(F.col(_VER))).drop("__cdc_lake_ver")
     prev_kind = F.lag(F.col(_KIND)).over(order)
     same_tracked = functools.reduce(
         lambda a, b: a & b, [F.col(q(c)).eqNullSafe(F.lag(F.col(q(c))).over(order)) for c in tracked], F.lit(True))
@@ -382,23 +385,27 @@ def history_rows(  # noqa: PLR0917
         .withColumn(_SEG, F.sum(F.col(_OPEN).cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0)))
         .where(F.col(_KIND) != CLOSE)
     )
-    # A version's values are its newest event's (changes folded into it update its untracked columns).
-    segment = Window.partitionBy(*by_key, F.col(_SEG))
+    # One row per version (segment): its opening event's facts, and its newest event's values (changes folded into
+    # it update its untracked columns). An aggregate on the key's partitions: no further shuffle or sort.
     key_names = {k.lower() for k in key}
-    for c in values:
-        if c.lower() not in key_names:
-            events = events.withColumn(c, F.max_by(F.col(q(c)), F.col(_VALVER)).over(segment))
-    events = events.withColumn(COL_LAST_VERSION, F.max(F.col(_VALVER)).over(segment))
-    joined = events.where(F.col(_OPEN))
+    head = F.struct(F.col(_VER).alias("ver"), F.col(_TS).alias("ts"), F.col(_OP).alias("op"),
+                    F.col(_CAP_VER).alias("cap_ver"), F.col(_CAP_TS).alias("cap_ts"),
+                    F.col("__cdc_next_ver").alias("next_ver"), F.col("__cdc_next_ts").alias("next_ts"))
+    versions = events.groupBy(*by_key, F.col(_SEG)).agg(
+        F.min_by(head, F.struct(F.col(_VER), F.col(_RANK), F.col(_ORD))).alias("__cdc_head"),
+        F.max(F.col(_VALVER)).alias(COL_LAST_VERSION),
+        *[F.max_by(F.col(q(c)), F.col(_VALVER)).alias(c) for c in values if c.lower() not in key_names],
+    )
     # A version the lake closed keeps its end unless something earlier ends it now (a backfill filling a gap).
-    next_ver, next_ts = F.col("__cdc_next_ver"), F.col("__cdc_next_ts")
-    keep_cap = F.col(_CAP_VER).isNotNull() & (next_ver.isNull() | (F.col(_CAP_VER) <= next_ver))
-    to_version = F.when(keep_cap, F.col(_CAP_VER)).otherwise(next_ver)
-    to_ts = F.when(keep_cap, F.col(_CAP_TS)).otherwise(next_ts)
-    return joined.select(
+    h = "__cdc_head"
+    next_ver, next_ts, cap_ver = F.col(f"{h}.next_ver"), F.col(f"{h}.next_ts"), F.col(f"{h}.cap_ver")
+    keep_cap = cap_ver.isNotNull() & (next_ver.isNull() | (cap_ver <= next_ver))
+    to_version = F.when(keep_cap, cap_ver).otherwise(next_ver)
+    to_ts = F.when(keep_cap, F.col(f"{h}.cap_ts")).otherwise(next_ts)
+    return versions.select(
         *cols,
-        F.col(_OP).cast(StringType()).alias(COL_OP),
-        F.col(_TS).alias(COL_VALID_FROM), F.col(_VER).alias(COL_VALID_FROM_VERSION),
+        F.col(f"{h}.op").cast(StringType()).alias(COL_OP),
+        F.col(f"{h}.ts").alias(COL_VALID_FROM), F.col(f"{h}.ver").alias(COL_VALID_FROM_VERSION),
         to_ts.alias(COL_VALID_TO), to_version.alias(COL_VALID_TO_VERSION), to_version.isNull().alias(COL_IS_CURRENT),
         F.col(COL_LAST_VERSION), F.lit(seq).cast(LongType()).alias(COL_WINDOW_SEQ),
     )
