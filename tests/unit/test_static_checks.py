@@ -35,3 +35,12 @@ def test_mypy_passes_as_configured() -> None:
     # second run take about a second (a cold one ~25 s).
     proc = run_tool("mypy", timeout=600)
     assert proc.returncode == 0, report(proc)
+
+
+def test_no_two_test_modules_share_a_file_name() -> None:
+    """pytest imports test modules by file name (no packages under tests/ but support): two tiers' test_x.py make
+    the second fail to collect ("import file mismatch")."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
