@@ -91,7 +91,7 @@ class Outputs(Derived):
         def window_changes() -> DataFrame:
             nonlocal changes
             if changes is None:
-                read = self.read_target_rows(st)
+                read = st.read(self.spark, self.window_dir, storage=self.storage, bounded=True)
                 if snapshot:  # a snapshot's rows are what it read, not changes
                     read = read.withColumn(COL_OP, F.when(F.col(COL_OP) == OP_DELETE, F.col(COL_OP))
                                            .otherwise(F.lit(OP_SNAPSHOT)))
@@ -140,23 +140,6 @@ class Outputs(Derived):
                 if PROP_OUTPUTS_KEY in props:
                     return tuple(json.loads(props[PROP_OUTPUTS_KEY]))
         return ()
-
-    def read_target_rows(self, st: LakeTarget) -> DataFrame:
-        """Every staged change of the target, each member's rows limited to the versions that land here (a renamed
-        table's rows before the rename belong to the table it became)."""
-        if not st.bounds:
-            return st.read(self.spark, self.window_dir, storage=self.storage)
-        parts = []
-        for i, (member, where) in enumerate(st.members):
-            df = st.__class__(st.schema, st.table, ((member, where),)).read(
-                self.spark, self.window_dir, storage=self.storage)
-            since, until = st.bound(i)
-            if since is not None:
-                df = df.where(F.col(COL_VERSION) >= since)
-            if until is not None:
-                df = df.where(F.col(COL_VERSION) < until)
-            parts.append(df)
-        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
     def _companion_target(self, uri: str, label: str, rows: DataFrame, meta: tuple[tuple[str, str], ...],
                           options: TableOptions, *, key: tuple[str, ...]) -> StructType:

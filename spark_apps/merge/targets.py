@@ -23,6 +23,7 @@ from cdc_core.model.errors import (
 from cdc_core.model.lake_writers import writer_pipeline
 from cdc_core.model.layout import table_uri
 from cdc_core.model.manifest import (
+    COL_VERSION,
     Manifest,
     StagedTable,
 )
@@ -148,13 +149,20 @@ class LakeTarget:
                 )
         return [*((c, StringType()) for c in self.lineage_columns), *((n, t) for n, t, _ in merged.values())]
 
-    def read(self, spark: SparkSession, window_dir: str, *, storage: Storage) -> DataFrame:
-        """Every staged change of the target: each member's, with its lineage constants."""
+    def read(self, spark: SparkSession, window_dir: str, *, storage: Storage, bounded: bool = False) -> DataFrame:
+        """Every staged change of the target: each member's, with its lineage constants. `bounded`: each member's
+        rows limited to the versions that land here (`bounds`: a renamed table's rows before the rename belong to
+        the table it became)."""
         parts = []
-        for st, where in self.members:
+        for i, (st, where) in enumerate(self.members):
             df = read_staged_table(spark, window_dir, st, storage=storage)
             for col, value in where.columns:
                 df = df.withColumn(col, F.lit(value).cast(StringType()))
+            since, until = self.bound(i) if bounded else (None, None)
+            if since is not None:
+                df = df.where(F.col(COL_VERSION) >= since)
+            if until is not None:
+                df = df.where(F.col(COL_VERSION) < until)
             parts.append(df)
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
