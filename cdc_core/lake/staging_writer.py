@@ -249,6 +249,7 @@ class WindowWriter:
                 bytes=seg.sink.size,
                 sha256=seg.sink.sha.hexdigest(),
                 columns=tuple(c.name for c in seg.output.columns),
+                key=seg.codec.table.key,
             )
             self.bytes += seg.sink.size
             seg.writer = seg.file = seg.sink = None

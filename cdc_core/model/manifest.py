@@ -88,19 +88,27 @@ class StagedFile:
     bytes: int
     sha256: str
     columns: tuple[str, ...]  # source columns present in this file, in order
+    # The key its rows were written under (a DDL inside the window may change the table's key, or hand its name
+    # to another table: RENAME TABLE a TO c, b TO a). None: the table's (manifests staged before it was recorded).
+    key: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "path": self.path,
             "rows": self.rows,
             "bytes": self.bytes,
             "sha256": self.sha256,
             "columns": list(self.columns),
         }
+        if self.key is not None:
+            out["key"] = list(self.key)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedFile:
-        return cls(d["path"], int(d["rows"]), int(d["bytes"]), d["sha256"], tuple(d["columns"]))
+        key = d.get("key")
+        return cls(d["path"], int(d["rows"]), int(d["bytes"]), d["sha256"], tuple(d["columns"]),
+                   None if key is None else tuple(key))
 
 
 @dataclass(frozen=True)

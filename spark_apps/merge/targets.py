@@ -25,6 +25,7 @@ from cdc_core.model.layout import table_uri
 from cdc_core.model.manifest import (
     COL_VERSION,
     Manifest,
+    StagedFile,
     StagedTable,
 )
 from cdc_core.model.naming import path_component, table_id
@@ -208,13 +209,15 @@ def lake_tables_of_schemas(
     return out
 
 
-def without_rowless_members(
+def members_by_their_rows(
     targets: Sequence[LakeTarget], spans_of: Callable[[StagedTable], Sequence[tuple[int, int] | None]]
 ) -> list[LakeTarget]:
-    """Each target with a member whose rows all land elsewhere (a renamed table's rows before the rename go to
-    the table it became) holding that member as named only (no files, no key): the name's next table may have
-    another key, and rows that do not land here must not decide this table's key. `spans_of`: each staged
-    file's (min, max) change version (None: no rows)."""
+    """Each bounded target's members cut to the staged files whose rows land here: a renamed table's rows before
+    the rename go to the table it became, and the name's next table (RENAME TABLE a TO c, b TO a) may have
+    other columns and another key. Rows that do not land here must not decide this table's columns or key: a
+    member keeps the files with rows in its version range, their columns and the key they were written under
+    (StagedFile.key); one with none is named only (no files, no key). `spans_of`: each staged file's (min, max)
+    change version (None: no rows)."""
     out = []
     for target in targets:
         if not target.bounds:
@@ -223,14 +226,26 @@ def without_rowless_members(
         members = []
         for i, (staged, where) in enumerate(target.members):
             since, until = target.bound(i)
-            lands = any(
-                span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
-                for span in spans_of(staged)
-            )
-            named_only = replace(staged, key=(), columns=(), files=(), inserts=0, updates=0, deletes=0)
-            members.append((staged if lands or not staged.files else named_only, where))
+            kept = [
+                f for f, span in zip(staged.files, spans_of(staged), strict=True)
+                if span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
+            ]
+            members.append((_with_files(staged, kept), where))
         out.append(replace(target, members=tuple(members)))
     return out
+
+
+def _with_files(staged: StagedTable, kept: Sequence[StagedFile]) -> StagedTable:
+    if not staged.files or len(kept) == len(staged.files):
+        return staged
+    if not kept:
+        return replace(staged, key=(), columns=(), files=(), inserts=0, updates=0, deletes=0)
+    keys = {f.key for f in kept}
+    key = next(iter(keys)) if len(keys) == 1 and None not in keys else staged.key
+    names = {c for f in kept for c in f.columns}
+    # The counts stay the table's: they only ever over-state what may be deleted (may_have_deletes).
+    return replace(staged, key=key or staged.key, columns=tuple(c for c in staged.columns if c.name in names),
+                   files=tuple(kept))
 
 
 def lake_targets(

@@ -44,7 +44,7 @@ from cdc_core.model.window_plan import KIND_SNAPSHOT
 from spark_apps.merge import schema_steps
 from spark_apps.merge.land import MergeRun
 from spark_apps.merge.tables import parse_table_options, table_writer_and_txn
-from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets, without_rowless_members
+from spark_apps.merge.targets import LakeTarget, lake_tables_of_schemas, lake_targets, members_by_their_rows
 from spark_apps.spark_job import is_table_not_found
 from spark_apps.writer_threads import in_threads
 
@@ -215,8 +215,8 @@ def merge_window(  # noqa: PLR0917 (the job's identity: callers pass it position
         targets = lake_targets(manifest, routes, source, window.placements)
     except ValueError as e:  # a route whose target is not schema.table for this table
         raise ConfigError(str(e)) from None
-    if window.placements:  # a name renamed away: its rows before the rename do not decide the key after it
-        targets = without_rowless_members(
+    if window.placements:  # a name renamed away: its rows before the rename decide nothing after it
+        targets = members_by_their_rows(
             targets, lambda st: schema_steps.file_versions(window_dir, st, storage=storage)
         )
     for target in targets:

@@ -599,8 +599,9 @@ class Workload:
 
     def _new_name(self, key: tuple[str, ...]) -> str:
         """A name for a table keyed by `key`: one no table holds now (dropped or renamed away: re-used, so it
-        starts clean) whose last table had the same key columns, or a new one. (A name held by tables of two
-        keys within one window fails the window: test_a_name_reused_in_one_window_by_a_table_of_another_key.)"""
+        starts clean) whose last table had the same key columns, or a new one. (A name dropped and taken by a
+        table of another key within one window fails the window:
+        test_a_name_dropped_and_reused_in_one_window_by_a_table_of_another_key.)"""
         free = [n for n in self.gone if n not in self.table_names and self._gone_keys.get(n) == key]
         if free and self.rng.random() < 0.6:
             return self.rng.choice(free)
@@ -754,8 +755,8 @@ class Workload:
         if len(self.tables) >= MAX_TABLES or not tables:
             return False
         src = self.rng.choice(tables)
-        # Always a new name: LIKE under a name a gone table had keeps the gone table's columns in the lake, a
-        # known bug (test_create_table_like_under_a_gone_tables_name).
+        # Always a new name (LIKE under a gone table's name is a regression of test_fault_schema_changes.py); a new
+        # name here keeps the seeds' draws as they were.
         self._names += 1
         name = f"n{self._names}"
         self.all_names.append(name)

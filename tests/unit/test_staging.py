@@ -293,6 +293,20 @@ def test_ddl_mid_window_splits_a_table_into_two_files(tmp_path: Path) -> None:
     assert m.table("db.other").rows == 1
 
 
+def test_each_file_records_the_key_its_rows_were_written_under(tmp_path: Path) -> None:
+    """A name handed to a table of another key inside the window (RENAME TABLE a TO c, b TO a): each file keeps
+    its own key, so the merge can land the rows before the rename under the old table's key."""
+    old = TableSchema("db", "a", (col("k1", "int", False), col("k2", "int", False), col("v", "int")), ("k1", "k2"))
+    new = TableSchema("db", "a", (col("id", "int", False), col("w", "int")), ("id",))
+    stream = [RowChange("I", old, {"k1": 1, "k2": 3, "v": 7}, 100, 1, 1.0),
+              Ddl(2, "db", "RENAME TABLE a TO c, b TO a", 101),
+              RowChange("D", new, {"id": 1, "w": 10}, 102, 3, 2.0)]
+    m = staging.stage_window(make_plan(), iter(stream), str(tmp_path))
+    t = m.table("db.a")
+    assert [(f.columns, f.key) for f in t.files] == [(("k1", "k2", "v"), ("k1", "k2")), (("id", "w"), ("id",))]
+    assert t.key == ("id",)
+
+
 def test_tables_without_changes_do_not_appear_and_an_empty_window_has_a_manifest(tmp_path: Path) -> None:
     root = str(tmp_path)
     m = staging.stage_window(make_plan(), iter([Ddl(1, "db", "CREATE TABLE x (id INT)", 5)]), root)
