@@ -70,6 +70,10 @@ class Placement:
     lake: Table
     since: int | None = None
     until: int | None = None
+    # The table the rows were written to was dropped later in the window (DROP TABLE, CREATE under its name, a
+    # rename out of capture): its lake table is cleared or replaced (DROP TABLE a, RENAME TABLE b TO a), so the
+    # rows land nowhere.
+    gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,7 @@ class _Segments:
         spans = [*self.closed, *((n, o, s, None) for n, (o, s) in self.held.items())]
         for name, obj, since, until in spans:
             if name in captured and (since is None or until is None or since < until):
-                out.setdefault(name, []).append(Placement(final.get(obj, name), since, until))
+                out.setdefault(name, []).append(Placement(final.get(obj, name), since, until, obj not in final))
         return {k: tuple(sorted(v, key=lambda p: -1 if p.since is None else p.since)) for k, v in out.items()}
 
 

@@ -259,7 +259,9 @@ def lake_targets(
         for place in (placements or {}).get((st.schema, st.table), (Placement((st.schema, st.table)),)):
             where = lineage(routes, source, *place.lake)
             bound = (place.since, place.until)
-            grouped.setdefault((where.lake_schema, where.lake_table), []).append((st, where, bound))
+            # A dropped table's rows: named only (the lake table's DDL steps still see the name).
+            member = _with_files(st, ()) if place.gone else st
+            grouped.setdefault((where.lake_schema, where.lake_table), []).append((member, where, bound))
     out = []
     for (schema, table), members in grouped.items():
         bounds = tuple(b for _, _, b in members)

@@ -260,8 +260,8 @@ def test_a_rename_moves_rows_and_record_and_a_new_table_under_the_old_name_is_an
     w = resolve(changes, [("s", "t"), ("s", "u")], SchemaPolicy())
     assert [(c.lake, c.role) for c in w.changes] == [(("s", "u"), ROLE_MOVED_IN), (("s", "t"), ROLE_MOVED_OUT),
                                                     (("s", "t"), ROLE_OWN)]
-    assert w.placements[("s", "t")] == (Placement(("s", "u"), None, 100), Placement(("s", "t"), 100, 200),
-                                        Placement(("s", "t"), 200, None))
+    assert w.placements[("s", "t")] == (Placement(("s", "u"), None, 100), Placement(("s", "t"), 100, 200, gone=True),
+                                        Placement(("s", "t"), 200, None))  # gone: ended by the CREATE
     assert w.placements[("s", "u")][-1] == Placement(("s", "u"), 100, None)
     assert all(p.lake == ("s", "u") for p in w.placements[("s", "u")])
 
