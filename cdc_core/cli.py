@@ -639,7 +639,8 @@ def versions(  # noqa: PLR0917 - one parameter per click option
     ctx: click.Context, pipeline: str, window: int | None, as_of: str | None, tables: tuple[str, ...],
     as_sql: bool, check: bool, source: str | None,
 ) -> None:
-    """A consistent cut: the Delta version of every table of the pipeline as of one acked window.
+    """A consistent cut: the Delta version of every table of the pipeline (and of each one's history and
+    change log, under `outputs`) as of one acked window.
 
     Reads only the lake (<lake_root>/_cdc.meta/<pipeline>/checkpoints): no ZooKeeper, no source.
     """
@@ -651,10 +652,9 @@ def versions(  # noqa: PLR0917 - one parameter per click option
     storage = object_store.Storage(object_store.for_pipeline(cfg))  # the lake may be on s3://
     at = parse_utc_timestamp(as_of, what="--as-of") if as_of is not None else None
     cut = lake_versions.load_cut(str(cfg.lake_root), unit, window=window, as_of=at, storage=storage)
-    picked = cut.pick(tables)
     if check:
-        for t in picked:
-            lake_versions.check_version(cut, t.name, storage=storage)
+        for t in cut.with_outputs(tables):
+            lake_versions.check_version(cut, t.name, output=t.output, storage=storage)
     if as_sql:
         click.echo(f"-- pipeline {unit}, window {cut.seq}, cursor {cut.cursor}, commits up to "
                    f"{cut.to_dict()['commit_at']}")
@@ -662,7 +662,7 @@ def versions(  # noqa: PLR0917 - one parameter per click option
             click.echo(line)
         return
     out = cut.to_dict()
-    out["tables"] = {t.name: t.to_dict() for t in picked}
+    out["tables"] = cut.tables_dict(tables)
     _emit(out)
 
 

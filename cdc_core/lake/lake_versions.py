@@ -18,6 +18,7 @@ from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.errors import ConfigError, LakeError, StateConflict
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
+from cdc_core.model.output_modes import OUTPUT_STATE, OUTPUTS
 from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ SCHEMA = pa.schema([
     pa.field("commit_ts", pa.float64(), True),
     pa.field("acked_at", pa.float64(), False),
     pa.field("tables", pa.int32(), False),
+    # What the row records of its lake table: `state`, or its `history` or `changelog` (docs/output-modes.md).
+    # Added 2026-11-30: rows written before it read as null, i.e. state.
+    pa.field("output", pa.string(), True),
 ])
 
 
@@ -57,7 +61,7 @@ def app_id(pipeline: str) -> str:
 
 @dataclass(frozen=True)
 class TableAtWindow:
-    """One table's state as of a window: its Delta version, and what the window did to it."""
+    """One table's state (or one of its outputs) as of a window: its Delta version, and what the window did."""
 
     name: str  # schema.table
     uri: str
@@ -67,23 +71,24 @@ class TableAtWindow:
     updated: int | None = None
     deleted: int | None = None
     changes: int | None = None
+    output: str = OUTPUT_STATE  # or the table's history or changelog (cdc_core.model.output_modes)
 
 
 def checkpoint_rows(
     pipeline: str, seq: int, kind: str, tables: list[TableAtWindow], *, cursor: str | None,
     commit_ts: float | None, acked_at: float,
 ) -> pa.Table:
-    """Pure: the rows of one window (one per table, sorted by name)."""
+    """Pure: the rows of one window (one per table and output, sorted by name, the state first)."""
     if not tables:
         raise StateConflict(f"pipeline {pipeline!r}: window {seq} has no table to record in the checkpoints table")
-    ordered = sorted(tables, key=lambda t: t.name)
+    ordered = sorted(tables, key=lambda t: (t.name, OUTPUTS.index(t.output)))
     cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
     for t in ordered:
         row = {
             "format": CHECKPOINTS_FORMAT, "pipeline": pipeline, "seq": seq, "kind": kind, "table_name": t.name,
             "table_uri": t.uri, "delta_version": t.delta_version, "changed": t.changed, "inserted": t.inserted,
             "updated": t.updated, "deleted": t.deleted, "changes": t.changes, "cursor": cursor,
-            "commit_ts": commit_ts, "acked_at": acked_at, "tables": len(ordered),
+            "commit_ts": commit_ts, "acked_at": acked_at, "tables": len(ordered), "output": t.output,
         }
         for k, v in row.items():
             cols[k].append(v)
@@ -175,6 +180,7 @@ def write_window(
     try:
         write_deltalake(
             target, rows, mode="append", storage_options=storage_options if target is uri else None,
+            schema_mode="merge",  # a checkpoints table created before the `output` column gets it
             configuration={PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)} if target is uri else None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app, seq)],
@@ -240,6 +246,11 @@ class TableVersion:
     uri: str
     version: int | None
     changed: bool  # by this window
+    output: str = OUTPUT_STATE
+
+    @property
+    def label(self) -> str:
+        return self.name if self.output == OUTPUT_STATE else f"{self.name} ({self.output})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"uri": self.uri, "version": self.version, "changed": self.changed}
@@ -255,7 +266,14 @@ class Cut:
     cursor: str | None
     commit_ts: float | None
     acked_at: float
-    tables: dict[str, TableVersion] = field(default_factory=dict)
+    tables: dict[str, TableVersion] = field(default_factory=dict)  # each table's state
+    outputs: dict[str, dict[str, TableVersion]] = field(default_factory=dict)  # name -> its history, changelog
+
+    def _table_dict(self, name: str) -> dict[str, Any]:
+        out = self.tables[name].to_dict()
+        if self.outputs.get(name):
+            out["outputs"] = {o: t.to_dict() for o, t in sorted(self.outputs[name].items())}
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,8 +284,35 @@ class Cut:
             "commit_ts": self.commit_ts,
             "commit_at": iso_ms(self.commit_ts),
             "acked_at": iso_ms(self.acked_at),
-            "tables": {n: t.to_dict() for n, t in sorted(self.tables.items())},
+            "tables": {n: self._table_dict(n) for n in sorted(self.tables)},
         }
+
+    def tables_dict(self, tables: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+        """`to_dict()["tables"]` of these tables only (all: None or empty)."""
+        return {t.name: self._table_dict(t.name) for t in self.pick(tables)}
+
+    def table(self, name: str, output: str = OUTPUT_STATE) -> TableVersion:
+        """Table `name`'s state, or its history or change log, in this cut."""
+        (state,) = self.pick([name])
+        if output == OUTPUT_STATE:
+            return state
+        found = self.outputs.get(name, {}).get(output)
+        if found is None:
+            kept = ", ".join(sorted(self.outputs.get(name, {}))) or "none"
+            raise ConfigError(
+                f"pipeline {self.pipeline!r}: window {self.seq} records no {output} of {name} (its outputs recorded: "
+                f"{kept}); a table's outputs are recorded from the first window that lands them "
+                "(table_options[...].outputs, docs/output-modes.md)"
+            )
+        return found
+
+    def with_outputs(self, tables: list[str] | tuple[str, ...] | None) -> list[TableVersion]:
+        """The picked tables' states, each followed by its recorded outputs."""
+        out = []
+        for t in self.pick(tables):
+            out.append(t)
+            out += [o for _, o in sorted(self.outputs.get(t.name, {}).items())]
+        return out
 
     def pick(self, tables: list[str] | tuple[str, ...] | None) -> list[TableVersion]:
         if not tables:
@@ -283,12 +328,12 @@ class Cut:
     def sql(self, tables: list[str] | tuple[str, ...] | None = None) -> list[str]:
         """Spark SQL / Databricks statements reading each table at its version (`VERSION AS OF`)."""
         out = []
-        for t in self.pick(tables):
+        for t in self.with_outputs(tables):
             if t.version is None:
-                out.append(f"-- {t.name}: no Delta table at {t.uri} when window {self.seq} was acked")
+                out.append(f"-- {t.label}: no Delta table at {t.uri} when window {self.seq} was acked")
                 continue
             path = t.uri.replace("`", "``")
-            out.append(f"SELECT * FROM delta.`{path}` VERSION AS OF {t.version};  -- {t.name}")
+            out.append(f"SELECT * FROM delta.`{path}` VERSION AS OF {t.version};  -- {t.label}")
         return out
 
 
@@ -304,7 +349,8 @@ def resolve_cut(
         if r.get("pipeline") == pipeline:
             by_seq.setdefault(int(r["seq"]), []).append(r)
     # One commit per window makes a partial window impossible; still, never hand one out.
-    complete = {s: rs for s, rs in by_seq.items() if len({r["table_name"] for r in rs}) == int(rs[0]["tables"])}
+    complete = {s: rs for s, rs in by_seq.items()
+                if len({(r["table_name"], _output(r)) for r in rs}) == int(rs[0]["tables"])}
     where = f"pipeline {pipeline!r}"
     if not complete:
         raise LakeError(
@@ -332,6 +378,16 @@ def resolve_cut(
         chosen = max(complete)
     rs = complete[chosen]
     first = rs[0]
+    versions = [
+        TableVersion(r["table_name"], r["table_uri"],
+                     None if r.get("delta_version") is None else int(r["delta_version"]), bool(r["changed"]),
+                     _output(r))
+        for r in rs
+    ]
+    outputs: dict[str, dict[str, TableVersion]] = {}
+    for t in versions:
+        if t.output != OUTPUT_STATE:
+            outputs.setdefault(t.name, {})[t.output] = t
     return Cut(
         pipeline=pipeline,
         seq=chosen,
@@ -339,14 +395,13 @@ def resolve_cut(
         cursor=first.get("cursor"),
         commit_ts=first.get("commit_ts"),
         acked_at=float(first["acked_at"]),
-        tables={
-            r["table_name"]: TableVersion(
-                r["table_name"], r["table_uri"],
-                None if r.get("delta_version") is None else int(r["delta_version"]), bool(r["changed"]),
-            )
-            for r in rs
-        },
+        tables={t.name: t for t in versions if t.output == OUTPUT_STATE},
+        outputs=outputs,
     )
+
+
+def _output(row: dict[str, Any]) -> str:
+    return str(row.get("output") or OUTPUT_STATE)  # rows written before the column: the state
 
 
 def read_checkpoints(
@@ -386,7 +441,7 @@ def retention_hint(cut: Cut, table: TableVersion, problem: str) -> str:
             "maintenance.vacuum_retention_hours"
         )
     return (
-        f"pipeline {cut.pipeline!r}: cannot read {table.name} at version {table.version} (window {cut.seq}, acked "
+        f"pipeline {cut.pipeline!r}: cannot read {table.label} at version {table.version} (window {cut.seq}, acked "
         f"{age_h:.1f} h ago): {what} above {math.ceil(age_h)} h to keep cuts this old readable "
         "(docs/housekeeping.md), or read a newer cut (cdc versions <pipeline>)"
     )
@@ -401,16 +456,16 @@ def _classify(error: BaseException) -> str | None:
     return None
 
 
-def check_version(cut: Cut, name: str, *, storage: Storage = AMBIENT) -> None:
-    """Open table `name` at the cut's version (its log must still reach back to it), else a LakeError
-    naming the retention to raise. Data files removed by VACUUM show only when the rows are read."""
+def check_version(cut: Cut, name: str, *, output: str = OUTPUT_STATE, storage: Storage = AMBIENT) -> None:
+    """Open table `name` (or its history or change log) at the cut's version (its log must still reach back
+    to it), else a LakeError naming the retention to raise. Data files removed by VACUUM show only when the
+    rows are read."""
     from deltalake import DeltaTable
 
-
-    (t,) = cut.pick([name])
+    t = cut.table(name, output)
     if t.version is None:
         raise LakeError(
-            f"pipeline {cut.pipeline!r}: {name} had no Delta table at {t.uri} when window {cut.seq} was acked"
+            f"pipeline {cut.pipeline!r}: {t.label} had no Delta table at {t.uri} when window {cut.seq} was acked"
         )
     try:
         DeltaTable(t.uri, version=t.version, storage_options=storage.delta_rs_options(t.uri))
@@ -419,13 +474,14 @@ def check_version(cut: Cut, name: str, *, storage: Storage = AMBIENT) -> None:
 
 
 def read_table(
-    cut: Cut, name: str, *, columns: list[str] | None = None, storage: Storage = AMBIENT
+    cut: Cut, name: str, *, columns: list[str] | None = None, output: str = OUTPUT_STATE,
+    storage: Storage = AMBIENT,
 ) -> pa.Table:
-    """One table of the cut, at exactly its version, with delta-rs (no Spark)."""
+    """One table of the cut (or its history or change log), at exactly its version, with delta-rs (no Spark)."""
     from cdc_core.lake import delta_state
 
-    (t,) = cut.pick([name])
-    check_version(cut, name, storage=storage)
+    t = cut.table(name, output)
+    check_version(cut, name, output=output, storage=storage)
     try:
         return delta_state.read_rows(t.uri, columns=columns, version=t.version, storage=storage)
     except LakeError as e:
@@ -434,15 +490,18 @@ def read_table(
         raise
 
 
-def spark_dataframes(spark: Any, cut: Cut, tables: list[str] | tuple[str, ...] | None = None) -> dict[str, Any]:
+def spark_dataframes(
+    spark: Any, cut: Cut, tables: list[str] | tuple[str, ...] | None = None, *, output: str = OUTPUT_STATE,
+) -> dict[str, Any]:
     """{table name: DataFrame at the cut's version} for a SparkSession with Delta (duck-typed: this module
-    imports no pyspark). Evaluation is lazy: a vacuumed version fails on the first action, with Spark's
-    own error (`retention_hint` explains it); the log side is checked here, at once."""
+    imports no pyspark); with `output`, the tables' history or change log instead. Evaluation is lazy: a
+    vacuumed version fails on the first action, with Spark's own error (`retention_hint` explains it); the log
+    side is checked here, at once."""
     out: dict[str, Any] = {}
-    for t in cut.pick(tables):
+    for t in (cut.table(s.name, output) for s in cut.pick(tables)):
         if t.version is None:
             raise LakeError(
-                f"pipeline {cut.pipeline!r}: {t.name} had no Delta table at {t.uri} when window {cut.seq} was acked"
+                f"pipeline {cut.pipeline!r}: {t.label} had no Delta table at {t.uri} when window {cut.seq} was acked"
             )
         try:
             out[t.name] = spark.read.format("delta").option("versionAsOf", t.version).load(t.uri)

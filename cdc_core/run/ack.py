@@ -21,6 +21,7 @@ from cdc_core.model import faults, layout
 from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import Manifest
+from cdc_core.model.output_modes import OUTPUT_CHANGELOG, OUTPUT_HISTORY
 from cdc_core.model.schema_changes import RENAME_TABLE
 from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.window_plan import KIND_SNAPSHOT
@@ -149,31 +150,46 @@ def schema_rereads(p: PipelineContext, manifest: Manifest) -> list[TableRequest]
     return [TableRequest(name, None, rows, sweep_below=v) for name, v in sorted(out.items())]
 
 
-# What the window record keeps of each table's merge report entry ("seconds" since 2026-11-29: optional).
+# What the window record keeps of each table's merge report entry ("seconds" since 2026-11-29: optional), and
+# of its history's and change log's entries (under "history", "changelog", since 2026-11-30: optional).
 RECORDED_TABLE_KEYS = ("delta_version", "status", "inserted", "updated", "deleted", "seconds")
 
 
 def window_result(p: PipelineContext, seq: int, manifest: Manifest) -> dict[str, Any]:
     """What the ack records for the window (the window record's `result` in ZooKeeper, a persisted format):
     per table its changes, Delta version, merge counts and merge seconds (an optional key, since 2026-11-29:
-    readers of older records find it missing)."""
+    readers of older records find it missing), and the same of its history and change log, when its lake
+    table keeps them (docs/output-modes.md)."""
     tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
     result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
     merged = merge_report(p, seq)
+    reported = (merged or {}).get("tables") or {}
+    for t in manifest.tables:  # the report is per lake table (routes may land several tables in one)
+        lake = p.lineage(t.schema, t.table)
+        info = reported.get(lake.lake_name)
+        info = info if isinstance(info, dict) else {}
+        entry = tables[t.name]
+        entry.update(_recorded(info))
+        for output in p.config.outputs_of(lake.lake_name).names()[1:]:
+            entry[output] = _recorded(info.get(output) or {})
     if merged:
-        reported = merged.get("tables") or {}
-        for t in manifest.tables:  # the report is per lake table (routes may land several tables in one)
-            info = reported.get(p.lineage(t.schema, t.table).lake_name)
-            if isinstance(info, dict):
-                tables[t.name].update({k: info[k] for k in RECORDED_TABLE_KEYS if k in info})
         result["durations"] = {"merge": merged.get("seconds")}
     for name, entry in tables.items():
-        if entry.get("delta_version") is None:  # landed by an earlier attempt: find its commit in Delta
-            t = manifest.table(name)
-            entry["delta_version"] = delta_state.window_commit_version(
-                p.table_uri(t.schema, t.table), p.name, seq, storage=p.storage
-            )
+        t = manifest.table(name)
+        lake = p.lineage(t.schema, t.table)
+        # Landed by an earlier attempt (or no report): find the window's commit in Delta.
+        found: list[tuple[dict[str, Any], str]] = [
+            (entry, layout.table_uri(p.lake_root, lake.lake_schema, lake.lake_table))]
+        found += [(entry[o], layout.output_uri(p.lake_root, o, lake.lake_schema, lake.lake_table))
+                  for o in (OUTPUT_HISTORY, OUTPUT_CHANGELOG) if o in entry]
+        for where, uri in found:
+            if where.get("delta_version") is None:
+                where["delta_version"] = delta_state.window_commit_version(uri, p.name, seq, storage=p.storage)
     return result
+
+
+def _recorded(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: info[k] for k in RECORDED_TABLE_KEYS if k in info and not isinstance(info[k], dict)}
 
 
 def merge_report(p: PipelineContext, seq: int) -> dict[str, Any] | None:

@@ -17,6 +17,10 @@ Extra of each event (JSON): pipeline, window_seq, kind, table, delta_version, in
 deleted, changes (staged row changes), newest_commit_ts / newest_commit_at (the newest source commit
 the cursor covers after the window), cursor, acked_at; and `source`, reserved for pipelines with
 several sources (absent while a pipeline has one).
+
+A table that keeps a history or change log (docs/output-modes.md) has one Asset per output too: a window
+that changed the table announces each of them (extra `output`: history | changelog, with that table's
+Delta version and counts).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from cdc_core.coordination import STATE_ACKED, WindowRecord
 from cdc_core.model.logfmt import iso_ms
 from cdc_core.model.merge_semantics import STATUS_NO_TABLE
 from cdc_core.model.naming import parse_table_pattern
+from cdc_core.model.output_modes import OUTPUT_CHANGELOG, OUTPUT_HISTORY, OUTPUT_STATE
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class TableEvent:
     schema: str
     table: str
     extra: dict[str, Any]
+    output: str = OUTPUT_STATE  # or the table's history or change log
 
 
 
@@ -87,6 +93,12 @@ def window_events(pipeline: str, record: WindowRecord, tables: dict[str, tuple[s
         if source:
             extra["source"] = source
         out.append(TableEvent(record.seq, name, schema, table, extra))
+        for output in (OUTPUT_HISTORY, OUTPUT_CHANGELOG):
+            landed = info.get(output)
+            if isinstance(landed, dict):
+                counts = {k: landed.get(k) for k in ("delta_version", "inserted", "updated", "deleted")}
+                out.append(TableEvent(record.seq, name, schema, table, {**extra, **counts, "output": output},
+                                      output))
     return out
 
 

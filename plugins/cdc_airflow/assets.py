@@ -5,7 +5,8 @@ emits through.
   `schedule` (alone or in asset expressions: `a & b`, `a | b`). Its URI names the Delta table's
   location (`file:///...` for a local lake root, `s3://...` for an object store, as configured in
   `lake_root`); its name is `cdc_<pipeline>/<schema>/<table>` (path-encoded, so always ASCII); its
-  group `cdc_<pipeline>` groups a pipeline's tables in the Assets page.
+  group `cdc_<pipeline>` groups a pipeline's tables in the Assets page. A table's history and change log
+  (docs/output-modes.md) are Assets too: `table_asset(pipeline, "shop.orders", output="history")`.
 - `tables_alias(pipeline)`: the `AssetAlias` `cdc_<pipeline>_tables`, the outlet (and inlet) of the
   `ack_window` task. The ack adds one event per table the window changed, only those, through the
   alias (`outlet_events[alias].add(asset, extra=...)`), and Airflow records them when the task
@@ -22,7 +23,9 @@ from urllib.parse import urlparse
 
 from airflow.sdk import Asset, AssetAlias
 
-from cdc_core.model.naming import path_component
+from cdc_core.model import layout
+from cdc_core.model.naming import table_id
+from cdc_core.model.output_modes import OUTPUT_STATE
 
 if TYPE_CHECKING:
     from cdc_core.model.config import PipelineConfig
@@ -52,22 +55,28 @@ def group(pipeline: str) -> str:
     return f"cdc_{pipeline}"
 
 
-def asset_for(pipeline: str, lake_root: str, schema: str, table: str) -> Asset:
-    location = f"{lake_root.rstrip('/')}/{path_component(schema)}/{path_component(table)}"
-    return Asset(
-        name=f"cdc_{pipeline}/{path_component(schema)}/{path_component(table)}",
-        uri=asset_uri(location),
-        group=group(pipeline),
-    )
+def asset_for(pipeline: str, lake_root: str, schema: str, table: str, output: str = OUTPUT_STATE) -> Asset:
+    """A lake table's Asset, or (`output`) its history's or change log's: named like its location under the
+    lake root (`cdc_<pipeline>/_cdc.history/<schema>/<table>` for a history)."""
+    location = (layout.table_uri(lake_root, schema, table) if output == OUTPUT_STATE
+                else layout.output_uri(lake_root, output, schema, table))
+    relative = location[len(lake_root.rstrip("/")) + 1:]
+    return Asset(name=f"cdc_{pipeline}/{relative}", uri=asset_uri(location), group=group(pipeline))
 
 
-def table_asset(pipeline: str | PipelineConfig, table: str) -> Asset:
-    """The Asset of lake table `table` ("schema.table", as in the configuration) of `pipeline`."""
+def table_asset(pipeline: str | PipelineConfig, table: str, output: str = OUTPUT_STATE) -> Asset:
+    """The Asset of lake table `table` ("schema.table", as in the configuration) of `pipeline`, or with
+    `output="history"` / `"changelog"` the Asset of its history or change log (docs/output-modes.md)."""
     from cdc_core.model.naming import parse_table_pattern
 
     pc = _config(pipeline)
     schema, name = parse_table_pattern(table)  # `my.db`.`order items` for names with dots
-    return asset_for(pc.name, str(pc.lake_root), schema.text, name.text)
+    if output != OUTPUT_STATE and output not in pc.outputs_of(table_id(schema.text, name.text)).names():
+        raise ValueError(
+            f"pipeline {pc.name!r}: table {table} keeps no {output} (add it to table_options[...].outputs, "
+            "docs/output-modes.md)"
+        )
+    return asset_for(pc.name, str(pc.lake_root), schema.text, name.text, output)
 
 
 def tables_alias(pipeline: str) -> AssetAlias:
@@ -89,7 +98,8 @@ def emit(pipeline: str, seq: int, context: Any, p: Any) -> tuple[list[dict[str, 
     added = []
     for ev in table_events.pending_events(p, seq, announced):
         where = p.lineage(ev.schema, ev.table)
-        asset = asset_for(pipeline_name, p.lake_root, where.lake_schema, where.lake_table)
+        asset = asset_for(pipeline_name, p.lake_root, where.lake_schema, where.lake_table, ev.output)
         context["outlet_events"][alias].add(asset, extra=ev.extra)
-        added.append({"table": ev.name, "window_seq": ev.seq, "delta_version": ev.extra.get("delta_version")})
+        added.append({"table": ev.name, "window_seq": ev.seq, "delta_version": ev.extra.get("delta_version"),
+                      **({"output": ev.output} if ev.output != OUTPUT_STATE else {})})
     return added, max(announced) if announced else None

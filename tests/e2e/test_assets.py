@@ -1,5 +1,6 @@
 """Airflow Assets for the lake tables, end to end: a real ack (`airflow dags test cdc_<name>`) emits one
-asset event per table the window changed, with the window's facts in its extra, and queues the
+asset event per table the window changed (and per output of it: the items keep a change log), with the
+window's facts in its extra, and queues the
 downstream DAGs of docs/examples/cdc_downstream.py (one scheduled on `orders`, one on `orders & items`)
 exactly as the scheduler would trigger them (Airflow's asset-triggered run queue); a window that
 changes one table announces that table only; a run with nothing new announces nothing (and skips the merge,
@@ -51,7 +52,9 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
         "CREATE TABLE untouched (id INT PRIMARY KEY)")
     # The pipeline starts after the CREATEs: a window that creates a table announces it (it appeared in the
     # lake); this test is about row changes, so its first window holds only those.
-    case.write_config(binlog_position(case.services))
+    # The items keep a change log (docs/output-modes.md): an Asset of its own, announced with its table.
+    case.write_config(binlog_position(case.services),
+                      table_options={f"{db}.order_items": {"outputs": ["state", "changelog"]}})
 
     # A DAGs folder with the pipeline DAGs and the documented downstream example, pointed at this pipeline.
     dags = tmp_path / "dags"
@@ -78,14 +81,20 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     assert first.state == "success", first.explain()
 
     events = _events(case)
-    assert sorted(e["table"] for e in events) == [f"{db}.order_items", f"{db}.orders"], events
+    assert sorted((e["table"], e.get("output", "")) for e in events) == [
+        (f"{db}.order_items", ""), (f"{db}.order_items", "changelog"), (f"{db}.orders", "")], events
     for e in events:
         assert e["pipeline"] == case.name and e["window_seq"] == 1 and e["kind"] == "stream"
-        assert e["group"] == f"cdc_{case.name}" and e["uri"].startswith("file:///")
+        assert e["uri"].startswith("file:///")
+        # Airflow keeps the group of Assets a DAG declares (the downstream example's); one only an alias event
+        # names (the change log's) gets Airflow's default group.
+        assert e["group"] == (f"cdc_{case.name}" if "output" not in e else "asset")
         assert e["uri"].endswith(f"/{db}/{e['table'].rsplit('.', 1)[1]}")
         assert isinstance(e["delta_version"], int) and e["newest_commit_at"].endswith("Z")
-    by_table = {e["table"]: e for e in events}
+    by_table = {e["table"]: e for e in events if "output" not in e}
     assert (by_table[f"{db}.orders"]["inserted"], by_table[f"{db}.order_items"]["inserted"]) == (1, 2)
+    (changelog,) = [e for e in events if e.get("output") == "changelog"]
+    assert changelog["name"] == f"cdc_{case.name}/_cdc.changelog/{db}/order_items" and changelog["inserted"] == 2
     orders_asset, items_asset = f"cdc_{case.name}/{db}/orders", f"cdc_{case.name}/{db}/order_items"
     assert _queued(case) >= {
         ("cdc_downstream_orders", orders_asset),
@@ -102,6 +111,8 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     cut = json.loads(out.stdout)
     assert cut["window"] == 1
     assert {n: t["version"] for n, t in cut["tables"].items()} == {n: e["delta_version"] for n, e in by_table.items()}
+    assert cut["tables"][f"{db}.order_items"]["outputs"]["changelog"]["version"] == changelog["delta_version"]
+    assert "outputs" not in cut["tables"][f"{db}.orders"]
 
     # Window 2 changes only the items: one event, for that table; a run with nothing new: none.
     sql(case.services, db, "INSERT INTO order_items VALUES (1, 2)")
@@ -116,6 +127,7 @@ def test_ack_emits_one_asset_event_per_changed_table_and_queues_downstream_dags(
     with case.pipeline() as p:
         assert p.coordinator.read_cursor().seq == 3  # acked: the cursor moved past the empty window
     later = _events(case)[len(events):]
-    assert [(e["table"], e["window_seq"]) for e in later] == [(f"{db}.order_items", 2)], later
+    assert [(e["table"], e["window_seq"], e.get("output")) for e in later] == [
+        (f"{db}.order_items", 2, None), (f"{db}.order_items", 2, "changelog")], later
     # The ack found the earlier events through the alias (what keeps a re-run from emitting twice).
     assert f"assets.emitted pipeline={case.name} seq=3 events=0 announced_before=2" in third.output, third.explain()

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from cdc_core.cli import main
-from cdc_core.lake import delta_state
+from cdc_core.lake import delta_state, lake_versions
 from cdc_core.model.errors import ConfigError
 from cdc_core.model.layout import changelog_uri, history_uri
 from tests.support.security import find_values_in_files
@@ -122,6 +123,24 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
     assert [(r["id"], r["_cdc_op"]) for r in log[3:]] == [(2, "U"), (1, "U"), (1, "U"), (3, "D"), (4, "I"), (2, "U")]
     assert [r["tier"] for r in log[3:]] == ["silver", "silver", "platinum", "gold", "bronze", "silver"]
     assert len({(r["id"], r["_cdc_version"], r["_cdc_op"]) for r in log}) == len(log) == 9
+
+    # Consistent cuts name the history and change log with the state (docs/lake-versions.md): the newest at their
+    # current versions, the snapshot's window at the versions that held only the snapshot's rows.
+    capsys.readouterr()
+    assert main(["--config", str(config), "versions", name, "--check"]) == 0, capsys.readouterr().err
+    newest = json.loads(capsys.readouterr().out)["tables"][table]
+    assert newest["version"] == DeltaTable(f"{lake}/{source_db}/customers").version()
+    assert newest["outputs"]["history"]["version"] == DeltaTable(history_uri(lake, source_db, "customers")).version()
+    assert newest["outputs"]["changelog"]["version"] == DeltaTable(
+        changelog_uri(lake, source_db, "customers")).version()
+    recorded = lake_versions.read_checkpoints(lake, name)
+    first = lake_versions.load_cut(lake, name, window=min(r["seq"] for r in recorded if r["output"] == "history"))
+    at_first = lake_versions.read_table(first, table, output="history").to_pylist()
+    assert sorted((r["id"], r["_cdc_op"], r["_cdc_is_current"]) for r in at_first) == [
+        (1, "S", True), (2, "S", True), (3, "S", True)]
+    assert len(lake_versions.read_table(first, table, output="changelog")) == 3
+    assert main(["--config", str(config), "versions", name, "--sql"]) == 0
+    assert "VERSION AS OF" in capsys.readouterr().out.split(f"-- {table} (history)")[0].splitlines()[-1]
 
     # The state table is as always; `cdc verify` compares it with the source.
     assert main(["--config", str(config), "verify", name]) == 0, capsys.readouterr()

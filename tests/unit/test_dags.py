@@ -366,3 +366,9 @@ def test_ack_emits_asset_events_through_the_pipeline_alias(dagbag, dag_id: str) 
         "cdc_orders/shop/order~20items", "file:///data/lake/shop/order~20items", "cdc_orders"
     )
     assert asset_uri("s3a://bucket/lake/shop/orders") == "s3://bucket/lake/shop/orders"
+    history = asset_for("orders", "/data/lake/", "shop", "order items", "history")  # a table's outputs: their own
+    assert (history.name, history.uri) == (
+        "cdc_orders/_cdc.history/shop/order~20items", "file:///data/lake/_cdc.history/shop/order~20items")
+    changelog = asset_for("orders", "s3://bucket/lake", "shop", "orders", "changelog")
+    assert (changelog.name, changelog.uri) == (
+        "cdc_orders/_cdc.changelog/shop/orders", "s3://bucket/lake/_cdc.changelog/shop/orders")

@@ -69,6 +69,50 @@ def test_sql_and_table_choice() -> None:
     assert cut.to_dict()["tables"]["s.a"] == {"uri": "/lake/s/a", "version": 2, "changed": False}
 
 
+def _with_outputs(seq: int, commit_ts: float, versions: dict[tuple[str, str], int]) -> Any:
+    tables = [lv.TableAtWindow(n, f"/lake/{o}/{n}", v, True, output=o) for (n, o), v in versions.items()]
+    return lv.checkpoint_rows("p", seq, "stream", tables, cursor=None, commit_ts=commit_ts, acked_at=commit_ts)
+
+
+def test_a_cut_names_each_tables_history_and_change_log_at_the_window() -> None:
+    """Consistent cuts include the outputs (docs/output-modes.md): the rows of a window list them after their
+    table, a reader finds them under the table, and a window missing one of them is no cut."""
+    rows = _with_outputs(3, 300.0, {("s.a", "state"): 4, ("s.a", "history"): 2, ("s.a", "changelog"): 3,
+                                    ("s.b", "state"): 1})
+    assert [(r["table_name"], r["output"]) for r in rows.to_pylist()] == [
+        ("s.a", "state"), ("s.a", "history"), ("s.a", "changelog"), ("s.b", "state")]
+    cut = lv.resolve_cut(rows.to_pylist(), "p")
+    assert {n: t.version for n, t in cut.tables.items()} == {"s.a": 4, "s.b": 1}  # the states, as before
+    assert cut.table("s.a", "history").version == 2 and cut.table("s.a", "changelog").uri == "/lake/changelog/s.a"
+    assert cut.to_dict()["tables"]["s.a"]["outputs"] == {
+        "changelog": {"uri": "/lake/changelog/s.a", "version": 3, "changed": True},
+        "history": {"uri": "/lake/history/s.a", "version": 2, "changed": True}}
+    assert "outputs" not in cut.to_dict()["tables"]["s.b"]
+    assert cut.sql(["s.a"]) == [
+        "SELECT * FROM delta.`/lake/state/s.a` VERSION AS OF 4;  -- s.a",
+        "SELECT * FROM delta.`/lake/changelog/s.a` VERSION AS OF 3;  -- s.a (changelog)",
+        "SELECT * FROM delta.`/lake/history/s.a` VERSION AS OF 2;  -- s.a (history)"]
+    with pytest.raises(ConfigError, match=r"records no history of s\.b .*outputs recorded: none"):
+        cut.table("s.b", "history")
+    partial = [r for r in rows.to_pylist() if r["output"] != "history"]
+    with pytest.raises(LakeError, match="records no window yet"):
+        lv.resolve_cut(partial, "p")
+
+
+def test_a_checkpoints_table_from_before_outputs_takes_their_rows(tmp_path: Path) -> None:
+    """Rows written before the `output` column read as states; the first window with outputs adds the column."""
+    from deltalake import write_deltalake
+
+    lake = str(tmp_path)
+    old = _rows("p", 1, {"s.a": 1}, 100.0)
+    write_deltalake(lv.checkpoints_uri(lake, "p"), old.drop_columns(["output"]))
+    assert lv.write_window(lake, "p", 2, lambda: _with_outputs(2, 200.0, {("s.a", "state"): 2,
+                                                                          ("s.a", "history"): 0}))
+    assert lv.load_cut(lake, "p", window=1).tables["s.a"].version == 1
+    cut = lv.load_cut(lake, "p")
+    assert cut.seq == 2 and cut.table("s.a", "history").version == 0 and cut.tables["s.a"].version == 2
+
+
 def test_checkpoints_path_cannot_collide_with_a_table() -> None:
     from cdc_core.model.naming import path_component
 
@@ -195,6 +239,17 @@ def test_window_events_only_changed_tables_with_extra() -> None:
     assert extra["newest_commit_ts"] == 1005.0 and extra["newest_commit_at"].endswith("Z")
     assert "source" not in extra
     assert te.announced_seqs("p", [extra, {"pipeline": "q", "window_seq": 9}, {}]) == {5}
+
+
+def test_a_table_with_outputs_announces_each_of_them() -> None:
+    rec = _record(6, tables={"s.a": {"changes": 2, "delta_version": 9, "inserted": 2,
+                                     "history": {"delta_version": 4, "inserted": 3, "updated": 1},
+                                     "changelog": {"delta_version": 5, "inserted": 2}}})
+    events = te.window_events("p", rec, {"s.a": ("s", "a")})
+    assert [(e.name, e.output, e.extra["delta_version"], e.extra.get("output")) for e in events] == [
+        ("s.a", "state", 9, None), ("s.a", "history", 4, "history"), ("s.a", "changelog", 5, "changelog")]
+    assert events[1].extra["inserted"] == 3 and events[1].extra["updated"] == 1 and events[1].extra["window_seq"] == 6
+    assert te.announced_seqs("p", [e.extra for e in events]) == {6}
 
 
 def test_current_versions_refuses_a_table_already_past_the_window(tmp_path: Path) -> None:

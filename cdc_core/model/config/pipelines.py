@@ -117,6 +117,11 @@ class PipelineSettings(StrictModel):
             out[table_id(schema.text, table.text)] = cast(TableOptions, {**TABLE_OPTION_DEFAULTS, **opts})
         return out
 
+    def outputs_of(self, table: str) -> OutputModes:
+        """What lake table `table` (its id, `naming.table_id`) keeps besides its state (docs/output-modes.md)."""
+        opts = self.table_options.get(table) or {}
+        return OutputModes.parse(table, opts.get("outputs"), opts.get("track"))
+
     @model_validator(mode="after")
     def _housekeeping(self) -> PipelineSettings:
         """Retention floors (cdc_core.model.retention) and the maintenance-only table options."""
