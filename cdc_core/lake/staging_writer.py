@@ -275,6 +275,7 @@ class WindowWriter:
             pa.array([r.ordinal for r in rows], schema.field(2).type),
             # Commit times are whole seconds in the binlog; round to microseconds all the same.
             pa.array([round(r.commit_ts * 1_000_000) for r in rows], schema.field(3).type),
+            pa.array([r.txn for r in rows], schema.field(4).type),
         ]
         values = [r.values for r in rows]
         for col in codec.columns:

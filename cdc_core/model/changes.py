@@ -53,12 +53,13 @@ class RowChange:
     version: int  # positions.change_version of the row event's start
     ordinal: int  # strictly increasing within a window
     commit_ts: float  # unix seconds of the transaction's commit
+    txn: int | None = None  # the change version of the transaction's first event (None: a snapshot's read)
 
 
 @dataclass(frozen=True, slots=True)
 class RowBatch:
     """Changes to one table in staged form: `batch` has `types.table_codec(table).arrow_schema` (metadata
-    columns `_cdc_op`, `_cdc_version`, `_cdc_ordinal`, `_cdc_commit_ts`, then the source columns, values
+    columns `_cdc_op`, `_cdc_version`, `_cdc_ordinal`, `_cdc_commit_ts`, `_cdc_txn`, then the source columns, values
     already converted by the type map). Ordinals increase strictly within the batch and from one batch of
     a table to the next; batches of different tables may interleave in any order."""
 

@@ -38,7 +38,10 @@ COL_OP = "_cdc_op"
 COL_VERSION = "_cdc_version"
 COL_ORDINAL = "_cdc_ordinal"
 COL_COMMIT_TS = "_cdc_commit_ts"
-STAGED_META_COLUMNS = (COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS)
+# The transaction of a change: the change version of its transaction's first event (GTID or BEGIN), shared by every
+# change of one transaction; NULL for rows a snapshot read, and in windows staged before 2026-11-30.
+COL_TXN = "_cdc_txn"
+STAGED_META_COLUMNS = (COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS, COL_TXN)
 
 # Extra metadata columns every Delta table carries (added by the merge job).
 COL_WINDOW_SEQ = "_cdc_window_seq"

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cdc_core.model import schema_changes as sc
-from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_VERSION, COL_WINDOW_SEQ
+from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_TXN, COL_VERSION, COL_WINDOW_SEQ
 from cdc_core.model.schema_window import ROLE_GHOST, ROLE_MOVED_OUT, ROLE_OWN, ROLE_SWAP
 
 OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG = "state", "history", "changelog"
@@ -64,6 +64,7 @@ CHANGELOG_COLUMNS: tuple[tuple[str, str], ...] = (
     (COL_VERSION, "BIGINT"),
     (COL_ORDINAL, "BIGINT"),
     (COL_COMMIT_TS, "TIMESTAMP"),
+    (COL_TXN, "BIGINT"),
     (COL_WINDOW_SEQ, "BIGINT"),
 )
 

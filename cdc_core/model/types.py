@@ -36,7 +36,15 @@ import pyarrow as pa
 from cdc_core.model.changes import SourceColumn, TableSchema
 from cdc_core.model.errors import SchemaConflict, UnsupportedType
 from cdc_core.model.labels import parse_labels as parse_label_args
-from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_VERSION, STAGED_META_COLUMNS, StagedColumn
+from cdc_core.model.manifest import (
+    COL_COMMIT_TS,
+    COL_OP,
+    COL_ORDINAL,
+    COL_TXN,
+    COL_VERSION,
+    STAGED_META_COLUMNS,
+    StagedColumn,
+)
 
 # Bumped when a mapping changes (a staged window records the version it was written with).
 TYPE_MAP_VERSION = 1
@@ -50,6 +58,7 @@ META_FIELDS: tuple[pa.Field, ...] = (
     pa.field(COL_VERSION, pa.int64(), nullable=False),
     pa.field(COL_ORDINAL, pa.int64(), nullable=False),
     pa.field(COL_COMMIT_TS, pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field(COL_TXN, pa.int64(), nullable=True),
 )
 assert tuple(f.name for f in META_FIELDS) == STAGED_META_COLUMNS
 

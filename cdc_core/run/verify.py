@@ -243,7 +243,8 @@ def compare_shaped_table(
     n = len(rows)
     meta = codec.arrow_schema
     arrays = [pa.array([OP_INSERT] * n, meta.field(0).type), pa.array([0] * n, meta.field(1).type),
-              pa.array(range(1, n + 1), meta.field(2).type), pa.array([0] * n, meta.field(3).type)]
+              pa.array(range(1, n + 1), meta.field(2).type), pa.array([0] * n, meta.field(3).type),
+              pa.nulls(n, meta.field(4).type)]
     for i, (src, col) in enumerate(zip(shape.columns, codec.columns, strict=True)):
         norm = select_normaliser(src, zero_dates, shape.name)
         values = [r[i] if norm is None or r[i] is None else norm(r[i]) for r in rows]

@@ -15,6 +15,7 @@ from cdc_core.model import faults
 from cdc_core.model.layout import base_uri, table_uri, tombstone_uri
 from cdc_core.model.manifest import (
     COL_ORDINAL,
+    COL_TXN,
 )
 from cdc_core.model.merge_semantics import (
     DELETE_HARD,
@@ -141,7 +142,9 @@ class MergeRun(Outputs):
                 self, uri, label, app_id=schema_state_key(self.app_id, member, where), version=below,
                 delete_mode=self.delete_mode, lineage=tuple(where.columns),
             )
-        # A window usually changes each key once: then there is nothing to pick (no shuffle).
+        # A window usually changes each key once: then there is nothing to pick (no shuffle). The transaction
+        # of a change is the change log's (outputs), not the state's.
+        changes = changes.drop(COL_TXN)
         changes = changes.drop(COL_ORDINAL) if facts.unique_keys else latest_per_key(changes, key)
         changes = with_derived_columns(changes, self.delete_mode, self.seq)
         source = conform(changes, target)

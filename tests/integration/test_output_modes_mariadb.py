@@ -31,6 +31,7 @@ KEY = "output-modes-test-hash-key-0123456789"
 def execute(services: Any, db: str, *statements: str) -> None:
     conn = services.root_connect(db)
     try:
+        conn.begin()  # the statements are one transaction
         with conn.cursor() as cur:
             for s in statements:
                 cur.execute(s)
@@ -123,6 +124,11 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
     assert [(r["id"], r["_cdc_op"]) for r in log[3:]] == [(2, "U"), (1, "U"), (1, "U"), (3, "D"), (4, "I"), (2, "U")]
     assert [r["tier"] for r in log[3:]] == ["silver", "silver", "platinum", "gold", "bronze", "silver"]
     assert len({(r["id"], r["_cdc_version"], r["_cdc_op"]) for r in log}) == len(log) == 9
+    # Each change names its transaction (where it began in the binlog); the snapshot's rows none.
+    txns = [r["_cdc_txn"] for r in log]
+    assert txns[:3] == [None, None, None]
+    assert len(set(txns[3:8])) == 1 and txns[8] > txns[3], txns  # one transaction, then the next
+    assert all(r["_cdc_txn"] < r["_cdc_version"] for r in log[3:])
 
     # Consistent cuts name the history and change log with the state (docs/lake-versions.md): the newest at their
     # current versions, the snapshot's window at the versions that held only the snapshot's rows.

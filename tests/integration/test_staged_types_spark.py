@@ -23,7 +23,7 @@ def test_spark_reads_staged_columns_with_the_manifest_delta_types(spark, staging
     t = m.table("shop.all_types")
     df = spark.read.parquet(f"{layout.window_dir(root, 'demo', 1)}/{t.files[0].path}")
     spark_types = {f.name: f.dataType.simpleString().upper() for f in df.schema.fields}
-    assert [spark_types[c] for c in STAGED_META_COLUMNS] == ["STRING", "BIGINT", "BIGINT", "TIMESTAMP"]
+    assert [spark_types[c] for c in STAGED_META_COLUMNS] == ["STRING", "BIGINT", "BIGINT", "TIMESTAMP", "BIGINT"]
     assert {c.name: spark_types[c.name] for c in t.columns} == {c.name: c.delta_type for c in t.columns}
 
     rows = [r.asDict() for r in df.orderBy("_cdc_ordinal").collect()]

@@ -358,6 +358,9 @@ class Paths:
         }
         reference = staged["library"]
         want = staging.read_table_changes(str(out / "library"), reference, self.name)
+        # Every change names its transaction: where it began, before its own rows event (the same on every path).
+        txns, versions = want["_cdc_txn"].to_pylist(), want["_cdc_version"].to_pylist()
+        assert None not in txns and all(t < v for t, v in zip(txns, versions, strict=True)), (txns, versions)
         for path, m in staged.items():
             have = staging.read_table_changes(str(out / path), m, self.name)
             for col in want.column_names:

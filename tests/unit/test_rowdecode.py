@@ -360,12 +360,12 @@ def test_a_slice_drops_a_transaction_that_never_commits() -> None:
     spec = rowdecode.TableSpec(shape, (ColumnLayout("id", 1, "int", 1, 0, False),))
     sl = rowdecode.Slice()
     sl.add_rows(1, spec, rowdecode.EV_WRITE, 100, b"\x00\x01\x00\x02", 0, 4)  # rows 1, 2
-    sl.commit(10.0)
+    sl.commit(10.0, 90)
     sl.add_ddl(("s", "ALTER TABLE t ADD x INT", 150))
     sl.add_rows(1, spec, rowdecode.EV_WRITE, 200, b"\x00\x03", 0, 2)  # never committed
     sl.rollback()
     sl.add_rows(1, spec, rowdecode.EV_DELETE, 300, b"\x00\x01", 0, 2)
-    sl.commit(11.0)
+    sl.commit(11.0, 290)
     result = rowdecode.decode_slice(sl.job(batch_rows=1000, vectorize=True))
     assert result.ordinals == 3 and result.ddl_ordinals == []
     (batch,) = rowdecode.finish_slice(result, base=40)
@@ -374,6 +374,7 @@ def test_a_slice_drops_a_transaction_that_never_commits() -> None:
         "_cdc_version": [100, 100, 300],
         "_cdc_ordinal": [41, 42, 43],
         "_cdc_commit_ts": [dt.datetime(1970, 1, 1, 0, 0, s, tzinfo=dt.UTC) for s in (10, 10, 11)],
+        "_cdc_txn": [90, 90, 290],  # each change's transaction: where it began
         "id": [1, 2, 1],
     }
     assert (batch.first_ordinal, batch.last_ordinal) == (41, 43)

@@ -53,6 +53,7 @@ def rows(*changes: tuple[str, dict[str, Any]]) -> pa.Table:
         cols["_cdc_version"].append(i)
         cols["_cdc_ordinal"].append(i)
         cols["_cdc_commit_ts"].append(0)
+        cols["_cdc_txn"].append(i)
         for c in codec.columns:
             cols[c.name].append(values.get(c.name))
     return pa.table({n: pa.array(v, codec.arrow_schema.field(n).type) for n, v in cols.items()})
@@ -236,7 +237,7 @@ def test_date_parts_and_dates() -> None:
     codec = table_codec(events)
     t = table_transform(rule, None, events.name, codec.columns, events.key)
     table = pa.table({"_cdc_op": pa.array(["I"], codec.arrow_schema.field(0).type), "_cdc_version": [1],
-                      "_cdc_ordinal": [1], "_cdc_commit_ts": [0],
+                      "_cdc_ordinal": [1], "_cdc_commit_ts": [0], "_cdc_txn": [1],
                       "id": [1], "at": pa.array([datetime(2026, 11, 29, 13, 5)], codec.arrow_schema.field("at").type),
                       "day": pa.array([date(2026, 2, 3)], codec.arrow_schema.field("day").type)})
     table = table.cast(codec.arrow_schema)

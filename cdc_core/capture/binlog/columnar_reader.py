@@ -218,7 +218,8 @@ def read_change_batches(
                     continue
                 transactions += 1
                 last_end, last_file = (file_index, b.end), file  # b is this event: the transaction's end
-                current.commit(float(b.timestamp or 0))
+                txn = fast_change_version(epoch, asm.closed_file, asm.closed_start)  # where the transaction began
+                current.commit(float(b.timestamp or 0), txn)
                 if current.nbytes >= slice_bytes or len(current.order) >= SLICE_EVENTS:
                     yield from submit(current)
                     current = rowdecode.Slice()

@@ -126,13 +126,15 @@ def read_changes(
             last_end = pos_key(b.end.file, b.end.offset)
             last_label = f"up to {b.end.file}:{b.end.offset}"
             commit_ts = float(b.end.commit_ts or 0.0)
+            txn = change_version(epoch, b.start_file, b.start_offset)
             for op, schema, values, version in pending:
                 ordinal += 1
                 if op == "DDL":
                     yield SchemaChangeEvent.of(ordinal, schema)
                 else:
                     yield RowChange(
-                        op=op, table=schema, values=values, version=version, ordinal=ordinal, commit_ts=commit_ts
+                        op=op, table=schema, values=values, version=version, ordinal=ordinal, commit_ts=commit_ts,
+                        txn=txn,
                     )
             pending.clear()
     check_window_read(plan, params, reached_end=last_end == end_key, last_label=last_label, transactions=transactions)

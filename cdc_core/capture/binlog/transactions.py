@@ -63,6 +63,8 @@ class TxnAssembler:
         self.track_gtid = track_gtid
         self.state: GtidSet | None = parse_state(start_gtid, self.flavor) if track_gtid else None
         self.prev_commit_ts = prev_commit_ts
+        # Where the transaction `feed` last closed began (its GTID or BEGIN event): its changes' `_cdc_txn`.
+        self.closed_file, self.closed_start = "", 0
         self._reset()
 
     def _reset(self) -> None:
@@ -83,6 +85,7 @@ class TxnAssembler:
         self.t_ddl = ddl
 
     def _close(self, ev: StreamEvent, is_ddl: bool) -> Any:
+        self.closed_file, self.closed_start = self.t_file, self.t_start
         if not self.boundaries:
             self._reset()
             return ev

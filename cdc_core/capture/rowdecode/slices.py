@@ -43,7 +43,7 @@ class _SliceTable:
         self.kinds = bytearray()  # per event: EV_*
         self.versions: list[int] = []  # per event
         self.ends: list[int] = []  # per event: end of its images in buf
-        self.commits: list[tuple[int, int]] = []  # (events up to here, commit time in µs)
+        self.commits: list[tuple[int, int, int]] = []  # (events up to here, commit time in µs, txn version)
 
 
 class Slice:
@@ -76,11 +76,12 @@ class Slice:
         self.order.append(-1)
         self.ddl.append(statement)
 
-    def commit(self, commit_ts: float) -> None:
+    def commit(self, commit_ts: float, txn: int) -> None:
+        """The open transaction committed at `commit_ts`; `txn`: the change version of its first event."""
         ts = round(commit_ts * 1_000_000)
         for tid in self.touched:
             t = self.tables[tid]
-            t.commits.append((len(t.kinds), ts))
+            t.commits.append((len(t.kinds), ts, txn))
         self.touched.clear()
         self.committed = (len(self.order), len(self.ddl))
 
@@ -165,7 +166,7 @@ def decode_slice(job: tuple[Any, ...]) -> SliceResult:
 
 def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in order
     dec: TableDecoder, raw: bytes, starts: Any, counts: Any, ops: bytes, versions: list[int],
-    firsts: list[int], commits: list[tuple[int, int]], batch_rows: int,
+    firsts: list[int], commits: list[tuple[int, int, int]], batch_rows: int,
 ) -> list[pa.RecordBatch]:
     n = len(starts)
     if n == 0:
@@ -176,8 +177,10 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
     versions_np = np.repeat(np.array(versions, dtype=np.int64), counts_np)
     ordinals = np.repeat(np.array(firsts, dtype=np.int64) - row_firsts, counts_np) + np.arange(n, dtype=np.int64)
     rows_at = np.cumsum(counts_np)
-    commit_rows = np.array([rows_at[e - 1] if e else 0 for e, _ in commits], dtype=np.int64)
-    ts = np.repeat(np.array([t for _, t in commits], dtype=np.int64), np.diff(commit_rows, prepend=0))
+    commit_rows = np.array([rows_at[e - 1] if e else 0 for e, _, _ in commits], dtype=np.int64)
+    per_txn = np.diff(commit_rows, prepend=0)
+    ts = np.repeat(np.array([t for _, t, _ in commits], dtype=np.int64), per_txn)
+    txns = np.repeat(np.array([x for _, _, x in commits], dtype=np.int64), per_txn)
     if len(ts) != n:
         raise AssertionError(f"{dec.shape.name}: {n} rows but commit times for {len(ts)}")
     ops_np = np.frombuffer(ops, dtype=np.uint8).astype(np.int64)
@@ -192,6 +195,7 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
             pa.array(versions_np[lo:hi], pa.int64()),
             pa.array(ordinals[lo:hi], pa.int64()),
             pa.Array.from_buffers(schema.field(3).type, hi - lo, [None, pa.py_buffer(ts[lo:hi].copy())]),
+            pa.array(txns[lo:hi], pa.int64()),
         ]
         offsets = dec.offsets(buf, starts_np[lo:hi])
         arrays += [dec.decode_column(i, buf, raw, offs) for i, offs in enumerate(offsets)]
