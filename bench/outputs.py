@@ -50,7 +50,7 @@ def build_outputs(spark: Any, target: Target) -> int:
         },
         "changelog": {
             "_cdc_op": F.lit("I"), "_cdc_version": F.lit(BASE_VERSION), "_cdc_ordinal": F.col("id"),
-            "_cdc_commit_ts": ts, "_cdc_window_seq": F.lit(0),
+            "_cdc_commit_ts": ts, "_cdc_txn": F.col("id"), "_cdc_window_seq": F.lit(0),
         },
     }
     for kind, uri, meta in (("history", history_uri(target.lake_root, SCHEMA, target.td.name), HISTORY_COLUMNS),

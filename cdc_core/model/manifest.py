@@ -22,7 +22,8 @@ applied with the schema in force when it was written.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdc_core.model.errors import StagingError
@@ -132,6 +133,21 @@ class StagedTable:
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
+
+    def with_files(self, kept: Sequence[StagedFile]) -> StagedTable:
+        """This table with only the files `kept` (the rows that land in one lake table of a window with renames),
+        their columns and the key they were written under (StagedFile.key); with none, named only: no files,
+        no columns, no key."""
+        if not self.files or len(kept) == len(self.files):
+            return self
+        if not kept:
+            return replace(self, key=(), columns=(), files=(), inserts=0, updates=0, deletes=0)
+        keys = {f.key for f in kept}
+        key = next(iter(keys)) if len(keys) == 1 and None not in keys else self.key
+        names = {c for f in kept for c in f.columns}
+        # The counts stay the table's: they only ever over-state what may be deleted (may_have_deletes).
+        return replace(self, key=key or self.key, columns=tuple(c for c in self.columns if c.name in names),
+                       files=tuple(kept))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -25,7 +25,6 @@ from cdc_core.model.layout import table_uri
 from cdc_core.model.manifest import (
     COL_VERSION,
     Manifest,
-    StagedFile,
     StagedTable,
 )
 from cdc_core.model.naming import path_component, table_id
@@ -230,22 +229,9 @@ def members_by_their_rows(
                 f for f, span in zip(staged.files, spans_of(staged), strict=True)
                 if span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
             ]
-            members.append((_with_files(staged, kept), where))
+            members.append((staged.with_files(kept), where))
         out.append(replace(target, members=tuple(members)))
     return out
-
-
-def _with_files(staged: StagedTable, kept: Sequence[StagedFile]) -> StagedTable:
-    if not staged.files or len(kept) == len(staged.files):
-        return staged
-    if not kept:
-        return replace(staged, key=(), columns=(), files=(), inserts=0, updates=0, deletes=0)
-    keys = {f.key for f in kept}
-    key = next(iter(keys)) if len(keys) == 1 and None not in keys else staged.key
-    names = {c for f in kept for c in f.columns}
-    # The counts stay the table's: they only ever over-state what may be deleted (may_have_deletes).
-    return replace(staged, key=key or staged.key, columns=tuple(c for c in staged.columns if c.name in names),
-                   files=tuple(kept))
 
 
 def lake_targets(
@@ -260,7 +246,7 @@ def lake_targets(
             where = lineage(routes, source, *place.lake)
             bound = (place.since, place.until)
             # A dropped table's rows: named only (the lake table's DDL steps still see the name).
-            member = _with_files(st, ()) if place.gone else st
+            member = st.with_files(()) if place.gone else st
             grouped.setdefault((where.lake_schema, where.lake_table), []).append((member, where, bound))
     out = []
     for (schema, table), members in grouped.items():
