@@ -4,7 +4,10 @@ that keeps `outputs: [state, history, changelog]`, its history holding one curre
 change log one row per row. The merge report times each output's commit on its own (`seconds` of the state,
 `history.seconds`, `changelog.seconds`), so one run gives the three figures of the same window.
 
-    python -m bench.outputs --rows 1e6,1e7 --windows 1e4,1e6 [--repeats 2]
+    python -m bench.outputs --rows 1e6,1e7 --windows 1e4,1e6 [--repeats 2] [--widths 5,20,60]
+
+`--widths`: the table's columns (bench.workloads.table_def: 5 is a key and four common types, 20 and 60 cycle
+through every type family); the default, 20, is the figures' table.
 
 Targets: history <= 2x state, change log <= 1x state. Results: bench/results-outputs.json, bench/RESULTS.md
 ("History and change log").
@@ -66,8 +69,9 @@ def build_outputs(spark: Any, target: Target) -> int:
 class OutputsTarget(Target):
     """bench.merge's target with a history and a change log beside it, restored with it after every run."""
 
-    def __init__(self, spark: Any, workdir: Path, rows: int, window: int) -> None:
-        super().__init__(spark, table_def(20, prefix="m"), workdir, rows, window, name=f"{rows}_{window}")
+    def __init__(self, spark: Any, workdir: Path, rows: int, window: int, width: int = 20) -> None:
+        super().__init__(spark, table_def(width, prefix="m"), workdir, rows, window, name=f"{rows}_{window}")
+        self.width = width
         from delta.tables import DeltaTable
 
         from cdc_core.model.layout import changelog_uri, history_uri
@@ -112,6 +116,7 @@ class OutputsTarget(Target):
         first = self.reports[0] if self.reports else {}
         return {
             "table_rows": self.rows,
+            "columns": self.width,
             "window_changes": self.window,
             "build_seconds": round(self.build_seconds + self.outputs_build_seconds, 1),
             "seconds": {k: s.to_dict() for k, s in self.secs.items()},
@@ -126,16 +131,16 @@ class OutputsTarget(Target):
         shutil.rmtree(Path(self.wdir).parent.parent, ignore_errors=True)
 
 
-def run(workdir: Path, rows: list[int], windows: list[int], repeats: int, driver_memory: str) -> dict[str, Any]:
+def run(workdir: Path, rows: list[int], windows: list[int], repeats: int, driver_memory: str,
+        widths: tuple[int, ...] = (20,)) -> dict[str, Any]:
     out: dict[str, Any] = {"cases": [], "errors": []}
     spark = spark_session(driver_memory)
     try:
-        for n in sorted(rows):
-            for w in sorted(windows):
-                if w > n:
-                    continue
-                log(f"outputs: a table of {n} rows with its history and change log; a window of {w} changes")
-                target = OutputsTarget(spark, workdir, n, w)
+        for n, w, width in ((n, w, c) for c in widths for n in sorted(rows) for w in sorted(windows)):
+            if w <= n:
+                log(f"outputs: a table of {n} rows, {width} columns, with its history and change log; a window of "
+                    f"{w} changes")
+                target = OutputsTarget(spark, workdir, n, w, width)
                 try:
                     target.merge_outputs()  # warm-up (class loading, code generation); not counted
                     for k in target.secs:
@@ -162,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="1e6,1e7", help="table sizes (comma-separated)")
     p.add_argument("--windows", default="1e4,1e6", help="window sizes (comma-separated)")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--widths", default="20", help="table widths (comma-separated; 5, 20, 60)")
     p.add_argument("--driver-memory", default="6g")
     p.add_argument("--workdir", default=None)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results-outputs.json"))
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ints = [int(float(x)) for x in args.rows.split(",")], [int(float(x)) for x in args.windows.split(",")]
     started = now_iso()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-outputs-", dir=args.workdir) as tmp:
-        results = run(Path(tmp), ints[0], ints[1], args.repeats, args.driver_memory)
+        results = run(Path(tmp), ints[0], ints[1], args.repeats, args.driver_memory,
+                      tuple(int(x) for x in args.widths.split(",")))
     doc = {"command": " ".join(["python -m bench.outputs", *(argv if argv is not None else sys.argv[1:])]),
            "started_at": started, "finished_at": now_iso(), "load_avg_end": load_avg(), "machine": machine_info(),
            "versions": versions(None), "results": results}
@@ -177,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"outputs: results in {args.out}")
     for c in results["cases"]:
         secs = {k: c["seconds"][k]["median"] for k in ("state", "history", "changelog")}
-        print(f"{c['table_rows']:>11,} rows {c['window_changes']:>9,} changes: state {secs['state']}s history "
+        print(f"{c['table_rows']:>11,} rows x {c.get('columns', 20)} {c['window_changes']:>9,} changes: state "
+              f"{secs['state']}s history "
               f"{secs['history']}s ({c['history_to_state']}x) changelog {secs['changelog']}s "
               f"({c['changelog_to_state']}x)")
     return 0 if not results["errors"] else 1
