@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from cdc_core.model.naming import path_component, window_dir_name
-from cdc_core.model.output_modes import CHANGELOG_DIR, HISTORY_DIR, OUTPUT_CHANGELOG, OUTPUT_HISTORY
+from cdc_core.model.output_modes import CHANGELOG_DIR, HISTORY_DIR, OUTPUT_CHANGELOG, OUTPUT_HISTORY, OUTPUT_STATE
 from cdc_core.model.sources import split_unit
 
 # The checkout (this file is cdc_core/model/layout.py): default config, Spark jobs and scripts live under it.
@@ -73,12 +73,15 @@ def changelog_uri(lake_root: str, schema: str, table: str) -> str:
 
 
 def output_uri(lake_root: str, output: str, schema: str, table: str) -> str:
-    """Where a lake table's `history` or `changelog` output lives (cdc_core.model.output_modes)."""
+    """Where a lake table's output lives: its `state` (the table itself), `history` or `changelog`
+    (cdc_core.model.output_modes)."""
+    if output == OUTPUT_STATE:
+        return table_uri(lake_root, schema, table)
     if output == OUTPUT_HISTORY:
         return history_uri(lake_root, schema, table)
     if output == OUTPUT_CHANGELOG:
         return changelog_uri(lake_root, schema, table)
-    raise ValueError(f"no output table for output {output!r} (one of {OUTPUT_HISTORY}, {OUTPUT_CHANGELOG})")
+    raise ValueError(f"no output {output!r} (one of {OUTPUT_STATE}, {OUTPUT_HISTORY}, {OUTPUT_CHANGELOG})")
 
 
 def checkpoints_uri(lake_root: str, pipeline: str) -> str:

@@ -21,7 +21,7 @@ from cdc_core.model import faults, layout
 from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import Manifest
-from cdc_core.model.output_modes import OUTPUT_CHANGELOG, OUTPUT_HISTORY
+from cdc_core.model.output_modes import OUTPUT_STATE, OUTPUTS
 from cdc_core.model.schema_changes import RENAME_TABLE
 from cdc_core.model.snapshot_state import TableRequest
 from cdc_core.model.window_plan import KIND_SNAPSHOT
@@ -178,11 +178,11 @@ def window_result(p: PipelineContext, seq: int, manifest: Manifest) -> dict[str,
         t = manifest.table(name)
         lake = p.lineage(t.schema, t.table)
         # Landed by an earlier attempt (or no report): find the window's commit in Delta.
-        found: list[tuple[dict[str, Any], str]] = [
-            (entry, layout.table_uri(p.lake_root, lake.lake_schema, lake.lake_table))]
-        found += [(entry[o], layout.output_uri(p.lake_root, o, lake.lake_schema, lake.lake_table))
-                  for o in (OUTPUT_HISTORY, OUTPUT_CHANGELOG) if o in entry]
-        for where, uri in found:
+        for output in OUTPUTS:
+            where = entry if output == OUTPUT_STATE else entry.get(output)
+            if where is None:
+                continue
+            uri = layout.output_uri(p.lake_root, output, lake.lake_schema, lake.lake_table)
             if where.get("delta_version") is None:
                 where["delta_version"] = delta_state.window_commit_version(uri, p.name, seq, storage=p.storage)
     return result

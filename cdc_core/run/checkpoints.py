@@ -82,8 +82,7 @@ def recorded_tables(p: PipelineContext, where: dict[str, tuple[str, str]]) -> di
     out: dict[str, tuple[str, str, str]] = {}
     for name, (schema, table) in where.items():
         lake = p.lineage(schema, table)
-        out[name] = (name, OUTPUT_STATE, layout.table_uri(p.lake_root, lake.lake_schema, lake.lake_table))
-        for output in p.config.outputs_of(lake.lake_name).names()[1:]:
-            out[f"{name} ({output})"] = (
-                name, output, layout.output_uri(p.lake_root, output, lake.lake_schema, lake.lake_table))
+        for output in p.config.outputs_of(lake.lake_name).names():
+            label = name if output == OUTPUT_STATE else f"{name} ({output})"
+            out[label] = (name, output, layout.output_uri(p.lake_root, output, lake.lake_schema, lake.lake_table))
     return out

@@ -58,8 +58,7 @@ def group(pipeline: str) -> str:
 def asset_for(pipeline: str, lake_root: str, schema: str, table: str, output: str = OUTPUT_STATE) -> Asset:
     """A lake table's Asset, or (`output`) its history's or change log's: named like its location under the
     lake root (`cdc_<pipeline>/_cdc.history/<schema>/<table>` for a history)."""
-    location = (layout.table_uri(lake_root, schema, table) if output == OUTPUT_STATE
-                else layout.output_uri(lake_root, output, schema, table))
+    location = layout.output_uri(lake_root, output, schema, table)
     relative = location[len(lake_root.rstrip("/")) + 1:]
     return Asset(name=f"cdc_{pipeline}/{relative}", uri=asset_uri(location), group=group(pipeline))
 

@@ -53,3 +53,15 @@ def test_which_schema_changes_a_history_follows_clears_on_or_refuses() -> None:
     assert "changes the key" in str(not_followed(sc.PRIMARY_KEY, ROLE_OWN))
     assert "takes rows another table had (moved in)" in str(not_followed(sc.RENAME_TABLE, ROLE_MOVED_IN))
     assert "without row events (truncate partition)" in str(not_followed(sc.TRUNCATE_PARTITION, ROLE_OWN))
+
+
+def test_each_output_has_one_place_beside_the_state() -> None:
+    from cdc_core.model.layout import changelog_uri, history_uri, output_uri, table_uri
+
+    root = "s3a://lake/cdc"
+    assert output_uri(root, "state", "shop", "orders") == table_uri(root, "shop", "orders") == "s3a://lake/cdc/shop/orders"
+    assert output_uri(root, "history", "shop", "orders") == history_uri(root, "shop", "orders")
+    assert output_uri(root, "changelog", "shop", "orders") == changelog_uri(root, "shop", "orders")
+    assert len({output_uri(root, o, "shop", "orders") for o in ("state", "history", "changelog")}) == 3
+    with pytest.raises(ValueError, match="one of state, history, changelog"):
+        output_uri(root, "audit", "shop", "orders")
