@@ -14,7 +14,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructType
+from pyspark.sql.types import DoubleType, FloatType, LongType, StringType, StructType
 
 from cdc_core.model import faults
 from cdc_core.model.errors import ConfigError, SchemaConflict
@@ -57,6 +57,7 @@ _VER, _RANK, _ORD, _KIND, _TS, _OP, _VALVER = (
     "__cdc_ev_value_version",
 )
 _CAP_VER, _CAP_TS, _OPEN, _SEG = "__cdc_cap_version", "__cdc_cap_ts", "__cdc_is_open", "__cdc_segment"
+_HASH, _EID = "__cdc_ev_tracked_hash", "__cdc_ev_id"
 OPEN, CLOSE, CHANGE = "open", "close", "change"  # a version the lake holds, a delete, any other change
 RANK_LAKE, RANK_CLOSED, RANK_WINDOW = 0, 1, 2  # order at equal versions: the lake's rows first
 
@@ -280,7 +281,11 @@ def history_rows(  # noqa: PLR0917
     changes (`change`, or `close` for a delete) less those the lake already holds. An open or change event
     opens a version unless the previous event is a change or version with the same tracked values (then it
     folds into that version); a close ends the current version. `cleared`: the (version, commit time) of DDL that
-    removed every row: a close of every key the lake holds a current version of, or the window changed, there."""
+    removed every row: a close of every key the lake holds a current version of, or the window changed, there.
+
+    The versions are worked out on narrow rows (a hash of the tracked values stands in for them; equal hashes are
+    checked value by value), and each version's values joined back once: a wide table's values go through no sort
+    or window (bench/RESULTS.md "History and change log", by table width)."""
     q = quote_spark
     cols = [q(c) for c in values]
     none_ts = F.lit(None).cast("timestamp")
@@ -341,8 +346,14 @@ def history_rows(  # noqa: PLR0917
         )
         events = opens.unionByName(closes, allowMissingColumns=True).unionByName(new)
 
-    # One shuffle (by key) and one sort (by version, rank, ordinal) serve every step below.
+    # The steps below decide versions on narrow rows (key, order, kind, a hash of the tracked values, an event id);
+    # the wide values are read once more, at the end, for the one event each version takes its values from.
+    # Materialized once with their ids, so that every step sees the same events under the same ids.
+    events = events.select(
+        "*", _tracked_hash(events.schema, tracked).alias(_HASH), F.monotonically_increasing_id().alias(_EID),
+    ).localCheckpoint(eager=True)
     by_key = [F.col(q(k)) for k in key]
+    narrow = events.select(*by_key, _VER, _RANK, _ORD, _KIND, _TS, _OP, _VALVER, _CAP_VER, _CAP_TS, _HASH, _EID)
     order = Window.partitionBy(*by_key).orderBy(F.col(_VER), F.col(_RANK), F.col(_ORD))
     if lake is not None:
         # The window's changes the lake holds already: those at a version where the lake has a version opening or a
@@ -350,35 +361,48 @@ def history_rows(  # noqa: PLR0917
         from_lake = F.col(_RANK) < RANK_WINDOW
         lake_version = F.last(F.when(from_lake, F.col(_VER)), ignorenulls=True).over(
             order.rowsBetween(Window.unboundedPreceding, 0))
-        events = events.withColumn("__cdc_lake_ver", lake_version)
-        events = events.where(from_lake | ~F.col("__cdc_lake_ver").eqNullSafe(F.col(_VER))).drop("__cdc_lake_ver")
+        narrow = narrow.withColumn("__cdc_lake_ver", lake_version)
+        narrow = narrow.where(from_lake | ~F.col("__cdc_lake_ver").eqNullSafe(F.col(_VER))).drop("__cdc_lake_ver")
     prev_kind = F.lag(F.col(_KIND)).over(order)
-    same_tracked = functools.reduce(
-        lambda a, b: a & b, [F.col(q(c)).eqNullSafe(F.lag(F.col(q(c))).over(order)) for c in tracked], F.lit(True))
-    is_open = (F.col(_KIND) == OPEN) | (
-        (F.col(_KIND) == CHANGE) & (prev_kind.isNull() | (prev_kind == CLOSE) | ~same_tracked)
+    narrow = narrow.select(
+        "*", prev_kind.alias("__cdc_prev_kind"), F.lag(F.col(_EID)).over(order).alias("__cdc_prev_eid"),
+        (F.col(_HASH) == F.lag(F.col(_HASH)).over(order)).alias("__cdc_same_hash"),
     )
-    events = events.withColumn(_OPEN, is_open)
+    # A change folds into the version before it when its tracked values equal that version's newest ones: equal
+    # hashes say maybe, and those pairs (few: a change that leaves every tracked column as it was) are compared
+    # value by value; different hashes say no.
+    prev = F.col("__cdc_prev_kind")
+    may_fold = (F.col(_KIND) == CHANGE) & prev.isNotNull() & (prev != CLOSE)
+    pairs = narrow.where(may_fold & F.col("__cdc_same_hash")).select(_EID, "__cdc_prev_eid")
+    differ = _differ_exactly(pairs, events, tracked)
+    narrow = narrow.join(F.broadcast(differ), _EID, "left")
+    is_open = (F.col(_KIND) == OPEN) | (
+        (F.col(_KIND) == CHANGE) & (~may_fold | ~F.col("__cdc_same_hash") | F.col("__cdc_differs").isNotNull())
+    )
+    narrow = narrow.withColumn(_OPEN, is_open)
     boundary = F.col(_OPEN) | (F.col(_KIND) == CLOSE)
     after = order.rowsBetween(1, Window.unboundedFollowing)
-    events = (
-        events
+    narrow = (
+        narrow
         .withColumn("__cdc_next_ver", F.first(F.when(boundary, F.col(_VER)), ignorenulls=True).over(after))
         .withColumn("__cdc_next_ts", F.first(F.when(boundary, F.col(_TS)), ignorenulls=True).over(after))
         .withColumn(_SEG, F.sum(F.col(_OPEN).cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0)))
         .where(F.col(_KIND) != CLOSE)
     )
-    # One row per version (segment): its opening event's facts, and its newest event's values (changes folded into
-    # it update its untracked columns). An aggregate on the key's partitions: no further shuffle or sort.
+    # One row per version (segment): its opening event's facts, and the newest event's values (changes folded into
+    # it update its untracked columns), joined back by that event's id.
     key_names = {k.lower() for k in key}
     head = F.struct(F.col(_VER).alias("ver"), F.col(_TS).alias("ts"), F.col(_OP).alias("op"),
                     F.col(_CAP_VER).alias("cap_ver"), F.col(_CAP_TS).alias("cap_ts"),
                     F.col("__cdc_next_ver").alias("next_ver"), F.col("__cdc_next_ts").alias("next_ts"))
-    versions = events.groupBy(*by_key, F.col(_SEG)).agg(
+    versions = narrow.groupBy(*by_key, F.col(_SEG)).agg(
         F.min_by(head, F.struct(F.col(_VER), F.col(_RANK), F.col(_ORD))).alias("__cdc_head"),
         F.max(F.col(_VALVER)).alias(COL_LAST_VERSION),
-        *[F.max_by(F.col(q(c)), F.col(_VALVER)).alias(c) for c in values if c.lower() not in key_names],
+        F.max_by(F.col(_EID), F.struct(F.col(_VALVER), F.col(_EID))).alias("__cdc_values_of"),
     )
+    value_cols = [c for c in values if c.lower() not in key_names]
+    versions = versions.join(
+        events.select(F.col(_EID).alias("__cdc_values_of"), *[F.col(q(c)) for c in value_cols]), "__cdc_values_of")
     # A version the lake closed keeps its end unless something earlier ends it now (a backfill filling a gap).
     h = "__cdc_head"
     next_ver, next_ts, cap_ver = F.col(f"{h}.next_ver"), F.col(f"{h}.next_ts"), F.col(f"{h}.cap_ver")
@@ -392,3 +416,31 @@ def history_rows(  # noqa: PLR0917
         to_ts.alias(COL_VALID_TO), to_version.alias(COL_VALID_TO_VERSION), to_version.isNull().alias(COL_IS_CURRENT),
         F.col(COL_LAST_VERSION), F.lit(seq).cast(LongType()).alias(COL_WINDOW_SEQ),
     )
+
+
+def _tracked_hash(schema: StructType, tracked: list[str]) -> Column:
+    """A hash of the tracked values that is equal whenever the values are equal as `<=>` compares them (-0.0 and
+    0.0 are equal there, so they hash alike); equal hashes of different values are caught by `_differ_exactly`."""
+    if not tracked:
+        return F.lit(0).cast(LongType())
+    types = {f.name: f.dataType for f in schema.fields}
+    parts = []
+    for c in tracked:
+        col = F.col(quote_spark(c))
+        if isinstance(types.get(c), FloatType | DoubleType):
+            col = F.when(col == 0, F.lit(0).cast(types[c])).otherwise(col)
+        parts.append(col)
+    return F.xxhash64(*parts)
+
+
+def _differ_exactly(pairs: DataFrame, events: DataFrame, tracked: list[str]) -> DataFrame:
+    """The ids of the events in `pairs` (event id, previous event's id) whose tracked values differ from the previous
+    event's although their hashes are equal: `__cdc_differs` set for each."""
+    # Each side's values as one struct, compared field by field (nulls equal, as `<=>`). Not one aliased column per
+    # value: the optimizer's constraint inference over a join of many aliases runs for minutes.
+    values = F.struct(*[F.col(quote_spark(c)) for c in tracked])
+    mine = events.select(F.col(_EID), values.alias("__cdc_mine"))
+    theirs = events.select(F.col(_EID).alias("__cdc_prev_eid"), values.alias("__cdc_theirs"))
+    same = F.col("__cdc_mine") == F.col("__cdc_theirs")
+    return (pairs.join(mine, _EID).join(theirs, "__cdc_prev_eid").where(~same)
+            .select(F.col(_EID), F.lit(True).alias("__cdc_differs")))

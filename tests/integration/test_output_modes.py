@@ -235,3 +235,39 @@ def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_wi
     assert [(s, op) for s, _, op in log] == [("a", "I"), ("a", "U"), ("b", "I"), ("b", "D")]
     for uri in (history_uri(root, "shop", "orders"), changelog_uri(root, "shop", "orders")):
         assert (delta_state.last_txn_version(uri, "grp.a"), delta_state.last_txn_version(uri, "grp.b")) == (1, 2)
+
+
+def test_versions_are_decided_by_the_tracked_values_not_their_hash(spark, tmp_path):
+    """The history decides versions on a hash of the tracked values and checks equal hashes value by value: values
+    that hash alike but differ (a NULL moved from one column to another, which a hash that skips NULLs cannot see)
+    open a new version, and values equal as `<=>` compares them (-0.0 and 0.0) fold, as the model says."""
+    root, staging = str(tmp_path / "lake"), tmp_path / "staging"
+    options = {"s.h": {"outputs": ["state", "history"], "track": ["a", "b", "x"]}}
+    cols = [Col("id", pa.int32(), "INT"), Col("a", pa.int32(), "INT"), Col("b", pa.int32(), "INT"),
+            Col("x", pa.float64(), "DOUBLE"), Col("c", pa.string(), "STRING")]
+    clock = VersionClock()
+    given: list[Change] = []
+
+    def land(seq: int, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        changes = [(op, row, clock()) for op, row in rows]
+        given.extend((op, row, v, VersionClock.commit_ts(v)) for op, row, v in changes)
+        manifest, wdir = WindowBuilder(staging, PIPE, seq).file("s", "h", ("id",), cols, changes).build()
+        merge_window(spark, manifest, wdir, root, PIPE, seq, TOKEN, table_options=options)
+
+    land(1, [("I", {"id": 1, "a": None, "b": 1, "x": 0.0, "c": "p"}),
+             ("I", {"id": 2, "a": 2, "b": None, "x": 1.5, "c": "p"})])
+    land(2, [("U", {"id": 1, "a": 1, "b": None, "x": 0.0, "c": "p"}),  # the NULL moved: a new version
+             ("U", {"id": 2, "a": None, "b": 2, "x": 1.5, "c": "p"}),  # the same, inside one window below
+             ("U", {"id": 2, "a": 2, "b": None, "x": 1.5, "c": "q"})])
+    land(3, [("U", {"id": 1, "a": 1, "b": None, "x": -0.0, "c": "q"}),  # equal tracked values: folds in
+             ("U", {"id": 1, "a": 1, "b": None, "x": 0.0, "c": "r"})])
+
+    model = Model(("id",), ("a", "b", "x")).apply(given)
+    got = sorted(((r["id"], r["a"], r["b"], r["c"], r["_cdc_op"], r["_cdc_valid_from_version"],
+                   r["_cdc_valid_to_version"], r["_cdc_last_version"])
+                  for r in spark.read.format("delta").load(history_uri(root, "s", "h")).collect()),
+                 key=lambda r: (r[0], r[5]))
+    want = sorted(((v.row["id"], v.row["a"], v.row["b"], v.row["c"], v.op, v.valid_from, v.valid_to, v.last_version)
+                   for v in model.history), key=lambda r: (r[0], r[5]))
+    assert got == want
+    assert [(r[0], r[3]) for r in got] == [(1, "p"), (1, "r"), (2, "p"), (2, "p"), (2, "q")]
