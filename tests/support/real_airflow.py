@@ -79,7 +79,16 @@ class RealAirflow:
             time.sleep(0.5)
 
     def api(self, path: str, body: Any = None, method: str | None = None) -> tuple[int, Any]:
-        return call(f"{self.base}/api/v2/{path}", self.token, body, method)
+        """One REST call. A read or a PATCH that met the metadata database busy (HTTP 500 "Database error": the
+        scheduler, DAG processor and API server share one SQLite file) is tried again, as a client would: its
+        transaction was rolled back."""
+        retry = (method or ("POST" if body is not None else "GET")) in ("GET", "PATCH")
+        for attempt in range(5):
+            status, answer = call(f"{self.base}/api/v2/{path}", self.token, body, method)
+            if not (status == 500 and retry and "Database error" in str(answer)) or attempt == 4:
+                return status, answer
+            time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
 
     def login(self, timeout: float = 180) -> None:
         self.wait("API server health", lambda: call(f"{self.base}/api/v2/monitor/health")[0] == 200, timeout)
