@@ -14,7 +14,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, FloatType, LongType, StringType, StructType
+from pyspark.sql.types import LongType, StringType, StructType
 
 from cdc_core.model import faults
 from cdc_core.model.errors import ConfigError, SchemaConflict
@@ -350,7 +350,7 @@ def history_rows(  # noqa: PLR0917
     # the wide values are read once more, at the end, for the one event each version takes its values from.
     # Materialized once with their ids, so that every step sees the same events under the same ids.
     events = events.select(
-        "*", _tracked_hash(events.schema, tracked).alias(_HASH), F.monotonically_increasing_id().alias(_EID),
+        "*", _tracked_hash(tracked).alias(_HASH), F.monotonically_increasing_id().alias(_EID),
     ).localCheckpoint(eager=True)
     by_key = [F.col(q(k)) for k in key]
     narrow = events.select(*by_key, _VER, _RANK, _ORD, _KIND, _TS, _OP, _VALVER, _CAP_VER, _CAP_TS, _HASH, _EID)
@@ -418,19 +418,12 @@ def history_rows(  # noqa: PLR0917
     )
 
 
-def _tracked_hash(schema: StructType, tracked: list[str]) -> Column:
-    """A hash of the tracked values that is equal whenever the values are equal as `<=>` compares them (-0.0 and
-    0.0 are equal there, so they hash alike); equal hashes of different values are caught by `_differ_exactly`."""
+def _tracked_hash(tracked: list[str]) -> Column:
+    """A hash of the tracked values, equal whenever the values are equal as `<=>` compares them (Spark hashes -0.0
+    as 0.0, and NaNs alike); equal hashes of different values are caught by `_differ_exactly`."""
     if not tracked:
         return F.lit(0).cast(LongType())
-    types = {f.name: f.dataType for f in schema.fields}
-    parts = []
-    for c in tracked:
-        col = F.col(quote_spark(c))
-        if isinstance(types.get(c), FloatType | DoubleType):
-            col = F.when(col == 0, F.lit(0).cast(types[c])).otherwise(col)
-        parts.append(col)
-    return F.xxhash64(*parts)
+    return F.xxhash64(*[F.col(quote_spark(c)) for c in tracked])
 
 
 def _differ_exactly(pairs: DataFrame, events: DataFrame, tracked: list[str]) -> DataFrame:
