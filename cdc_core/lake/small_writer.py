@@ -156,7 +156,7 @@ def _create(
             storage_options=storage.delta_rs_options(uri),
         )
     except Exception as e:
-        if _open(uri, storage) is not None:
+        if open_table(uri, storage) is not None:
             return NewTable(None)  # a concurrent run created it first
         return f"delta-rs could not create it ({one_line(e)})"
     return NewTable(made)
@@ -225,7 +225,7 @@ def local_path(uri: str) -> str | None:
     return None if p is None else str(p)
 
 
-def _open(uri: str, storage: Storage = AMBIENT) -> Any:
+def open_table(uri: str, storage: Storage = AMBIENT) -> Any:
     """The table (None when there is none), opened with the pipeline's `storage`: on an object store, writes
     through it are conditional puts (`_refused_job` checks `Storage.may_commit` before any)."""
     from cdc_core.lake import delta_state
@@ -237,7 +237,7 @@ def table_rows_and_properties(uri: str, *, storage: Storage = AMBIENT) -> tuple[
     """(rows by the log's statistics, table properties), None when there is no table. For the Spark
     path's choice to turn deletion vectors on once a table created small outgrows the limit (any lake,
     so with the pipeline's `storage`)."""
-    table = _open(uri, storage)
+    table = open_table(uri, storage)
     if table is None:
         return None
     return _rows(table) or 0, dict(table.metadata().configuration or {})
@@ -409,7 +409,7 @@ class Commit:
     user_metadata: str
 
 
-def _commit_properties(m: WindowCommit, user_metadata: str | None = None) -> Any:
+def commit_properties(m: WindowCommit, user_metadata: str | None = None) -> Any:
     from deltalake import CommitProperties, Transaction
 
     return CommitProperties(
@@ -421,12 +421,12 @@ def _commit_properties(m: WindowCommit, user_metadata: str | None = None) -> Any
     )
 
 
-def _commit_txn_only(table: Any, m: WindowCommit) -> None:
+def commit_txn_only_at(table: Any, m: WindowCommit) -> None:
     """A commit of the window's txn alone: delta-rs writes no commit for a MERGE that changes nothing
     (a replayed window's older changes), but the window must still be recorded as landed."""
     table.create_write_transaction(
         [], mode="append", schema=table.schema(), partition_by=table.metadata().partition_columns,
-        commit_properties=_commit_properties(m),
+        commit_properties=commit_properties(m),
     )
 
 
@@ -442,7 +442,7 @@ def _merge(table: Any, source: pa.Table, m: SmallMerge) -> dict[str, Any]:
         key_condition(m.key, DATAFUSION, names),
         source_alias="s",
         target_alias="t",
-        commit_properties=_commit_properties(m),
+        commit_properties=commit_properties(m),
     )
     for c in merge_clauses(m.delete_mode, DATAFUSION, names):
         if not c.matched:
@@ -490,13 +490,13 @@ def _append_tombstones(  # noqa: PLR0911 - each way out says why
 
     tomb = m.tombstones
     assert tomb is not None
-    table = _open(tomb.uri, m.storage)
+    table = open_table(tomb.uri, m.storage)
     if table is None:
         fence()  # a fenced run creates nothing either
         made = _create(tomb.uri, rows.schema, (), tomb.properties, m.storage)
         if isinstance(made, str):
             return f"tombstone table: {made}"
-        table = made.table if made.table is not None else _open(tomb.uri, m.storage)
+        table = made.table if made.table is not None else open_table(tomb.uri, m.storage)
         if table is None:
             return "tombstone table: not readable after its creation"
     if holds_window(table.transaction_version(m.app_id), m.seq):
@@ -512,24 +512,25 @@ def _append_tombstones(  # noqa: PLR0911 - each way out says why
     for attempt in (1, 2):
         fence()
         try:
-            write_deltalake(table, rows, mode="append", commit_properties=_commit_properties(m, tomb.user_metadata))
+            write_deltalake(table, rows, mode="append", commit_properties=commit_properties(m, tomb.user_metadata))
             return None
         except CommitFailedError as e:
-            if _lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=attempt, attempts=2):
+            if lost_race(m, tomb.uri, f"append to {tomb.label}", e, attempt=attempt, attempts=2, storage=m.storage):
                 return None  # a concurrent run of this window appended them
         # Another commit took the version (a concurrent run still creating the table, say): read it again.
-        table = _open(tomb.uri, m.storage)
+        table = open_table(tomb.uri, m.storage)
         if table is None or holds_window(table.transaction_version(m.app_id), m.seq):
             return None if table is not None else "tombstone table: not readable after a commit race"
     return None
 
 
-def _lost_race(m: SmallMerge, uri: str, what: str, e: Exception, *, attempt: int, attempts: int) -> bool:
+def lost_race(m: WindowCommit, uri: str, what: str, e: Exception, *, attempt: int, attempts: int,
+              storage: Storage) -> bool:
     """After a commit to `uri` lost its race: True when the table holds the window now (a concurrent run of it
     committed it); False to try again; on the last attempt a retryable LakeError."""
     from cdc_core.lake import delta_state
 
-    landed = delta_state.last_txn_version(uri, m.app_id, storage=m.storage)
+    landed = delta_state.last_txn_version(uri, m.app_id, storage=storage)
     if holds_window(landed, m.seq):
         log.info("%s", kv(event="merge.lost_race", table=m.label, landed=landed, writer=WRITER_NAME))
         return True
@@ -553,7 +554,7 @@ def _refused_job(m: SmallMerge) -> str | None:
     return untested_deltalake()
 
 
-def _given(rows: pa.Table, table: Any) -> pa.Table | str:
+def in_table_schema(rows: pa.Table, table: Any) -> pa.Table | str:
     """`rows` (the MERGE source as the Spark job computed it: a window with schema changes, translated) in the
     table's schema, or why not."""
     schema = pa.schema(table.schema())
@@ -589,7 +590,7 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
     for attempt in range(1, attempts + 1):
         t0 = time.monotonic()
         # version V: every check below reads this snapshot
-        table = created if attempt == 1 and created is not None else _open(m.uri, m.storage)
+        table = created if attempt == 1 and created is not None else open_table(m.uri, m.storage)
         if table is None:
             return Ineligible("no table yet", missing=True)
         landed = table.transaction_version(m.app_id)
@@ -598,7 +599,7 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
         why = unsupported(table) or _too_big(table, m)
         if why is not None:
             return Ineligible(why)
-        source = _source(m, table) if rows is None else _given(rows, table)
+        source = _source(m, table) if rows is None else in_table_schema(rows, table)
         if isinstance(source, str):
             return Ineligible(source)
         why = _tombstones_first(m, source, fence)
@@ -610,10 +611,10 @@ def land(  # noqa: PLR0911 (guard clauses: each returns why the table goes to Sp
             metrics = _merge(table, source, m)
             version = int(table.version())
             if version == read_version:
-                _commit_txn_only(table, m)
+                commit_txn_only_at(table, m)
                 version = read_version + 1
         except CommitFailedError as e:
-            if _lost_race(m, m.uri, f"MERGE into {m.label}", e, attempt=attempt, attempts=attempts):
+            if lost_race(m, m.uri, f"MERGE into {m.label}", e, attempt=attempt, attempts=attempts, storage=m.storage):
                 return Landed("already")
             continue
         log.debug("%s", kv(event="merge.small_table", table=m.label, secs=round(time.monotonic() - t0, 3)))
@@ -634,7 +635,7 @@ def _metadata_writable(uri: str, storage: Storage) -> tuple[Any, None] | tuple[N
     untested = untested_deltalake()
     if untested is not None:
         return None, untested
-    table = _open(uri, storage)
+    table = open_table(uri, storage)
     if table is None:
         return None, "no table yet"
     why = unsupported(table)
@@ -656,7 +657,7 @@ def commit_txn_only(
     read_version = int(table.version())
     fence()
     try:
-        _commit_txn_only(table, c)
+        commit_txn_only_at(table, c)
     except CommitFailedError as e:
         from cdc_core.lake import delta_state
 

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructType
 
+from cdc_core.lake import changelog_append, small_writer
 from cdc_core.model import faults
 from cdc_core.model.errors import ConfigError, SchemaConflict
 from cdc_core.model.layout import changelog_uri, history_uri
@@ -27,7 +28,7 @@ from cdc_core.model.manifest import (
     COL_WINDOW_SEQ,
     OP_DELETE,
 )
-from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, holds_window, key_condition
+from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, STATUS_COMMITTED, holds_window, key_condition
 from cdc_core.model.naming import quote_spark
 from cdc_core.model.output_modes import (
     CHANGELOG_COLUMNS,
@@ -143,15 +144,16 @@ class Outputs(Derived):
         return ()
 
     def _companion_target(self, uri: str, label: str, rows: DataFrame, meta: tuple[tuple[str, str], ...],
-                          options: TableOptions, *, key: tuple[str, ...]) -> StructType:
+                          options: TableOptions, *, key: tuple[str, ...], small: bool = False) -> StructType:
         """Create the table (recording its key), or add the window's new columns to it; returns its schema. A
-        column the source dropped or renamed stays: the versions that had it keep their values."""
+        column the source dropped or renamed stays: the versions that had it keep their values. `small`: a new
+        table starts without deletion vectors (an append-only change log needs none), so delta-rs may write it."""
         meta_names = {n for n, _ in meta}
         columns = [(f.name, f.dataType) for f in rows.schema.fields if f.name not in meta_names]
         columns += [(n, spark_type(t)) for n, t in meta]
         own = TableOptions(options.partition_by, options.change_data_feed,
                            (*options.properties, (PROP_OUTPUTS_KEY, json.dumps(list(key)))))
-        target = self.ensure_table(uri, label, columns, own)
+        target = self.ensure_table(uri, label, columns, own, small=small)
         have = {f.name.lower() for f in target.fields}
         added = [(n, t) for n, t in columns if n.lower() not in have]
         if added:
@@ -180,9 +182,15 @@ class Outputs(Derived):
                 *[(marker[f.name] if f.name in marker else F.lit(None)).cast(f.dataType).alias(f.name)
                   for f in rows.schema.fields]))
         rows = rows.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
-        rows = conform(rows, self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options, key=key))
+        delta_rs = self.delta_rs_commits(uri)  # an append-only log never needs deletion vectors: created without
+        rows = conform(rows, self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options, key=key,
+                                                    small=delta_rs))
         metrics: dict[str, int]
-        if has_no_rows(uri):
+        few = st.rows <= self.small_table_rows  # the rows go through the driver
+        appended = self._changelog_appended(uri, label, rows) if delta_rs and few else None
+        if appended is not None:
+            status, version, metrics = appended
+        elif has_no_rows(uri):
             status, version = self.idempotent_append(uri, label, rows)
             metrics = {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None else 0}
         else:
@@ -196,8 +204,23 @@ class Outputs(Derived):
                     immutable_source=True,
                 )
         result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
+        if appended is not None:
+            result["writer"] = small_writer.WRITER_NAME
         self.log("merge.changelog", table=st.name, **result)
         return result
+
+    def _changelog_appended(
+        self, uri: str, label: str, rows: DataFrame
+    ) -> tuple[str, int | None, dict[str, int]] | None:
+        """(status, version, metrics) when delta-rs appended the window's change-log rows (few: the caller bounds
+        them), None when the Spark MERGE must land them (cdc_core.lake.changelog_append says why)."""
+        commit = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
+        out = changelog_append.append(commit, uri, rows.toArrow(), self.fence, storage=self.storage)
+        if isinstance(out, small_writer.Ineligible):
+            self.log("merge.spark_table", table=label, reason=out.reason)
+            return None
+        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
+        return status, out.version, {"inserted": out.inserted}
 
     # --------------------------------------------------------------------------------------------- history
 

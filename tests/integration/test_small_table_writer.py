@@ -243,7 +243,7 @@ def test_a_writer_that_checked_an_older_version_cannot_commit_on_top_of_a_newer_
         "committed", updated=1, version=stale.version() + 1
     )  # the other run lands window 2 as V+1
     before = RsTable(uri).version()
-    monkeypatch.setattr(small_writer, "_open", lambda _uri, _storage=None: stale)
+    monkeypatch.setattr(small_writer, "open_table", lambda _uri, _storage=None: stale)
     assert small_writer.land(small_job(built2, lake, "z"), lambda: None) == small_writer.Landed("already")
     assert RsTable(uri).version() == before  # nothing written on top
 
@@ -253,13 +253,13 @@ def test_a_writer_that_checked_an_older_version_cannot_commit_on_top_of_a_newer_
     assert small_writer.land(small_job(w3.build(), lake, "z"), lambda: None).status == "committed"
     w4 = twin.window(4).file("shop", "z", ("id",), COLS, [("U", row(1, "w4"))])
     opened = {"n": 0}
-    fresh = small_writer._open
+    fresh = small_writer.open_table
 
     def first_stale(u: str, storage: Any = small_writer.AMBIENT) -> Any:
         opened["n"] += 1
         return stale if opened["n"] == 1 else fresh(u, storage)
 
-    monkeypatch.setattr(small_writer, "_open", first_stale)
+    monkeypatch.setattr(small_writer, "open_table", first_stale)
     landed = small_writer.land(small_job(w4.build(), lake, "z"), lambda: None)
     assert (landed.status, landed.updated, opened["n"]) == ("committed", 1, 2)
     rows = [r.asDict() for r in spark.read.format("delta").load(uri).collect()]

@@ -191,7 +191,7 @@ def test_a_stale_writer_cannot_commit_on_top_of_a_newer_version_on_the_store(spa
         "committed", updated=1, version=stale.version() + 1)
     head = DeltaTable(uri, storage_options=checked.delta_rs_options(uri))
     landed_v = head.version()
-    monkeypatch.setattr(small_writer, "_open", lambda _uri, _storage=None: stale)
+    monkeypatch.setattr(small_writer, "open_table", lambda _uri, _storage=None: stale)
     assert small_writer.land(job(checked), lambda: None) == small_writer.Landed("already")
     monkeypatch.undo()
     assert DeltaTable(uri, storage_options=checked.delta_rs_options(uri)).version() == landed_v  # nothing on top
