@@ -240,10 +240,10 @@ def table_rows_and_properties(uri: str, *, storage: Storage = AMBIENT) -> tuple[
     table = open_table(uri, storage)
     if table is None:
         return None
-    return _rows(table) or 0, dict(table.metadata().configuration or {})
+    return table_rows(table) or 0, dict(table.metadata().configuration or {})
 
 
-def _rows(table: Any) -> int | None:
+def table_rows(table: Any) -> int | None:
     adds = pa.table(table.get_add_actions(flatten=True))
     if adds.num_rows == 0:
         return 0
@@ -253,7 +253,7 @@ def _rows(table: Any) -> int | None:
 
 
 def _too_big(table: Any, m: SmallMerge) -> str | None:
-    rows = _rows(table)
+    rows = table_rows(table)
     if rows is None:
         return "files without row counts"
     return f"{rows} rows" if rows + m.staged_rows > m.max_rows else None

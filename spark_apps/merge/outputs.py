@@ -16,9 +16,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructType
 
-from cdc_core.lake import changelog_append, small_writer
+from cdc_core.lake import changelog_append, history_merge, small_writer
 from cdc_core.model import faults
 from cdc_core.model.errors import ConfigError, SchemaConflict
+from cdc_core.model.history_versions import CHANGE, CLOSE, OPEN, RANK_CLOSED, RANK_LAKE, RANK_WINDOW
 from cdc_core.model.layout import changelog_uri, history_uri
 from cdc_core.model.manifest import (
     COL_COMMIT_TS,
@@ -59,8 +60,6 @@ _VER, _RANK, _ORD, _KIND, _TS, _OP, _VALVER = (
 )
 _CAP_VER, _CAP_TS, _OPEN, _SEG = "__cdc_cap_version", "__cdc_cap_ts", "__cdc_is_open", "__cdc_segment"
 _HASH, _EID = "__cdc_ev_tracked_hash", "__cdc_ev_id"
-OPEN, CLOSE, CHANGE = "open", "close", "change"  # a version the lake holds, a delete, any other change
-RANK_LAKE, RANK_CLOSED, RANK_WINDOW = 0, 1, 2  # order at equal versions: the lake's rows first
 
 
 def _same_key(a: DataFrame, b: DataFrame, key: tuple[str, ...], alias: str) -> Column:
@@ -240,20 +239,30 @@ class Outputs(Derived):
         probe = window.select(*[F.col(quote_spark(c)) for c in window.columns if c not in STAGED_META_NAMES]).limit(0)
         for name, ddl in HISTORY_COLUMNS:
             probe = probe.withColumn(name, F.lit(None).cast(spark_type(ddl)))
-        target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options, key=key)
+        delta_rs = self.delta_rs_commits(uri)  # a new history starts without deletion vectors: delta-rs may land it
+        target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options, key=key, small=delta_rs)
         meta = {n for n, _ in HISTORY_COLUMNS}
         values = [f.name for f in target.fields if f.name not in meta]
         try:
             tracked = tracked_columns(options.outputs.track, values, key)
         except ValueError as e:
             raise ConfigError(f"table_options[{st.name!r}]: {e}") from None
+        changes_now = conform(window, target).select(*[F.col(quote_spark(c)) for c in values],
+                                                     COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS)
+        if delta_rs:
+            if st.rows <= self.small_table_rows:
+                shape = history_merge.HistoryWindow(tuple(key), tuple(values), tuple(tracked), tuple(cleared))
+                landed_small = self._history_small(uri, label, changes_now, shape)
+                if landed_small is not None:
+                    landed_small["seconds"] = round(time.monotonic() - t0, 3)
+                    self.log("merge.history", table=st.name, **landed_small)
+                    return landed_small
+            self.deletion_vectors_once_grown(uri, label, st.rows)  # past the limit: Spark's MERGE from now on
         empty = has_no_rows(uri)
         metrics: dict[str, int]
         rows = history_rows(
-            conform(window, target).select(*[F.col(quote_spark(c)) for c in values],
-                                           COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS),
-            None if empty else spark.read.format("delta").load(uri),
-            key, values, tracked, self.seq, cleared,
+            changes_now, None if empty else spark.read.format("delta").load(uri), key, values, tracked, self.seq,
+            cleared,
         )
         rows = conform(rows, target)
         if empty:
@@ -265,6 +274,22 @@ class Outputs(Derived):
         result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
         self.log("merge.history", table=st.name, **result)
         return result
+
+
+    def _history_small(
+        self, uri: str, label: str, changes: DataFrame, shape: history_merge.HistoryWindow
+    ) -> dict[str, Any] | None:
+        """The result when delta-rs landed the window's history (cdc_core.lake.history_merge), None when Spark must
+        (logged why)."""
+        commit = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
+        out = history_merge.land(commit, uri, changes.toArrow(), shape, self.fence, max_rows=self.small_table_rows,
+                                 storage=self.storage)
+        if isinstance(out, small_writer.Ineligible):
+            self.log("merge.spark_table", table=label, reason=out.reason)
+            return None
+        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
+        return {"status": status, "delta_version": out.version, "inserted": out.inserted, "updated": out.updated,
+                "writer": small_writer.WRITER_NAME}
 
 
 def changelog_merge_sql(uri: str, view: str, key: tuple[str, ...], low: int, high: int) -> str:

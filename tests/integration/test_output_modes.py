@@ -22,6 +22,7 @@ from cdc_core.model.merge_semantics import STATUS_ALREADY
 from cdc_core.model.schema_changes import ADD_COLUMN, DROP_COLUMN, PRIMARY_KEY, TRUNCATE_TABLE, ColumnSpec, SchemaChange
 from spark_apps.merge import merge_window
 from tests.support.output_model import Change, Model
+from tests.support.output_model import random_stream as stream
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration
@@ -35,42 +36,20 @@ TABLES = {  # table -> (table options, the model's tracked columns)
 }
 
 
-def stream(rng: random.Random, clock: VersionClock, n: int) -> list[Change]:
-    """n changes over 5 ids: inserts of absent ids, updates (some changing only `visits`, some nothing), deletes."""
-    live: dict[int, dict[str, Any]] = {}
-    out: list[Change] = []
-    while len(out) < n:
-        i = rng.randrange(5)
-        version = clock()
-        ts = VersionClock.commit_ts(version)
-        if i not in live:
-            live[i] = {"id": i, "tier": rng.choice(["gold", "silver", None]), "visits": rng.randrange(3)}
-            out.append(("I", dict(live[i]), version, ts))
-        elif rng.random() < 0.2:
-            out.append(("D", live.pop(i), version, ts))
-        else:
-            row = dict(live[i])
-            pick = rng.random()
-            if pick < 0.4:
-                row["visits"] += 1
-            elif pick < 0.8:
-                row["tier"] = rng.choice(["gold", "silver", "bronze", None])
-            live[i] = row  # else: an update that changes nothing
-            out.append(("U", dict(row), version, ts))
-    return out
-
-
 class Lake:
-    def __init__(self, spark: Any, staging: Path, root: Path) -> None:
+    def __init__(self, spark: Any, staging: Path, root: Path, small_table_rows: int | None = None) -> None:
         self.spark, self.staging, self.root = spark, staging, str(root)
         self.options = {f"shop.{t}": opts for t, (opts, _) in TABLES.items()}
+        self.small = {} if small_table_rows is None else {"small_table_rows": small_table_rows}
+        self.writer = None if small_table_rows == 0 else "delta-rs"  # a report's `writer`: absent for Spark
 
     def merge(self, seq: int, changes: list[Change], **kw: Any) -> dict[str, Any]:
         w = WindowBuilder(self.staging, PIPE, seq)
         for table in TABLES:
             w.file("shop", table, ("id",), COLS, [(op, row, version) for op, row, version, _ in changes])
         manifest, wdir = w.build()
-        return merge_window(self.spark, manifest, wdir, self.root, PIPE, seq, TOKEN, table_options=self.options, **kw)
+        return merge_window(self.spark, manifest, wdir, self.root, PIPE, seq, TOKEN, table_options=self.options,
+                            **self.small, **kw)
 
     def read(self, uri: str) -> list[dict[str, Any]]:
         """The table's rows, read by delta-rs (no Spark job), times as naive UTC as Spark returns them."""
@@ -111,10 +90,14 @@ def naive(ts: Any) -> Any:
     return None if ts is None else ts.astimezone(dt.UTC).replace(tzinfo=None) if ts.tzinfo else ts
 
 
-def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfills(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["delta-rs", "spark"])
+def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfills(
+        spark, tmp_path, monkeypatch, writer):
+    """Both writers of the history and change log: delta-rs for small tables (cdc_core.lake.history_merge,
+    changelog_append), Spark's recompute and MERGEs (`small_table_rows: 0`, as for tables past the limit)."""
     rng = random.Random(1)
     changes = stream(rng, VersionClock(), 60)
-    lake = Lake(spark, tmp_path / "staging", tmp_path / "lake")
+    lake = Lake(spark, tmp_path / "staging", tmp_path / "lake", small_table_rows=None if writer == "delta-rs" else 0)
     cuts = sorted(rng.sample(range(1, len(changes)), 3))
     windows = [changes[a:b] for a, b in zip([0, *cuts], [*cuts, len(changes)], strict=True)]
     given: list[Change] = []
@@ -128,8 +111,9 @@ def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfil
                 lake.merge(seq, w)
             monkeypatch.delenv("CDC_FAULT")
         report = lake.merge(seq, w)
-        if i != 2:  # a window newer than the change log: appended by delta-rs (cdc_core.lake.changelog_append)
-            assert report["tables"]["shop.every"]["changelog"]["writer"] == "delta-rs", report
+        if i != 2:  # the replay after the crash finds both landed
+            landed = report["tables"]["shop.every"]
+            assert [landed[o].get("writer") for o in ("changelog", "history")] == [lake.writer] * 2, report
         given += w
         lake.check(given, f"window {seq}")
         if i == 1:  # the same window again: every table and output already holds it
@@ -144,12 +128,38 @@ def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfil
         if part:
             seq += 1
             report = lake.merge(seq, part)
-            if n == 0:  # changes the change log holds: the MERGE skips them, not an append
-                assert "writer" not in report["tables"]["shop.every"]["changelog"], report
+            if n == 0:  # changes the change log holds: the MERGE skips them, not an append; the history recomputes
+                landed = report["tables"]["shop.every"]
+                assert [landed[o].get("writer") for o in ("changelog", "history")] == [None, lake.writer], report
             lake.check(given, f"backfill window {seq}")
 
 
-def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_key_change(spark, tmp_path):
+def test_a_history_that_outgrows_the_small_table_limit_goes_to_spark_with_deletion_vectors(spark, tmp_path):
+    """delta-rs lands a history while it holds at most `small_table_rows` rows (created without deletion
+    vectors); the window that finds it past the limit turns them on and lands through Spark, and so do the
+    windows after it; the history equals the model throughout."""
+    rng = random.Random(3)
+    changes = stream(rng, VersionClock(), 40)
+    lake = Lake(spark, tmp_path / "staging", tmp_path / "lake", small_table_rows=12)
+    writers, given = [], []
+    for seq, at in enumerate(range(0, len(changes), 5), start=1):
+        w = changes[at:at + 5]
+        writers.append(lake.merge(seq, w)["tables"]["shop.tracked"]["history"].get("writer"))
+        given += w
+        lake.check(given, f"window {seq}")
+    first_spark = writers.index(None)
+    assert first_spark > 0 and writers[:first_spark] == ["delta-rs"] * first_spark, writers
+    assert set(writers[first_spark:]) == {None}, writers
+    props = delta_state.open_table(history_uri(lake.root, "shop", "tracked")).metadata().configuration
+    assert props.get("delta.enableDeletionVectors") == "true"
+
+
+WRITERS = pytest.mark.parametrize("small_table_rows", [100_000, 0], ids=["delta-rs", "spark"])  # both writers
+
+
+@WRITERS
+def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_key_change(spark, tmp_path,
+                                                                                         small_table_rows):
     """A TRUNCATE closes every current version and is one `T` row of the change log; a column added shows from
     the first change that has it; a dropped one keeps its older values. A change of the primary key, which
     identifies versions and changes, is refused before anything of its window lands."""
@@ -161,7 +171,8 @@ def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_
 
     def land(w: WindowBuilder) -> dict[str, Any]:
         manifest, wdir = w.build()
-        return merge_window(spark, manifest, wdir, root, PIPE, w.seq, TOKEN, table_options=options)
+        return merge_window(spark, manifest, wdir, root, PIPE, w.seq, TOKEN, table_options=options,
+                            small_table_rows=small_table_rows)
 
     def read(uri: str) -> list[dict[str, Any]]:
         return [r.asDict() for r in spark.read.format("delta").load(uri).collect()]
@@ -204,8 +215,10 @@ def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_
         assert delta_state.last_txn_version(uri, PIPE) == 2, uri
 
 
+@WRITERS
 @pytest.mark.parametrize("route_key", ["source", "primary_key"])
-def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_window(spark, tmp_path, route_key):
+def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_window(spark, tmp_path, route_key,
+                                                                                     small_table_rows):
     """A group pipeline's routed table (docs/group-pipelines.md) with a history and a change log: each source's
     windows land as that source's commits (txn app id `<pipeline>.<source>`), its rows keyed by their lineage
     (`key: source`), or like the derived table's base (`key: primary_key`): the same id on two shards has two
@@ -222,7 +235,7 @@ def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_wi
         w = WindowBuilder(staging, f"grp.{source}", seq, clock).file(shard, "orders", ("id",), cols, changes)
         manifest, wdir = w.build()
         return merge_window(spark, manifest, wdir, root, "grp", seq, TOKEN, source=source, routes=routes,
-                            table_options=options)
+                            table_options=options, small_table_rows=small_table_rows)
 
     land("a", 1, "shop_00", [("I", {"id": 1, "note": "a1"}), ("U", {"id": 1, "note": "a1'"})])
     land("b", 1, "shop_02", [("I", {"id": 1, "note": "b1"})])
@@ -241,10 +254,12 @@ def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_wi
         assert (delta_state.last_txn_version(uri, "grp.a"), delta_state.last_txn_version(uri, "grp.b")) == (1, 2)
 
 
-def test_versions_are_decided_by_the_tracked_values_not_their_hash(spark, tmp_path):
-    """The history decides versions on a hash of the tracked values and checks equal hashes value by value: values
-    that hash alike but differ (a NULL moved from one column to another, which a hash that skips NULLs cannot see)
-    open a new version, and values equal as `<=>` compares them (-0.0 and 0.0) fold, as the model says."""
+@WRITERS
+def test_versions_are_decided_by_the_tracked_values_not_their_hash(spark, tmp_path, small_table_rows):
+    """Spark's history decides versions on a hash of the tracked values and checks equal hashes value by value
+    (the delta-rs writer compares values): values that hash alike but differ (a NULL moved from one column to
+    another, which a hash that skips NULLs cannot see) open a new version, and values equal as `<=>` compares them
+    (-0.0 and 0.0) fold, as the model says."""
     root, staging = str(tmp_path / "lake"), tmp_path / "staging"
     options = {"s.h": {"outputs": ["state", "history"], "track": ["a", "b", "x"]}}
     cols = [Col("id", pa.int32(), "INT"), Col("a", pa.int32(), "INT"), Col("b", pa.int32(), "INT"),
@@ -256,7 +271,9 @@ def test_versions_are_decided_by_the_tracked_values_not_their_hash(spark, tmp_pa
         changes = [(op, row, clock()) for op, row in rows]
         given.extend((op, row, v, VersionClock.commit_ts(v)) for op, row, v in changes)
         manifest, wdir = WindowBuilder(staging, PIPE, seq).file("s", "h", ("id",), cols, changes).build()
-        merge_window(spark, manifest, wdir, root, PIPE, seq, TOKEN, table_options=options)
+        report = merge_window(spark, manifest, wdir, root, PIPE, seq, TOKEN, table_options=options,
+                              small_table_rows=small_table_rows)
+        assert report["tables"]["s.h"]["history"].get("writer") == ("delta-rs" if small_table_rows else None)
 
     land(1, [("I", {"id": 1, "a": None, "b": 1, "x": 0.0, "c": "p"}),
              ("I", {"id": 2, "a": 2, "b": None, "x": 1.5, "c": "p"})])

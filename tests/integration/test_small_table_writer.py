@@ -26,6 +26,7 @@ from cdc_core.lake.delta_state import last_txn_version
 from cdc_core.model.layout import tombstone_uri
 from cdc_core.model.manifest import COL_DELETED, COL_VERSION
 from spark_apps.merge import STATUS_ALREADY, STATUS_COMMITTED, merge_window, table_uri
+from tests.support.delta_rs import open_stale_first
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
 pytestmark = pytest.mark.integration
@@ -252,14 +253,7 @@ def test_a_writer_that_checked_an_older_version_cannot_commit_on_top_of_a_newer_
     monkeypatch.undo()
     assert small_writer.land(small_job(w3.build(), lake, "z"), lambda: None).status == "committed"
     w4 = twin.window(4).file("shop", "z", ("id",), COLS, [("U", row(1, "w4"))])
-    opened = {"n": 0}
-    fresh = small_writer.open_table
-
-    def first_stale(u: str, storage: Any = small_writer.AMBIENT) -> Any:
-        opened["n"] += 1
-        return stale if opened["n"] == 1 else fresh(u, storage)
-
-    monkeypatch.setattr(small_writer, "open_table", first_stale)
+    opened = open_stale_first(monkeypatch, stale)
     landed = small_writer.land(small_job(w4.build(), lake, "z"), lambda: None)
     assert (landed.status, landed.updated, opened["n"]) == ("committed", 1, 2)
     rows = [r.asDict() for r in spark.read.format("delta").load(uri).collect()]

@@ -8,9 +8,12 @@ A change is (op, row, version, commit time); the stream is in binlog order (incr
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.support.staged_builder import VersionClock
 
 Change = tuple[str, dict[str, Any], int, dt.datetime]
 
@@ -63,3 +66,28 @@ class Model:
             self.history.append(new)
             self._current[key] = new
         return self
+
+
+def random_stream(rng: random.Random, clock: Callable[[], int], n: int) -> list[Change]:
+    """n changes over 5 ids: inserts of absent ids, updates (some changing only `visits`, some nothing), deletes."""
+    live: dict[int, dict[str, Any]] = {}
+    out: list[Change] = []
+    while len(out) < n:
+        i = rng.randrange(5)
+        version = clock()
+        ts = VersionClock.commit_ts(version)
+        if i not in live:
+            live[i] = {"id": i, "tier": rng.choice(["gold", "silver", None]), "visits": rng.randrange(3)}
+            out.append(("I", dict(live[i]), version, ts))
+        elif rng.random() < 0.2:
+            out.append(("D", live.pop(i), version, ts))
+        else:
+            row = dict(live[i])
+            pick = rng.random()
+            if pick < 0.4:
+                row["visits"] += 1
+            elif pick < 0.8:
+                row["tier"] = rng.choice(["gold", "silver", "bronze", None])
+            live[i] = row  # else: an update that changes nothing
+            out.append(("U", dict(row), version, ts))
+    return out

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.lake import changelog_append, small_writer
+from cdc_core.lake import changelog_append
 from cdc_core.lake.small_writer import Commit, Ineligible, Landed
+from tests.support.delta_rs import open_stale_first
 
 pytestmark = pytest.mark.unit
 
@@ -99,14 +100,7 @@ def test_a_commit_after_the_checks_fails_the_append_which_checks_again(tmp_path:
     uri = _log(tmp_path / "log", (1, "I", 10))
     stale = DeltaTable(uri)  # version 1
     changelog_append.append(_commit(2), uri, _rows((1, "U", 12)), lambda: None)  # the other run: version 2
-    opened = {"n": 0}
-    fresh = small_writer.open_table
-
-    def first_stale(u: str, storage: Any = small_writer.AMBIENT) -> Any:
-        opened["n"] += 1
-        return stale if opened["n"] == 1 else fresh(u, storage)
-
-    monkeypatch.setattr(small_writer, "open_table", first_stale)
+    opened = open_stale_first(monkeypatch, stale)
     assert changelog_append.append(_commit(2), uri, _rows((1, "U", 12)), lambda: None) == Landed("already")
     assert _held(uri) == [(1, "I", 10), (1, "U", 12)]
     # Another window's commit in between: the second attempt, at the new version, appends.
