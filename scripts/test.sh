@@ -10,7 +10,7 @@
 # CDC_TEST_WORKERS=N runs the tests on N pytest-xdist workers (default 2; 0 = one process). A test module
 # stays on one worker (one Spark session per module); each worker has its own private services.
 # The tests' Spark JVMs are lean (tests/support/jvm_archive.py): a class-data archive built once into .cache/jvm,
-# the client JIT only and Spark's interpreted expressions; the cluster tier and the production cycle keep Spark's
+# the client JIT only, the serial collector and Spark's interpreted expressions; the cluster tier keeps Spark's
 # defaults. CDC_TEST_JVM_DEFAULTS=1 runs every test with Spark's defaults.
 set -euo pipefail
 

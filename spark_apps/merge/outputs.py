@@ -29,7 +29,7 @@ from cdc_core.model.manifest import (
     COL_WINDOW_SEQ,
     OP_DELETE,
 )
-from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, STATUS_COMMITTED, holds_window, key_condition
+from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, holds_window, key_condition
 from cdc_core.model.naming import quote_spark
 from cdc_core.model.output_modes import (
     CHANGELOG_COLUMNS,
@@ -185,10 +185,13 @@ class Outputs(Derived):
         rows = conform(rows, self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options, key=key,
                                                     small=delta_rs))
         metrics: dict[str, int]
-        few = st.rows <= self.small_table_rows  # the rows go through the driver
-        appended = self._changelog_appended(uri, label, rows) if delta_rs and few else None
+        appended = None
+        if delta_rs and st.rows <= self.small_table_rows:  # few rows: they go through the driver
+            appended = self.delta_rs_outcome(label, changelog_append.append(
+                self.window_commit(label), uri, rows.toArrow(), self.fence, storage=self.storage))
         if appended is not None:
-            status, version, metrics = appended
+            status, version = appended["status"], appended["delta_version"]
+            metrics = {"inserted": appended["inserted"]}
         elif has_no_rows(uri):
             status, version = self.idempotent_append(uri, label, rows)
             metrics = {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None else 0}
@@ -207,19 +210,6 @@ class Outputs(Derived):
             result["writer"] = small_writer.WRITER_NAME
         self.log("merge.changelog", table=st.name, **result)
         return result
-
-    def _changelog_appended(
-        self, uri: str, label: str, rows: DataFrame
-    ) -> tuple[str, int | None, dict[str, int]] | None:
-        """(status, version, metrics) when delta-rs appended the window's change-log rows (few: the caller bounds
-        them), None when the Spark MERGE must land them (cdc_core.lake.changelog_append says why)."""
-        commit = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
-        out = changelog_append.append(commit, uri, rows.toArrow(), self.fence, storage=self.storage)
-        if isinstance(out, small_writer.Ineligible):
-            self.log("merge.spark_table", table=label, reason=out.reason)
-            return None
-        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
-        return status, out.version, {"inserted": out.inserted}
 
     # --------------------------------------------------------------------------------------------- history
 
@@ -252,11 +242,14 @@ class Outputs(Derived):
         if delta_rs:
             if st.rows <= self.small_table_rows:
                 shape = history_merge.HistoryWindow(tuple(key), tuple(values), tuple(tracked), tuple(cleared))
-                landed_small = self._history_small(uri, label, changes_now, shape)
-                if landed_small is not None:
-                    landed_small["seconds"] = round(time.monotonic() - t0, 3)
-                    self.log("merge.history", table=st.name, **landed_small)
-                    return landed_small
+                small = self.delta_rs_outcome(label, history_merge.land(
+                    self.window_commit(label), uri, changes_now.toArrow(), shape, self.fence,
+                    max_rows=self.small_table_rows, storage=self.storage))
+                if small is not None:
+                    small.pop("deleted")  # a history closes versions, it deletes none
+                    small["seconds"] = round(time.monotonic() - t0, 3)
+                    self.log("merge.history", table=st.name, **small)
+                    return small
             self.deletion_vectors_once_grown(uri, label, st.rows)  # past the limit: Spark's MERGE from now on
         empty = has_no_rows(uri)
         metrics: dict[str, int]
@@ -274,22 +267,6 @@ class Outputs(Derived):
         result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
         self.log("merge.history", table=st.name, **result)
         return result
-
-
-    def _history_small(
-        self, uri: str, label: str, changes: DataFrame, shape: history_merge.HistoryWindow
-    ) -> dict[str, Any] | None:
-        """The result when delta-rs landed the window's history (cdc_core.lake.history_merge), None when Spark must
-        (logged why)."""
-        commit = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
-        out = history_merge.land(commit, uri, changes.toArrow(), shape, self.fence, max_rows=self.small_table_rows,
-                                 storage=self.storage)
-        if isinstance(out, small_writer.Ineligible):
-            self.log("merge.spark_table", table=label, reason=out.reason)
-            return None
-        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
-        return {"status": status, "delta_version": out.version, "inserted": out.inserted, "updated": out.updated,
-                "writer": small_writer.WRITER_NAME}
 
 
 def changelog_merge_sql(uri: str, view: str, key: tuple[str, ...], low: int, high: int) -> str:

@@ -61,12 +61,10 @@ class SmallTables(SchemaChanges):
         """(status, version, writer) of the window's txn alone on a table it changes no row of: delta-rs when it
         may write the table, else Spark's append of `empty` (the MERGE of an empty source would commit the same)."""
         if self.delta_rs_commits(uri):
-            c = small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
-            out = small_writer.commit_txn_only(c, uri, self.fence, storage=self.storage)
-            if isinstance(out, small_writer.Landed):
-                status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
-                return status, out.version, small_writer.WRITER_NAME
-            self.log("merge.spark_table", table=label, reason=out.reason)
+            landed = self.delta_rs_outcome(
+                label, small_writer.commit_txn_only(self.window_commit(label), uri, self.fence, storage=self.storage))
+            if landed is not None:
+                return landed["status"], landed["delta_version"], small_writer.WRITER_NAME
         status, version = self.idempotent_append(uri, label, empty)
         return status, version, "spark"
 
@@ -94,16 +92,28 @@ class SmallTables(SchemaChanges):
         )
         rows = None if source is None else source.toArrow()  # few rows: may_land_small bounds them
         out = small_writer.land(job, self.fence, rows=rows, created=created)
+        landed = self.delta_rs_outcome(label, out)
+        if landed is None:
+            return None, isinstance(out, small_writer.Ineligible) and out.missing
+        result.update(landed)
+        return result, False
+
+    def window_commit(self, label: str) -> small_writer.Commit:
+        """What a delta-rs commit of this window to `label`'s table records (its txn and commit metadata)."""
+        return small_writer.Commit(label, self.app_id, self.seq, self.commit_metadata(label))
+
+    def delta_rs_outcome(
+        self, label: str, out: small_writer.Landed | small_writer.Ineligible
+    ) -> dict[str, Any] | None:
+        """The table's result when delta-rs committed the window (or found it committed before); None when Spark
+        must land it (logged why, unless there is no table yet)."""
         if isinstance(out, small_writer.Ineligible):
             if not out.missing:
                 self.log("merge.spark_table", table=label, reason=out.reason)
-            return None, out.missing
-        status = STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY
-        result.update(
-            status=status, inserted=out.inserted, updated=out.updated, deleted=out.deleted,
-            delta_version=out.version, writer=small_writer.WRITER_NAME,
-        )
-        return result, False
+            return None
+        return {"status": STATUS_COMMITTED if out.status == "committed" else STATUS_ALREADY,
+                "delta_version": out.version, "inserted": out.inserted, "updated": out.updated,
+                "deleted": out.deleted, "writer": small_writer.WRITER_NAME}
 
     def small_tombstones(self, st: LakeTarget) -> small_writer.Tombstones:
         """The table's tombstone table as delta-rs appends to it (and creates it, as Spark's write_tombstones

@@ -9,7 +9,7 @@ per-thread CPU of the fault suite's merge server, 2026-11-28): about half in the
 code that then runs a few hundred rows. So, for the tests only:
 - the archive: a JVM's classes are mapped, not parsed and verified (a cold create+MERGE+read: 48-56 CPU-s by
   default, 36-37 with it; bench/cold_jvm.py);
-- `-XX:TieredStopAtLevel=1`: no C2;
+- `-XX:TieredStopAtLevel=1`: no C2; `-XX:+UseSerialGC`: no concurrent collector threads;
 - `spark.sql.codegen.wholeStage=false` and `spark.sql.codegen.factoryMode=NO_CODEGEN` (as Java system
   properties, which SparkConf reads): Spark's interpreted projections and predicates, which Spark's own test
   suites run against the generated ones. What a query returns does not change; what it costs here does.
@@ -45,7 +45,12 @@ DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
 # The client JIT and Spark's interpreted expressions: tiny tables, many queries (see above).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
-LEAN = f"{C1_ONLY} -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+# The serial collector: no concurrent GC threads competing with the suite for 2 cores (a heap of at most 1 GB).
+# bench/suite_cpu.py, 2026-12-01: the schema-change merges 132 -> 118 machine CPU-s, the small-table writer
+# module 243 -> 231, the hostile-names module (a spark-submit per window) 38 -> 38.
+SERIAL_GC = "-XX:+UseSerialGC"
+JVM_LEAN = f"{C1_ONLY} {SERIAL_GC}"
+LEAN = f"{JVM_LEAN} -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 _WORKLOAD = textwrap.dedent(
     """
@@ -120,11 +125,12 @@ def configure() -> None:
 
 def lean_executor_confs() -> dict[str, str]:
     """Spark confs that make a cluster's executors lean too (SPARK_SUBMIT_OPTS reaches the driver only): the
-    client JIT. The interpreted expressions need nothing more: the driver's SQL confs travel with its tasks.
-    Spark refuses `-Dspark.*` in extraJavaOptions, hence the JIT flag alone. Empty under CDC_TEST_JVM_DEFAULTS=1."""
+    client JIT and the serial collector. The interpreted expressions need nothing more: the driver's SQL confs
+    travel with its tasks. Spark refuses `-Dspark.*` in extraJavaOptions, hence the JVM flags alone. Empty under
+    CDC_TEST_JVM_DEFAULTS=1."""
     if os.environ.get(DISABLE_ENV) == "1":
         return {}
-    return {"spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {C1_ONLY}"}
+    return {"spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {JVM_LEAN}"}
 
 
 def spark_defaults_opts(opts: str) -> str:

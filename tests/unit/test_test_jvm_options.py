@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 def test_spark_defaults_drop_the_lean_options_and_keep_the_archive() -> None:
     suite = f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET} {LEAN}"
     defaults = spark_defaults_opts(suite)
-    assert "TieredStopAtLevel" not in defaults and "codegen" not in defaults
+    assert "TieredStopAtLevel" not in defaults and "codegen" not in defaults and "GC" not in defaults
     assert defaults == f"-XX:SharedArchiveFile=/x/spark-1.jsa {QUIET}"
 
 
@@ -33,10 +33,10 @@ def test_one_option_string_with_or_without_the_archive_and_the_lean_options() ->
 
 
 def test_lean_executors_get_the_jit_flag_only_and_keep_the_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.support.jvm_archive import C1_ONLY, DISABLE_ENV, lean_executor_confs
+    from tests.support.jvm_archive import C1_ONLY, DISABLE_ENV, SERIAL_GC, lean_executor_confs
 
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     opts = lean_executor_confs()["spark.executor.extraJavaOptions"].split()
-    assert opts == ["-Duser.timezone=UTC", C1_ONLY]  # no -Dspark.*: Spark refuses those there
+    assert opts == ["-Duser.timezone=UTC", C1_ONLY, SERIAL_GC]  # no -Dspark.*: Spark refuses those there
     monkeypatch.setenv(DISABLE_ENV, "1")
     assert lean_executor_confs() == {}
