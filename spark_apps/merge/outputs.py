@@ -11,12 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructType
 
-from cdc_core.lake import changelog_append, history_merge, small_writer
+from cdc_core.lake import changelog_append, history_merge, small_writer, staged_changes
 from cdc_core.model import faults
 from cdc_core.model.errors import ConfigError, SchemaConflict
 from cdc_core.model.history_versions import CHANGE, CLOSE, OPEN, RANK_CLOSED, RANK_LAKE, RANK_WINDOW
@@ -88,6 +90,7 @@ class Outputs(Derived):
                 return {}
         out: dict[str, Any] = {}
         changes: DataFrame | None = None
+        read_by_arrow: list[pa.Table | None] = []
 
         def window_changes() -> DataFrame:
             nonlocal changes
@@ -99,12 +102,37 @@ class Outputs(Derived):
                 changes = read
             return changes
 
+        def window_arrow() -> pa.Table | None:
+            """The same changes read without a Spark job, for the delta-rs writers (None: Spark's read serves)."""
+            if not read_by_arrow:
+                read_by_arrow.append(self.changes_by_arrow(st, snapshot))
+            return read_by_arrow[0]
+
         if modes.changelog:
-            out["changelog"] = self.land_changelog(st, key, window_changes, options, cleared)
+            out["changelog"] = self.land_changelog(st, key, window_changes, options, cleared,
+                                                    changes_arrow=window_arrow)
         if modes.history:
-            out["history"] = self.land_history(st, key, window_changes, options, cleared)
+            out["history"] = self.land_history(st, key, window_changes, options, cleared,
+                                                changes_arrow=window_arrow)
         faults.point("mid_outputs")  # crash suite: the history and change log hold the window, the state not yet
         return out
+
+    def changes_by_arrow(self, st: LakeTarget, snapshot: bool) -> pa.Table | None:
+        """The window's changes of `st` read from the staged files with Arrow, when the small-table writers will
+        take them (few rows, no schema change of the table in the window: Spark translates those); else None."""
+        if st.rows > self.small_table_rows or self.window.for_lake((st.schema, st.table)):
+            return None
+        members = [staged_changes.Member(member, tuple(where.columns), *st.bound(i))
+                   for i, (member, where) in enumerate(st.members)]
+        rows = staged_changes.read(self.window_dir, members, self.storage)
+        if isinstance(rows, str):
+            self.log("merge.spark_read", table=st.name, reason=rows)
+            return None
+        if snapshot:  # a snapshot's rows are what it read, not changes
+            op = rows.column_names.index(COL_OP)
+            rows = rows.set_column(op, COL_OP, pc.if_else(pc.equal(rows[COL_OP], OP_DELETE), rows[COL_OP],
+                                                          pa.scalar(OP_SNAPSHOT)))
+        return rows
 
     def check_outputs_follow(self, targets: Sequence[LakeTarget]) -> None:
         """Before anything of the window is written: every schema change of a table keeping a history or change
@@ -165,7 +193,8 @@ class Outputs(Derived):
     # ------------------------------------------------------------------------------------------ change log
 
     def land_changelog(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
-                       options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = ()) -> dict[str, Any]:
+                       options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = (), *,
+                       changes_arrow: Callable[[], pa.Table | None] = lambda: None) -> dict[str, Any]:
         t0 = time.monotonic()
         uri = changelog_uri(self.lake_root, st.schema, st.table)
         label = f"changelog of {st.name}"
@@ -187,8 +216,11 @@ class Outputs(Derived):
         metrics: dict[str, int]
         appended = None
         if delta_rs and st.rows <= self.small_table_rows:  # few rows: they go through the driver
+            arrow = changes_arrow()  # None when the window changes the table's schema (so `cleared` is empty)
+            given = rows.toArrow() if arrow is None else arrow.append_column(
+                COL_WINDOW_SEQ, pa.array([self.seq] * arrow.num_rows, pa.int64()))
             appended = self.delta_rs_outcome(label, changelog_append.append(
-                self.window_commit(label), uri, rows.toArrow(), self.fence, storage=self.storage))
+                self.window_commit(label), uri, given, self.fence, storage=self.storage))
         if appended is not None:
             status, version = appended["status"], appended["delta_version"]
             metrics = {"inserted": appended["inserted"]}
@@ -214,7 +246,8 @@ class Outputs(Derived):
     # --------------------------------------------------------------------------------------------- history
 
     def land_history(self, st: LakeTarget, key: tuple[str, ...], changes: Callable[[], DataFrame],
-                     options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = ()) -> dict[str, Any]:
+                     options: TableOptions, cleared: Sequence[tuple[int, dt.datetime]] = (), *,
+                     changes_arrow: Callable[[], pa.Table | None] = lambda: None) -> dict[str, Any]:
         t0 = time.monotonic()
         spark = self.spark
         uri = history_uri(self.lake_root, st.schema, st.table)
@@ -242,9 +275,10 @@ class Outputs(Derived):
         if delta_rs:
             if st.rows <= self.small_table_rows:
                 shape = history_merge.HistoryWindow(tuple(key), tuple(values), tuple(tracked), tuple(cleared))
+                arrow = history_changes(changes_arrow(), target, values)
                 small = self.delta_rs_outcome(label, history_merge.land(
-                    self.window_commit(label), uri, changes_now.toArrow(), shape, self.fence,
-                    max_rows=self.small_table_rows, storage=self.storage))
+                    self.window_commit(label), uri, changes_now.toArrow() if arrow is None else arrow, shape,
+                    self.fence, max_rows=self.small_table_rows, storage=self.storage))
                 if small is not None:
                     small.pop("deleted")  # a history closes versions, it deletes none
                     small["seconds"] = round(time.monotonic() - t0, 3)
@@ -267,6 +301,26 @@ class Outputs(Derived):
         result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
         self.log("merge.history", table=st.name, **result)
         return result
+
+
+def history_changes(changes: pa.Table | None, target: StructType, values: Sequence[str]) -> pa.Table | None:
+    """The window's changes read by Arrow as the history recompute takes them (as `conform` gives Spark's): the
+    history's value columns in its types (NULL for one the window lacks), then the change metadata; None: a
+    type the Arrow read does not map (Spark's read serves)."""
+    if changes is None:
+        return None
+    types = {f.name: small_writer.arrow_type(f.dataType.simpleString()) for f in target.fields}
+    have = {c.lower(): c for c in changes.column_names}
+    out: dict[str, Any] = {}
+    for name in values:
+        t = types.get(name)
+        if t is None:
+            return None
+        given = have.get(name.lower())
+        out[name] = pa.nulls(changes.num_rows, t) if given is None else changes[given].cast(t)
+    for name in (COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS):
+        out[name] = changes[name]
+    return pa.table(out)
 
 
 def changelog_merge_sql(uri: str, view: str, key: tuple[str, ...], low: int, high: int) -> str:
