@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.lake import changelog_append, history_merge, small_writer, staged_changes
 from cdc_core.model import faults
@@ -170,13 +170,14 @@ class Outputs(Derived):
                     return tuple(json.loads(props[PROP_OUTPUTS_KEY]))
         return ()
 
-    def _companion_target(self, uri: str, label: str, rows: DataFrame, meta: tuple[tuple[str, str], ...],
+    def _companion_target(self, uri: str, label: str, window: StructType, meta: tuple[tuple[str, str], ...],
                           options: TableOptions, *, key: tuple[str, ...], small: bool = False) -> StructType:
         """Create the table (recording its key), or add the window's new columns to it; returns its schema. A
         column the source dropped or renamed stays: the versions that had it keep their values. `small`: a new
-        table starts without deletion vectors (an append-only change log needs none), so delta-rs may write it."""
+        table starts without deletion vectors (an append-only change log needs none), so delta-rs may write it.
+        `window`: the window's rows' schema."""
         meta_names = {n for n, _ in meta}
-        columns = [(f.name, f.dataType) for f in rows.schema.fields if f.name not in meta_names]
+        columns = [(f.name, f.dataType) for f in window.fields if f.name not in meta_names]
         columns += [(n, spark_type(t)) for n, t in meta]
         own = TableOptions(options.partition_by, options.change_data_feed,
                            (*options.properties, (PROP_OUTPUTS_KEY, json.dumps(list(key)))))
@@ -202,7 +203,39 @@ class Outputs(Derived):
         if holds_window(landed, self.seq):
             return {"status": STATUS_ALREADY, "inserted": 0}
         self.fence()
-        rows = changes()
+        delta_rs = self.delta_rs_commits(uri)  # an append-only log never needs deletion vectors: created without
+        few = delta_rs and st.rows <= self.small_table_rows  # few rows: they may go through the driver to delta-rs
+        arrow = changes_arrow() if few else None  # None when the window changes the table's schema: no `cleared`
+        appended = None
+        if arrow is not None:
+            with_seq = StructType([*st.staged_schema().fields, StructField(COL_WINDOW_SEQ, LongType())])
+            self._companion_target(uri, label, with_seq, CHANGELOG_COLUMNS, options, key=key, small=True)
+            appended = self.delta_rs_outcome(label, changelog_append.append(
+                self.window_commit(label), uri,
+                arrow.append_column(COL_WINDOW_SEQ, pa.array([self.seq] * arrow.num_rows, pa.int64())),
+                self.fence, storage=self.storage))
+        metrics: dict[str, int]
+        if appended is not None:
+            status, version = appended["status"], appended["delta_version"]
+            metrics = {"inserted": appended["inserted"]}
+        else:
+            status, version, metrics, appended = self._changelog_by_spark(
+                uri, label, key, changes(), options=options, cleared=cleared, delta_rs=delta_rs,
+                few=few and arrow is None)  # delta-rs refused the window already: no second try
+        result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
+        if appended is not None:
+            result["writer"] = small_writer.WRITER_NAME
+        self.log("merge.changelog", table=st.name, **result)
+        return result
+
+    def _changelog_by_spark(
+        self, uri: str, label: str, key: tuple[str, ...], window: DataFrame, *, options: TableOptions,
+        cleared: Sequence[tuple[int, dt.datetime]], delta_rs: bool, few: bool,
+    ) -> tuple[str, int | None, dict[str, int], dict[str, Any] | None]:
+        """(status, version, metrics, the delta-rs outcome or None) of the change log's rows as Spark reads them
+        (a window that changes the table's schema: its rows translated), appended by delta-rs when few, else
+        MERGEd by Spark."""
+        rows = window
         for at, ts in cleared:  # one row per DDL that removed every row: op T, no key, no values
             marker = {COL_OP: F.lit(OP_CLEARED), COL_VERSION: F.lit(at), COL_ORDINAL: F.lit(0),
                       COL_COMMIT_TS: F.lit(ts)}
@@ -210,38 +243,26 @@ class Outputs(Derived):
                 *[(marker[f.name] if f.name in marker else F.lit(None)).cast(f.dataType).alias(f.name)
                   for f in rows.schema.fields]))
         rows = rows.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
-        delta_rs = self.delta_rs_commits(uri)  # an append-only log never needs deletion vectors: created without
-        rows = conform(rows, self._companion_target(uri, label, rows, CHANGELOG_COLUMNS, options, key=key,
+        rows = conform(rows, self._companion_target(uri, label, rows.schema, CHANGELOG_COLUMNS, options, key=key,
                                                     small=delta_rs))
-        metrics: dict[str, int]
-        appended = None
-        if delta_rs and st.rows <= self.small_table_rows:  # few rows: they go through the driver
-            arrow = changes_arrow()  # None when the window changes the table's schema (so `cleared` is empty)
-            given = rows.toArrow() if arrow is None else arrow.append_column(
-                COL_WINDOW_SEQ, pa.array([self.seq] * arrow.num_rows, pa.int64()))
+        if few:
             appended = self.delta_rs_outcome(label, changelog_append.append(
-                self.window_commit(label), uri, given, self.fence, storage=self.storage))
-        if appended is not None:
-            status, version = appended["status"], appended["delta_version"]
-            metrics = {"inserted": appended["inserted"]}
-        elif has_no_rows(uri):
+                self.window_commit(label), uri, rows.toArrow(), self.fence, storage=self.storage))
+            if appended is not None:
+                return appended["status"], appended["delta_version"], {"inserted": appended["inserted"]}, appended
+        if has_no_rows(uri):
             status, version = self.idempotent_append(uri, label, rows)
-            metrics = {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None else 0}
-        else:
-            span = rows.agg(F.min(COL_VERSION), F.max(COL_VERSION)).collect()[0]
-            if span[0] is None:  # nothing staged: the window's txn alone
-                status, version = self.idempotent_append(uri, label, rows.limit(0))
-                metrics = {"inserted": 0}
-            else:
-                status, metrics, version = self.idempotent_merge(
-                    uri, label, rows, lambda view: changelog_merge_sql(uri, view, key, int(span[0]), int(span[1])),
-                    immutable_source=True,
-                )
-        result = {"status": status, "delta_version": version, **metrics, "seconds": round(time.monotonic() - t0, 3)}
-        if appended is not None:
-            result["writer"] = small_writer.WRITER_NAME
-        self.log("merge.changelog", table=st.name, **result)
-        return result
+            return status, version, {"inserted": int(commit_output_rows(uri, version) or 0) if version is not None
+                                     else 0}, None
+        span = rows.agg(F.min(COL_VERSION), F.max(COL_VERSION)).collect()[0]
+        if span[0] is None:  # nothing staged: the window's txn alone
+            status, version = self.idempotent_append(uri, label, rows.limit(0))
+            return status, version, {"inserted": 0}, None
+        status, metrics, version = self.idempotent_merge(
+            uri, label, rows, lambda view: changelog_merge_sql(uri, view, key, int(span[0]), int(span[1])),
+            immutable_source=True,
+        )
+        return status, version, metrics, None
 
     # --------------------------------------------------------------------------------------------- history
 
@@ -256,13 +277,14 @@ class Outputs(Derived):
         if holds_window(landed, self.seq):
             return {"status": STATUS_ALREADY, "inserted": 0, "updated": 0}
         self.fence()
-        window = changes()
+        delta_rs = self.delta_rs_commits(uri)  # a new history starts without deletion vectors: delta-rs may land it
+        few = delta_rs and st.rows <= self.small_table_rows
+        arrow = changes_arrow() if few else None  # the window's changes without a Spark job (small tables)
+        window = changes() if arrow is None else None
         # The target's schema first (the window's new columns added), so the lake's rows and the window's union
         # by type; the values are every column the history has (a dropped column's older values stay).
-        probe = window.select(*[F.col(quote_spark(c)) for c in window.columns if c not in STAGED_META_NAMES]).limit(0)
-        for name, ddl in HISTORY_COLUMNS:
-            probe = probe.withColumn(name, F.lit(None).cast(spark_type(ddl)))
-        delta_rs = self.delta_rs_commits(uri)  # a new history starts without deletion vectors: delta-rs may land it
+        schema = st.staged_schema() if window is None else window.schema
+        probe = StructType([f for f in schema.fields if f.name not in STAGED_META_NAMES])
         target = self._companion_target(uri, label, probe, HISTORY_COLUMNS, options, key=key, small=delta_rs)
         meta = {n for n, _ in HISTORY_COLUMNS}
         values = [f.name for f in target.fields if f.name not in meta]
@@ -270,14 +292,18 @@ class Outputs(Derived):
             tracked = tracked_columns(options.outputs.track, values, key)
         except ValueError as e:
             raise ConfigError(f"table_options[{st.name!r}]: {e}") from None
-        changes_now = conform(window, target).select(*[F.col(quote_spark(c)) for c in values],
-                                                     COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS)
+
+        def changes_now() -> DataFrame:
+            read = window if window is not None else changes()
+            return conform(read, target).select(*[F.col(quote_spark(c)) for c in values],
+                                                COL_OP, COL_VERSION, COL_ORDINAL, COL_COMMIT_TS)
+
         if delta_rs:
-            if st.rows <= self.small_table_rows:
+            if few:
                 shape = history_merge.HistoryWindow(tuple(key), tuple(values), tuple(tracked), tuple(cleared))
-                arrow = history_changes(changes_arrow(), target, values)
+                given = history_changes(arrow, target, values)
                 small = self.delta_rs_outcome(label, history_merge.land(
-                    self.window_commit(label), uri, changes_now.toArrow() if arrow is None else arrow, shape,
+                    self.window_commit(label), uri, changes_now().toArrow() if given is None else given, shape,
                     self.fence, max_rows=self.small_table_rows, storage=self.storage))
                 if small is not None:
                     small.pop("deleted")  # a history closes versions, it deletes none
@@ -288,7 +314,7 @@ class Outputs(Derived):
         empty = has_no_rows(uri)
         metrics: dict[str, int]
         rows = history_rows(
-            changes_now, None if empty else spark.read.format("delta").load(uri), key, values, tracked, self.seq,
+            changes_now(), None if empty else spark.read.format("delta").load(uri), key, values, tracked, self.seq,
             cleared,
         )
         rows = conform(rows, target)

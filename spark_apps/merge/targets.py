@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
     StringType,
+    StructType,
 )
 
 from cdc_core.lake.object_store import Storage
@@ -34,6 +35,7 @@ from cdc_core.model.schema_window import (
 )
 from cdc_core.model.sources import Lineage, Route, lineage
 from spark_apps.merge.staged import (
+    STAGED_META,
     StagedFacts,
     can_widen,
     may_have_deletes,
@@ -165,6 +167,18 @@ class LakeTarget:
                 df = df.where(F.col(COL_VERSION) < until)
             parts.append(df)
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+    def staged_schema(self) -> StructType:
+        """The schema `read` gives, from the manifest alone (no file opened, no Spark job)."""
+        out = StructType()
+        for st, where in self.members:
+            have = {f.name for f in out.fields}
+            for name, t in (*STAGED_META, *((c.name, parse_type(c.delta_type, f"table {st.name} column {c.name!r}"))
+                                            for c in st.columns), *((col, StringType()) for col, _ in where.columns)):
+                if name not in have:
+                    out.add(name, t, True)
+                    have.add(name)
+        return out
 
     def facts(self, window_dir: str, *, storage: Storage) -> StagedFacts:
         if len(self.members) == 1:
