@@ -40,6 +40,10 @@ CHANGELOG_DIR = "_cdc.changelog"
 OP_SNAPSHOT = "S"  # a row a snapshot read (history and changelog `_cdc_op`)
 OP_CLEARED = "T"  # a DDL that removed every row (TRUNCATE, DROP TABLE, CREATE OR REPLACE, a rename away)
 PROP_OUTPUTS_KEY = "cdc.outputs.key"  # the key a history or change log was created with (JSON list)
+# A change log's file statistics must hold its change versions wherever the column sits (cdc_core.lake.
+# changelog_append proves a window newer than the log from them): Delta keeps statistics of the first 32 columns
+# only by default, and the log's metadata columns follow the row's, so on a wide table they had none.
+CHANGELOG_STATS = ("delta.dataSkippingStatsColumns", f"{COL_VERSION},{COL_COMMIT_TS}")
 
 # History columns (besides the key and the row's columns, and `_cdc_op`: the op that opened the version).
 COL_VALID_FROM = "_cdc_valid_from"  # the opening change's commit time

@@ -35,6 +35,7 @@ from cdc_core.model.merge_semantics import SPARK, STATUS_ALREADY, holds_window, 
 from cdc_core.model.naming import quote_spark
 from cdc_core.model.output_modes import (
     CHANGELOG_COLUMNS,
+    CHANGELOG_STATS,
     COL_IS_CURRENT,
     COL_LAST_VERSION,
     COL_VALID_FROM,
@@ -171,7 +172,8 @@ class Outputs(Derived):
         return ()
 
     def _companion_target(self, uri: str, label: str, window: StructType, meta: tuple[tuple[str, str], ...],
-                          options: TableOptions, *, key: tuple[str, ...], small: bool = False) -> StructType:
+                          options: TableOptions, *, key: tuple[str, ...], small: bool = False,
+                          properties: tuple[tuple[str, str], ...] = ()) -> StructType:
         """Create the table (recording its key), or add the window's new columns to it; returns its schema. A
         column the source dropped or renamed stays: the versions that had it keep their values. `small`: a new
         table starts without deletion vectors (an append-only change log needs none), so delta-rs may write it.
@@ -180,7 +182,7 @@ class Outputs(Derived):
         columns = [(f.name, f.dataType) for f in window.fields if f.name not in meta_names]
         columns += [(n, spark_type(t)) for n, t in meta]
         own = TableOptions(options.partition_by, options.change_data_feed,
-                           (*options.properties, (PROP_OUTPUTS_KEY, json.dumps(list(key)))))
+                           (*properties, *options.properties, (PROP_OUTPUTS_KEY, json.dumps(list(key)))))
         target = self.ensure_table(uri, label, columns, own, small=small)
         have = {f.name.lower() for f in target.fields}
         added = [(n, t) for n, t in columns if n.lower() not in have]
@@ -209,7 +211,8 @@ class Outputs(Derived):
         appended = None
         if arrow is not None:
             with_seq = StructType([*st.staged_schema().fields, StructField(COL_WINDOW_SEQ, LongType())])
-            self._companion_target(uri, label, with_seq, CHANGELOG_COLUMNS, options, key=key, small=True)
+            self._companion_target(uri, label, with_seq, CHANGELOG_COLUMNS, options, key=key, small=True,
+                                   properties=(CHANGELOG_STATS,))
             appended = self.delta_rs_outcome(label, changelog_append.append(
                 self.window_commit(label), uri,
                 arrow.append_column(COL_WINDOW_SEQ, pa.array([self.seq] * arrow.num_rows, pa.int64())),
@@ -244,7 +247,7 @@ class Outputs(Derived):
                   for f in rows.schema.fields]))
         rows = rows.withColumn(COL_WINDOW_SEQ, F.lit(self.seq).cast(LongType()))
         rows = conform(rows, self._companion_target(uri, label, rows.schema, CHANGELOG_COLUMNS, options, key=key,
-                                                    small=delta_rs))
+                                                    small=delta_rs, properties=(CHANGELOG_STATS,)))
         if few:
             appended = self.delta_rs_outcome(label, changelog_append.append(
                 self.window_commit(label), uri, rows.toArrow(), self.fence, storage=self.storage))
