@@ -21,12 +21,16 @@ Every `--every` windows a sample:
   source: the run stops at the first difference), each timed;
 - the windows' seconds since the last sample (p50, p95, max).
 
+`--pace` stretches the run so that it lasts long enough for the retention floors (below) to bite: each window
+starts at least that many seconds after the previous one started (0.6 s: a one-minute schedule compressed 100x, a
+week in 1.7 hours); without it windows follow each other as fast as they land.
+
 Retention is set as short as the product allows (`staging_retention_hours: 1`, window records 1 h, at most
 `--records-max`) so that what retention bounds is reached within the run; the bounds are stated in the
 results (bench/RESULTS-longrun.md). Results are written after every sample, so a run stopped early
 (`--minutes`, or a kill) still leaves its figures.
 
-    python -m bench.longrun --windows 10080 --every 500 --minutes 150
+    python -m bench.longrun --windows 10080 --every 500 --maintain-every 720 --pace 0.6 --minutes 140
 """
 
 from __future__ import annotations
@@ -283,6 +287,7 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
 
         def sample(w: int) -> None:
             s: dict[str, Any] = {"window": w, "elapsed_s": round(time.monotonic() - t_start, 1),
+                             "elapsed_min": round((time.monotonic() - t_start) / 60, 1),
                                  "load": load_avg()[0], "changes": wl.changes}
             s["windows_s"] = {"p50": _pct(window_secs, 0.5), "p95": _pct(window_secs, 0.95),
                               "max": round(max(window_secs), 3) if window_secs else None, "n": len(window_secs)}
@@ -313,10 +318,14 @@ def longrun(si: SourceInfo, services_dir: Path, workdir: Path, args: Any) -> dic
                                    f"{s['status']['exit']}: {s['verify'].get('error') or s['status'].get('error')}")
             save(out)
 
+        next_start = time.monotonic()
         for w in range(1, args.windows + 1):
             if time.monotonic() > deadline:
                 out["stopped"] = f"--minutes {args.minutes} reached after {w - 1} windows"
                 break
+            if args.pace and w > 1:
+                time.sleep(max(0.0, next_start - time.monotonic()))
+            next_start = time.monotonic() + args.pace
             expected = wl.window(w, args.touch)
             t0 = time.perf_counter()
             g = PipelineGroup.open(cfg, lambda s: source_params_for(cfg, s))
@@ -375,6 +384,7 @@ def _series(samples: list[dict[str, Any]], path: str) -> list[Any]:
 
 
 ROWS = (  # (label, path in a sample)
+    ("minutes since the start", "elapsed_min"),
     ("ZooKeeper nodes", "zookeeper.nodes"),
     ("ZooKeeper bytes", "zookeeper.bytes"),
     ("staged windows", "staging.windows"),
@@ -454,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records-max", type=int, default=1000, help="maintenance.window_records_max")
     p.add_argument("--parallelism", type=int, default=None,
                    help="spark.merge_parallelism (merge and maintenance writer threads; default: the product's)")
+    p.add_argument("--pace", type=float, default=0.0,
+                   help="seconds from one window's start to the next's at least (0: back to back)")
     p.add_argument("--minutes", type=float, default=600, help="stop after this many minutes, whatever is left")
     p.add_argument("--mariadb-port", type=int, default=13327)
     p.add_argument("--zk-port", type=int, default=22197)
