@@ -398,12 +398,14 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
     if kind in REREAD_KINDS:
         return (OpPlan(change, None, (), marked(state, change)), cols,
                 f"{change.describe()}: its rows changed without row events")
+    # The floor is the state's, and a routed lake table keeps one state per source table (its app id names the
+    # source table): it drops that table's older changes only, among them the window's own before the statement.
     if kind == TRUNCATE_TABLE:
         rows = empty_rows(ctx, change)
-        return OpPlan(change, None, rows, marked(state, change, floor=0 if ctx.routed else v)), cols, None
+        return OpPlan(change, None, rows, marked(state, change, floor=v)), cols, None
     if kind == DROP_TABLE:
         if ctx.routed:  # one source table of a routed lake table: its rows go, the table stays
-            return OpPlan(change, None, empty_rows(ctx, change), marked(state, change)), cols, None
+            return OpPlan(change, None, empty_rows(ctx, change), marked(state, change, floor=v)), cols, None
         if ctx.mode == MODE_LENIENT:
             return (OpPlan(change, None, (), marked(state, change, dropped=v),
                            note="the lake keeps the dropped table's rows (lenient)"), cols, None)

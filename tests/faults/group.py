@@ -24,6 +24,7 @@ from cdc_core.model.naming import table_id
 from cdc_core.model.sources import KEY_PRIMARY, Route, lineage, unit_name
 from tests.faults.harness import RC_OK, RC_PARTIAL, RC_SOURCE, CliResult, Rig, Running
 from tests.faults.scenarios import CRASH_POINTS
+from tests.faults.workload import DDL_ALL
 
 BIG_CAPS = {"max_events": 100_000, "max_bytes": 1 << 30, "max_transactions": 1000}
 SOURCES = ("a", "b")  # test_fault_group.py's two sources
@@ -41,6 +42,12 @@ DDL = {
 LINEAGE_KEYED = ("orders", "items")  # `key: source` routes: (_cdc_source, _cdc_source_table) lead the lake key
 GLOBAL = "accounts"  # the `key: primary_key` route: ids unique across every shard and schema (one allocator)
 BASE = "accounts.base"  # the oracle's name for its base table, <lake>/_cdc.base/shop/accounts
+# Schema changes a group seed with `ddl=DDL_ALL` makes between transactions (the soak's `--ddl all`), each on one
+# source table of one shard: the lake table takes the union of its routed tables' shapes and the change acts on that
+# table's rows only (docs/schema-changes.md, "Group pipelines and routed tables"). Added columns are INT, named
+# x<n> per source (two sources may add one name: the union has one column).
+SCHEMA_CHANGES = ("add_null", "add_default", "drop_added", "widen", "truncate")
+WIDEN = {"orders": "amount", "items": "qty", "accounts": "balance"}  # INT NOT NULL -> BIGINT NOT NULL
 # Every point a group run with a global-keys route passes through: the single-source ones and the derived
 # table's own (between its base commit and its derived commit, in the merge job).
 POINTS = (*CRASH_POINTS, "mid_derive")
@@ -58,7 +65,27 @@ def gtid_seq(gtid: str | None, domain: int) -> int:
 # ------------------------------------------------------------------------------------------ the sources
 
 
-Change = tuple[str, tuple[Any, ...], "tuple[Any, ...] | None"]  # (schema.table, key, row or None: deleted)
+Change = tuple[str, Any, Any]  # (schema.table, key, row or None: deleted), or (schema.table, None, a schema change)
+
+
+def apply_schema_change(rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]], cols: dict[str, list[str]],
+                        ever: dict[str, set[str]], table: str, change: tuple[Any, ...]) -> None:
+    """`change` (("add", column, value older rows take) | ("drop", column) | ("truncate",) | ("widen", column))
+    applied to a source's rows and shapes, in place: the live model and its replay (`Source.replay`) share it."""
+    what = change[0]
+    if what == "add":
+        cols[table].append(change[1])
+        ever[table].add(change[1])
+        for k in [k for k in rows if k[0] == table]:
+            rows[k] = (*rows[k], change[2])
+    elif what == "drop":
+        i = cols[table].index(change[1])
+        del cols[table][i]
+        for k in [k for k in rows if k[0] == table]:
+            rows[k] = rows[k][:i] + rows[k][i + 1:]
+    elif what == "truncate":
+        for k in [k for k in rows if k[0] == table]:
+            del rows[k]
 
 
 @dataclass
@@ -77,6 +104,13 @@ class Source:
     def __post_init__(self) -> None:
         self.conn = self.shard.root_connect()
         self.domain = int(self.shard.gtid_domain_id)
+        # Each table's columns now (a row is a tuple in this order), and every column it has had: schema changes
+        # (`schema_change`) move both.
+        self.cols: dict[str, list[str]] = {t: list(COLUMNS[t.split(".", 1)[1]]) for t in self.tables()}
+        self.ever: dict[str, set[str]] = {t: set(c) for t, c in self.cols.items()}
+        self.nullable: set[tuple[str, str]] = set()  # added columns that take NULL
+        self.widened: set[tuple[str, str]] = set()
+        self._added = itertools.count(1)
 
     def reconnect(self) -> None:
         """After the shard restarted."""
@@ -122,16 +156,26 @@ class Source:
 
     def state_at(self, seq: int) -> dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]:
         """The source's rows after its transactions up to GTID sequence `seq` (of its domain)."""
+        return self.replay(seq)[0]
+
+    def replay(self, seq: int) -> tuple[dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]], dict[str, list[str]],
+                                        dict[str, set[str]]]:
+        """The source after its transactions up to GTID sequence `seq`: its rows (each a tuple in its table's
+        column order then), each table's columns then, and every column each table had by then."""
         state: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
+        cols = {t: list(COLUMNS[t.split(".", 1)[1]]) for t in self.tables()}
+        ever = {t: set(c) for t, c in cols.items()}
         for g, changes in self.txns:
             if g > seq:
                 break
             for table, key, row in changes:
-                if row is None:
+                if key is None:
+                    apply_schema_change(state, cols, ever, table, row)
+                elif row is None:
                     state.pop((table, key), None)
                 else:
                     state[(table, key)] = row
-        return state
+        return state, cols, ever
 
     def real_rows(self) -> dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]:
         """What the shard holds now (SELECT)."""
@@ -139,7 +183,7 @@ class Source:
         with self.conn.cursor() as cur:
             for table in self.tables():
                 t = table.split(".", 1)[1]
-                cur.execute(f"SELECT {', '.join(COLUMNS[t])} FROM {_q(table)}")
+                cur.execute(f"SELECT {', '.join(f'`{c}`' for c in self.cols[table])} FROM {_q(table)}")
                 for row in cur.fetchall():
                     out[(table, tuple(row[: len(KEY[t])]))] = tuple(row)
         return out
@@ -153,11 +197,69 @@ class Source:
 
     def _row(self, table: str, key: tuple[Any, ...]) -> tuple[Any, ...]:
         r = self.rng
+        big = 10**12 if (table, WIDEN[table.split(".", 1)[1]]) in self.widened else 0  # past INT once widened
         if table.endswith(".orders"):
-            return (*key, r.randint(1, 10**6), r.choice([None, f"n{r.randint(0, 999)}", "größe ✓", ""]))
-        if table.endswith(".accounts"):
-            return (*key, r.randint(-1000, 10**5), r.choice([None, f"acct {self.sid}{r.randint(0, 99)}", ""]))
-        return (*key, r.randint(0, 500), r.choice([None, f"sku-{r.randint(0, 99)}"]))
+            row = (*key, r.randint(1, 10**6) + big, r.choice([None, f"n{r.randint(0, 999)}", "größe ✓", ""]))
+        elif table.endswith(".accounts"):
+            row = (*key, r.randint(-1000, 10**5) - big, r.choice([None, f"acct {self.sid}{r.randint(0, 99)}", ""]))
+        else:
+            row = (*key, r.randint(0, 500) + big, r.choice([None, f"sku-{r.randint(0, 99)}"]))
+        return (*row, *(self._value(table, c) for c in self.cols[table][len(row):]))
+
+    def _value(self, table: str, column: str) -> Any:
+        """A value of an added column (INT; NULL sometimes where it takes NULL)."""
+        if (table, column) in self.nullable and self.rng.random() < 0.3:
+            return None
+        return self.rng.randint(-99, 999)
+
+    def fit(self, table: str, cols: list[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A row of another table (columns `cols`) in `table`'s shape: its values by name, the rest new."""
+        base = table.split(".", 1)[1]
+        by_name = dict(zip(cols, row, strict=True))
+
+        def keeps(c: str) -> bool:
+            v = by_name.get(c)
+            if v is None:  # absent here, or NULL where `table` may not take it
+                return c in by_name and (c in COLUMNS[base] or (table, c) in self.nullable)
+            return not (c == WIDEN[base] and (table, c) not in self.widened and not -(2**31) <= v < 2**31)
+
+        return tuple(by_name[c] if keeps(c) else self._value(table, c) for c in self.cols[table])
+
+    def schema_change(self, table: str | None = None, kind: str | None = None) -> str:
+        """One schema change on one of this source's tables (SCHEMA_CHANGES; a drop without an added column to
+        drop, or a second widening, adds one instead), its own transaction. Returns its kind."""
+        r = self.rng
+        table = table or r.choice(self.tables())
+        kind = kind or r.choice(SCHEMA_CHANGES)
+        base = table.split(".", 1)[1]
+        added = [c for c in self.cols[table] if c not in COLUMNS[base]]
+        if (kind == "drop_added" and not added) or (kind == "widen" and (table, WIDEN[base]) in self.widened):
+            kind = "add_null"
+        if kind in ("add_null", "add_default"):
+            name = f"x{self.sid}{next(self._added)}"
+            if kind == "add_null":
+                sql, change = f"ALTER TABLE {_q(table)} ADD COLUMN `{name}` INT NULL", ("add", name, None)
+                self.nullable.add((table, name))
+            else:
+                k = r.randint(-5, 500)
+                sql, change = f"ALTER TABLE {_q(table)} ADD COLUMN `{name}` INT NOT NULL DEFAULT {k}", ("add", name, k)
+        elif kind == "drop_added":
+            name = r.choice(added)
+            sql, change = f"ALTER TABLE {_q(table)} DROP COLUMN `{name}`", ("drop", name)
+        elif kind == "widen":
+            sql, change = f"ALTER TABLE {_q(table)} MODIFY `{WIDEN[base]}` BIGINT NOT NULL", ("widen", WIDEN[base])
+            self.widened.add((table, WIDEN[base]))
+        else:
+            sql, change = f"TRUNCATE TABLE {_q(table)}", ("truncate",)
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            cur.execute("SELECT @@last_gtid")
+            gtid = str(cur.fetchone()[0])
+        seq = gtid_seq(gtid, self.domain)
+        assert seq > (self.txns[-1][0] if self.txns else 0), f"GTID {gtid} of source {self.sid} ({sql})"
+        self.txns.append((seq, [(table, None, change)]))
+        apply_schema_change(self.rows, self.cols, self.ever, table, change)
+        return kind
 
     def _free_key(self, txn: Txn, table: str) -> tuple[Any, ...] | None:
         if table.endswith(".accounts"):  # a new id from the shared allocator: never on any shard before
@@ -235,6 +337,7 @@ class Source:
         txn.delete(here, key)
         self.commit(txn)
         txn = other.transaction()
+        row = other.fit(there, self.cols[here], row)  # the same values where the two tables' shapes differ
         txn.put(there, key, row)
         other.commit(txn)
         return row
@@ -253,9 +356,11 @@ class Source:
         there = self.rng.choice([f"{s}.accounts" for s in other.schemas if f"{s}.accounts" != here])
         return self._move(here, key, other, there)
 
-    def accounts(self, rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
-        """id -> (_cdc_source, _cdc_source_table, id, balance, note) of `rows`' accounts."""
-        return {k[0]: (self.sid, t, *row) for (t, k), row in rows.items() if t.endswith(".accounts")}
+    def accounts(self, rows: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]) -> dict[int, dict[str, Any]]:
+        """id -> {_cdc_source, _cdc_source_table, id, balance, note and the columns added since} of `rows`'
+        accounts (rows in the tables' shapes now)."""
+        return {k[0]: {"_cdc_source": self.sid, "_cdc_source_table": t, **dict(zip(self.cols[t], row, strict=True))}
+                for (t, k), row in rows.items() if t.endswith(".accounts")}
 
 
 class Txn:
@@ -268,7 +373,7 @@ class Txn:
         self.changes: list[Change] = []
 
     def put(self, table: str, key: tuple[Any, ...], row: tuple[Any, ...]) -> None:
-        cols = COLUMNS[table.split(".", 1)[1]]
+        cols = self.source.cols[table]
         if (table, key) in self.work:
             sets = ", ".join(f"`{c}` = %s" for c in cols)
             self.statements.append((f"UPDATE {_q(table)} SET {sets} WHERE {_where(table)}", (*row, *key)))
@@ -518,43 +623,49 @@ class GroupOracle:
                     snapshots: dict[str, tuple[int, dict[str, int | None]] | None], problems: list[str],
                     *, final: bool) -> None:
         """No duplicate key in a lake table; each source's rows in it equal the source replayed to the end of the
-        window the table holds for that source (final: equal the shard's real rows)."""
+        window the table holds for that source (final: equal the shard's real rows), on the columns its table had
+        then; a column its table never had is NULL in its rows (the union of routed shapes; what the lake keeps of
+        a column the source dropped is not the source's)."""
         real = {sid: src.real_rows() for sid, src in self.sources.items()} if final else {}
         for table in (*LINEAGE_KEYED, BASE):  # lineage-keyed: the routed tables and the derived table's base
             snap, kind, name = snapshots[table], self.kind(table), self.label(table)
-            cols = ["_cdc_source", "_cdc_source_table", *COLUMNS[kind]]
-            nkey = 2 + len(KEY[kind])
-            if snap is None:
-                listed: list[tuple[Any, ...]] = []
-            else:
-                rows = delta_state.read_rows(self.uri(table), columns=cols, version=snap[0])
-                listed = [tuple(r[c] for c in cols) for r in rows.to_pylist()]
-            keys = Counter(r[:nkey] for r in listed)
+            lineage_key = ("_cdc_source", "_cdc_source_table", *KEY[kind])
+            listed = [] if snap is None else delta_state.read_rows(self.uri(table), version=snap[0]).to_pylist()
+            data_cols = [c for c in (listed[0] if listed else ()) if not c.startswith("_cdc_")]
+            keys = Counter(tuple(r[c] for c in lineage_key) for r in listed)
             dups = sum(n - 1 for n in keys.values() if n > 1)
             if dups:
                 self.figures.rows_duplicated += dups
                 problems.append(f"{name}: duplicated {dups} (count {len(listed)} != distinct keys {len(keys)}): "
                                 f"{sorted(k for k, n in keys.items() if n > 1)[:5]}")
-            strangers = {r[0] for r in listed} - set(self.sources)
+            strangers = {r["_cdc_source"] for r in listed} - set(self.sources)
             if strangers:
                 problems.append(f"{name}: rows of unknown sources {sorted(map(str, strangers))}")
             for sid, src in self.sources.items():
-                actual = {(r[1], tuple(r[2:nkey])): tuple(r[2:]) for r in listed if r[0] == sid}
+                actual = {(r["_cdc_source_table"], tuple(r[c] for c in KEY[kind])): r
+                          for r in listed if r["_cdc_source"] == sid}
                 v = snap[1][sid] if snap else None
                 if final:
-                    state, at = real[sid], "the shard now"
+                    state, cols, ever, at = real[sid], src.cols, src.ever, "the shard now"
                 elif v is None:
-                    state, at = {}, "no window"
+                    state, cols, ever, at = {}, src.cols, src.ever, "no window"
                 elif v not in windows[sid]:
                     problems.append(f"{name} holds window {v} of source {sid}, which has no record")
                     continue
                 else:
                     g = gtid_seq(windows[sid][v].plan.end.gtid, src.domain)
-                    state, at = src.state_at(g), f"window {v} (to GTID {src.domain}-..-{g})"
-                expected = {k: row for k, row in state.items() if k[0].endswith(f".{kind}")}
+                    (state, cols, ever), at = src.replay(g), f"window {v} (to GTID {src.domain}-..-{g})"
+                expected = {k: dict(zip(cols[k[0]], row, strict=True)) for k, row in state.items()
+                            if k[0].endswith(f".{kind}")}
                 missing = sorted(set(expected) - set(actual))
                 extra = sorted(set(actual) - set(expected))
-                wrong = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
+
+                def differs(k: tuple[Any, ...]) -> bool:
+                    row = actual[k]
+                    return (any(row.get(c, "<no column>") != want for c, want in expected[k].items())
+                            or any(row[c] is not None for c in data_cols if c not in ever[k[0]]))
+
+                wrong = sorted(k for k in set(expected) & set(actual) if differs(k))
                 self.figures.rows_compared += len(expected)
                 self.figures.rows_lost += len(missing)
                 self.figures.wrong_values += len(extra) + len(wrong)
@@ -562,7 +673,7 @@ class GroupOracle:
                     problems.append(
                         f"{name}, rows of source {sid} differ from the source at {at}: missing {len(missing)} "
                         f"{missing[:3]}, extra {len(extra)} {extra[:3]}, wrong {len(wrong)} "
-                        f"{[(k, actual[k], expected[k]) for k in wrong[:3]]}"
+                        f"{[(k, {c: actual[k].get(c) for c in data_cols}, expected[k]) for k in wrong[:3]]}"
                     )
 
     def _check_derived(self, windows: dict[str, dict[int, WindowRecord]],
@@ -613,16 +724,18 @@ class GroupOracle:
         else:
             self.figures.derived_whole += 1
         if final:  # the shards' accounts, keyed by id alone: exactly one row each, from the shard holding it
-            shards: dict[int, tuple[Any, ...]] = {}
+            shards: dict[int, dict[str, Any]] = {}
             for src in self.sources.values():
                 for i, row in src.accounts(src.real_rows()).items():
                     if i in shards:
-                        problems.append(f"id {i} is on two shards ({shards[i][:2]}, {row[:2]}): the test broke "
-                                        "its own guarantee")
+                        problems.append(f"id {i} is on two shards ({shards[i]}, {row}): the test broke its own "
+                                        "guarantee")
                     shards[i] = row
-            names = ["_cdc_source", "_cdc_source_table", *COLUMNS[GLOBAL]]
+            lineage_cols = ["_cdc_source", "_cdc_source_table", *COLUMNS[GLOBAL]]
             self._diff_accounts(f"shop.{GLOBAL} differs from the union of the shards' accounts",
-                                {r["id"]: tuple(r[c] for c in names) for r in derived}, shards, problems)
+                                {r["id"]: tuple(r.get(c) for c in shards[r["id"]]) if r["id"] in shards
+                                 else tuple(r[c] for c in lineage_cols) for r in derived},
+                                {i: tuple(row.values()) for i, row in shards.items()}, problems)
 
     def _diff_accounts(self, what: str, actual: dict[int, tuple[Any, ...]], expected: dict[int, tuple[Any, ...]],
                        problems: list[str]) -> None:
@@ -740,6 +853,7 @@ class GroupRig(Rig):
                                   self.routes)
         self._n = 0
         self._clock_offset = 0.0
+        self.schema_changes: Counter[str] = Counter()  # by kind, with ddl=DDL_ALL (`write`)
 
     def conn_id(self, sid: str) -> str:
         return f"cdc_faults_{self.prefix}_{sid}"
@@ -789,12 +903,16 @@ class GroupRig(Rig):
     def write(self, transactions: int, tables: tuple[str, ...] | None = None) -> None:
         """Seeded writes: `transactions` spread over one source or more (`Source.batch`: its first transaction
         touches every table), and, half of the time each, an order moved between two shards keeping its key and
-        an account (a global id) moved to another shard or between a's schemas."""
+        an account (a global id) moved to another shard or between a's schemas. With `ddl=DDL_ALL`, a schema
+        change (SCHEMA_CHANGES) amid a source's writes more often than not."""
         rng = self.write_rng
         sources = [self.sources[sid] for sid in sorted(self.sources)]
         picked = rng.sample(sources, rng.randint(1, len(sources)))
         for src in picked:
             src.batch(max(1, transactions // 2))  # // 2 as when a group had two shards: their seeds replay
+            if self.ddl == DDL_ALL and rng.random() < 0.6:  # a schema change amid the writes, a window's middle
+                self.schema_changes[src.schema_change()] += 1
+                src.batch(2)
         if rng.random() < 0.5:
             x, y = rng.sample(sources, 2)
             x.move_to(y)

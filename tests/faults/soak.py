@@ -21,7 +21,11 @@ DDL_ALL: about one unit of work in four is a schema change, tables truncated, dr
 created LIKE others and migrated online as gh-ost and pt-osc do), crashes also hit `mid_schema_change`, and
 every `--lenient-every`-th seed runs its pipeline with `schema_changes: {mode: lenient}`. The lake-table
 deletion step is left out there (a backfill's repair across dropped and renamed tables is not what it
-tests). Its figures go to results-ddl.json and their own section of RESULTS.md.
+tests). A group seed (`--shapes random --ddl all`) mixes schema changes of its own into its shards' writes
+(tests/faults/group.py SCHEMA_CHANGES: ADD COLUMN nullable and with a default that fills older rows, DROP of an
+added column, a widening to BIGINT, TRUNCATE; each on one shard's table, the lake table taking the union of the
+routed shapes), and its oracle compares every row on the columns its source table had at the window's end.
+Its figures go to results-ddl.json and their own section of RESULTS.md.
 
 `--shapes random`: each seed also draws its shape (`Shape`, from a random stream of its own, so a seed's
 shape and steps replay from its number): a single-source pipeline or a group of two to four shards' sources
@@ -160,7 +164,8 @@ def step(rig: Rig, rng: random.Random, name: str) -> str:
     txns = rng.choice((2, 4, 8, 15))
     if name == "crash_point":
         if isinstance(rig, GroupRig):
-            return sc.crash_at(rig, rng.choice(GROUP_POINTS), txns=txns, require=False)
+            points = (*GROUP_POINTS, "mid_schema_change") if rig.ddl == DDL_ALL else GROUP_POINTS
+            return sc.crash_at(rig, rng.choice(points), txns=txns, require=False)
         point = rng.choice(sc.SCHEMA_POINTS if rig.ddl == DDL_ALL else sc.CRASH_POINTS)
         return sc.crash_at(rig, point, txns=txns, require=False)
     if name == "random_kill":
@@ -216,7 +221,7 @@ def soak_seed(seed: int, services: PrivateServices, zk: Any, merge: MergeServer,
     rig: Rig
     if shape.pipeline == "group":
         rig = GroupRig(services, workdir / f"seed{seed}", zk, address, seed, shards=tuple(shards)[:shape.shards],
-                       vary_units=True, **common)
+                       vary_units=True, ddl=ddl, **common)
     else:
         rig = Rig(services, workdir / f"seed{seed}", zk, address, seed, **common, **extra)
     out: dict[str, Any] = {"seed": seed, "shape": shape.label, "real_spark": common["real_spark"],
@@ -274,8 +279,10 @@ def _figures(rig: Rig) -> tuple[dict[str, Any], dict[str, Any]]:
                       rows_duplicated=f.rows_duplicated, wrong_values=f.wrong_values,
                       windows_acked=sum(f.windows_acked.values()))
     txns = [changes for src in rig.sources.values() for _, changes in src.txns]
-    return figures.__dict__.copy(), {"transactions": len(txns), "rows": sum(len(c) for c in txns),
-                                     "largest_txn_rows": max((len(c) for c in txns), default=0)}
+    ddl = sum(rig.schema_changes.values())
+    return figures.__dict__.copy(), {"transactions": len(txns) - ddl, "rows": sum(len(c) for c in txns) - ddl,
+                                     "largest_txn_rows": max((len(c) for c in txns), default=0), "ddl": ddl,
+                                     "ddl_kinds": {f"group: {k}": n for k, n in rig.schema_changes.items()}}
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -429,8 +436,6 @@ def main(argv: list[str] | None = None) -> int:
                                   pipeline, (args.shards or 2) if pipeline == "group" else 0)
                     if shape.lake == "object_store" and shape.merge == "inproc":
                         shape = Shape(shape.lake, "warm", shape.pipeline, shape.shards)
-                if shape.pipeline == "group" and args.ddl == DDL_ALL:
-                    shape = Shape(shape.lake, shape.merge, "single")  # the group workload has no DDL
                 if shape.pipeline == "group" and shards is None:  # the soak's own shards, as many as a group takes
                     from tests.support.shards import ShardServers
 
@@ -447,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
                     from tests.support.spark_cluster import running_cluster
 
                     cluster = stack.enter_context(running_cluster())
-                lenient = args.ddl == DDL_ALL and bool(args.lenient_every) and seed % args.lenient_every == 0
+                # A group's routed tables take the union of their shapes whatever the mode: lenient for singles only.
+                lenient = (args.ddl == DDL_ALL and bool(args.lenient_every) and seed % args.lenient_every == 0
+                           and shape.pipeline != "group")
                 res = soak_seed(seed, services, zk, merge, workdir, args.steps, shape, args.ddl, lenient, store,
                                 shards, cluster)
                 seeds.append(res)
