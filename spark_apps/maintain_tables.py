@@ -26,6 +26,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.coordination.fence import zk_fence_check
+from cdc_core.lake import small_maintenance
 from cdc_core.lake.job_outcome import MAINTENANCE_PROG, job_error
 from cdc_core.lake.job_specs import SPEC_FLAG, MaintenanceJobSpec
 from cdc_core.lake.object_store import AMBIENT, Storage
@@ -315,24 +316,54 @@ class Maintenance:
             result.update(status="missing", seconds=round(time.monotonic() - t0, 3))
             self.log("maintenance.table_missing", table=label, uri=uri)
             return result
+        zorder = [c for c in t.get("zorder_by") or [] if t["kind"] == "table"]
+        small = self.maintain_small(label, uri, zorder)
+        if small is not None:
+            result.update(small, properties_set=[], seconds=round(time.monotonic() - t0, 3))
+            self._table_done(label, result)
+            return result
         before = self.detail(uri)
         result.update(files_before=before["files"], bytes_before=before["bytes"], version_before=before["version"])
         result["properties_set"] = self.align_properties(label, uri, before["properties"])
-        zorder = [c for c in t.get("zorder_by") or [] if t["kind"] == "table"]
         result["optimize"] = self.optimize(label, uri, before, zorder) if self.do_optimize else None
         result["vacuum"] = self.vacuum(label, uri) if self.do_vacuum else None
         result["log"] = self.tidy_log(label, uri)
+        result["writer"] = "spark"
         after = self.detail(uri)
         result.update(files_after=after["files"], bytes_after=after["bytes"], version_after=after["version"])
         result["seconds"] = round(time.monotonic() - t0, 3)
+        self._table_done(label, result)
+        return result
+
+    def _table_done(self, label: str, result: dict[str, Any]) -> None:
         self.log(
-            "maintenance.table", table=label, files=f"{before['files']}->{after['files']}",
-            bytes=f"{before['bytes']}->{after['bytes']}",
+            "maintenance.table", table=label, files=f"{result['files_before']}->{result['files_after']}",
+            bytes=f"{result['bytes_before']}->{result['bytes_after']}",
             vacuum_files=(result["vacuum"] or {}).get("files_deleted"),
             vacuum_bytes=(result["vacuum"] or {}).get("bytes_deleted"),
-            log_entries_deleted=result["log"]["entries_deleted"], secs=result["seconds"],
+            log_entries_deleted=result["log"]["entries_deleted"], writer=result.get("writer", "spark"),
+            secs=result["seconds"],
         )
-        return result
+
+    def maintain_small(self, label: str, uri: str, zorder_by: list[str]) -> dict[str, Any] | None:
+        """The table's steps with delta-rs (cdc_core.lake.small_maintenance) when it may; None: Spark's (logged
+        why, and after a commit that lost a race Spark redoes every step: each is idempotent)."""
+        from deltalake.exceptions import CommitFailedError
+
+        table, why = small_maintenance.eligible(uri, storage=self.storage, properties=self.properties,
+                                                zorder_by=zorder_by)
+        if table is None:
+            self.log("maintenance.spark", table=label, reason=why)
+            return None
+        try:
+            return small_maintenance.maintain(
+                uri, table, vacuum_hours=self.vacuum_hours, fence=self.fence,
+                user_metadata=lambda step: self._meta(label, step), log_entries=lambda: self.log_entries(uri),
+                optimize=self.do_optimize, vacuum=self.do_vacuum, storage=self.storage,
+            )
+        except CommitFailedError as e:
+            self.log("maintenance.spark", table=label, reason=f"a concurrent commit ({one_line(e)})")
+            return None
 
     def maintain_or_record(self, t: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         """One table's result, and its error line when it failed: one broken table must not keep the others
