@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from cdc_core.lake.object_store import AMBIENT, Storage
-from cdc_core.model.errors import ConfigError, LakeError, StateConflict
+from cdc_core.model.errors import CdcError, ConfigError, LakeError, StateConflict
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
 from cdc_core.model.output_modes import OUTPUT_STATE, OUTPUTS
@@ -199,15 +199,16 @@ def write_window(
 
 def maintain(
     lake_root: str, pipeline: str, *, vacuum_retention_hours: float, min_files: int = 32,
-    storage: Storage = AMBIENT,
+    storage: Storage = AMBIENT, fence: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease):
-    compact its one-file-per-window appends once there are `min_files` files, VACUUM files older than
-    the pipeline's vacuum retention, write a log checkpoint and drop expired log entries. The windows'
-    idempotent-write identity survives all of it (no txn retention is set on this table)."""
+    """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease: `fence` checks
+    it before each step): compact its one-file-per-window appends once there are `min_files` files, VACUUM files
+    older than the pipeline's vacuum retention, write a log checkpoint and drop expired log entries (the steps of
+    cdc_core.lake.small_maintenance). The windows' idempotent-write identity survives all of it (no txn retention
+    is set on this table)."""
     from deltalake import DeltaTable
 
-    from cdc_core.lake import delta_state
+    from cdc_core.lake import delta_state, small_maintenance
 
     uri = checkpoints_uri(lake_root, pipeline)
     storage_options = storage.delta_rs_options(uri)
@@ -215,25 +216,27 @@ def maintain(
         return {"uri": uri, "exists": False}
     try:
         dt = DeltaTable(uri, storage_options=storage_options)
-        out: dict[str, Any] = {"uri": uri, "exists": True, "files_before": len(dt.file_uris())}
-        if out["files_before"] >= min_files:
-            metrics = dt.optimize.compact()
-            out["files_removed"] = metrics.get("numFilesRemoved")
-            dt = DeltaTable(uri, storage_options=storage_options)
-        deleted = dt.vacuum(retention_hours=math.ceil(vacuum_retention_hours), enforce_retention_duration=False,
-                            dry_run=False)
-        dt = DeltaTable(uri, storage_options=storage_options)
         if PROP_CHECKPOINT_INTERVAL not in dt.metadata().configuration:  # created before it was set
+            fence()
             dt.alter.set_table_properties({PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)})
             dt = DeltaTable(uri, storage_options=storage_options)
-        dt.create_checkpoint()
-        dt.cleanup_metadata()
-        out.update(vacuumed=len(deleted), files_after=len(dt.file_uris()), version=dt.version())
+        steps = small_maintenance.maintain(
+            uri, dt, vacuum_hours=math.ceil(vacuum_retention_hours), fence=fence,
+            user_metadata=lambda step: json.dumps({"pipeline": pipeline, "maintenance": "checkpoints", "step": step}),
+            log_entries=lambda: None, optimize=len(dt.file_uris()) >= min_files, storage=storage,
+        )
     except Exception as e:
+        if isinstance(e, CdcError):  # fenced: the lease is someone else's
+            raise
         raise LakeError(
             f"pipeline {pipeline!r}: cannot maintain the checkpoints table {uri} ({type(e).__name__}: {e}); "
             "it stays as it is (correct, only larger); maintenance retries next time"
         ) from None
+    out: dict[str, Any] = {"uri": uri, "exists": True, "files_before": steps["files_before"]}
+    if steps["optimize"] is not None:
+        out["files_removed"] = steps["optimize"]["files_removed"]
+    out.update(vacuumed=steps["vacuum"]["files_deleted"], files_after=steps["files_after"],
+               version=steps["version_after"])
     return out
 
 

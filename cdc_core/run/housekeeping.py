@@ -299,10 +299,13 @@ def _maintain_checkpoints(p: PipelineContext, grant: LeaseGrant) -> dict[str, An
     is logged and reported, never fatal (the table stays correct, only larger)."""
     from cdc_core.lake import lake_versions
 
-    try:
+    def fence() -> None:  # before each commit to the table: the lease is still this run's
         p.coordinator.verify(grant)
+
+    try:
+        fence()
         out = lake_versions.maintain(p.lake_root, p.name, storage=p.storage,
-                                     vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours)
+                                     vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours, fence=fence)
     except LakeError as e:
         _log("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
         return {"error": str(e)}
