@@ -941,6 +941,29 @@ def test_routed_tables_of_two_sources_land_in_one_table_under_their_lineage(spar
     }
 
 
+def test_routed_tables_of_different_shapes_in_one_window_land_small(spark, staging_dir, lake_dir):
+    """Found by the group soak with schema changes (seed 203): a window with rows of two routed tables of one source
+    where one has a column the other lacks failed for good in the small-table writer ("Schema at index 1 was
+    different": the members' changes were concatenated as they were, not in the union shape)."""
+    from cdc_core.model.sources import Route
+
+    routes = [Route(r"shop_[0-9]+\.orders", "shop.orders")]
+    coupon = Col("coupon", pa.string(), "STRING")
+    clock = VersionClock()
+    for seq in (1, 2):
+        w = WindowBuilder(staging_dir, "grp.a", seq, clock=clock)
+        w.file("shop_00", "orders", ("id",), [ID, NOTE], [("I", {"id": seq, "note": f"a0-{seq}"})])
+        w.file("shop_01", "orders", ("id",), [ID, NOTE, coupon], [("I", {"id": seq, "note": f"a1-{seq}", "coupon": "C"})])
+        report = run(spark, w.build(), lake_dir, source="a", routes=routes)
+        assert statuses(report) == {"shop.orders": STATUS_COMMITTED}, report
+    assert report["tables"]["shop.orders"]["writer"] == "delta-rs"  # the second window: the small-table writer's
+    got = contents(spark, lake_dir, "shop", "orders", key=("_cdc_source", "_cdc_source_table", "id"))
+    assert {k: (r["note"], r["coupon"]) for k, r in got.items()} == {
+        ("a", "shop_00.orders", 1): ("a0-1", None), ("a", "shop_00.orders", 2): ("a0-2", None),
+        ("a", "shop_01.orders", 1): ("a1-1", "C"), ("a", "shop_01.orders", 2): ("a1-2", "C"),
+    }
+
+
 def test_incompatible_routed_columns_fail_the_window_naming_both_tables(spark, staging_dir, lake_dir):
     from cdc_core.model.errors import SchemaConflict
     from cdc_core.model.sources import Route
