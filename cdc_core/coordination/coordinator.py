@@ -36,7 +36,7 @@ from cdc_core.coordination.notes import LastError, MaintenanceNote
 from cdc_core.coordination.records import Cursor, LeaseGrant, LeaseInfo, WindowRecord
 from cdc_core.coordination.snapshot_record import SnapshotRecord
 from cdc_core.coordination.windows import WindowLog
-from cdc_core.model import faults, snapshot_state
+from cdc_core.model import faults, retention, snapshot_state
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import WindowPlan
 
@@ -171,9 +171,14 @@ class PipelineCoordinator:
         """Mark window `seq` acked and move the cursor past it, in one fenced multi-op (`WindowLog.ack_window`)."""
         return self.windows.ack_window(grant, seq, result, rereads, renames)
 
-    def prune_windows(self, grant: LeaseGrant, keep_last: int, older_than_seconds: float) -> int:
+    def pruned_marks(self) -> list[tuple[int, float]]:
+        """(seq, ack time) marks of pruned window records (`WindowLog.pruned_marks`), ascending; [] before any."""
+        return self.windows.pruned_marks()
+
+    def prune_windows(self, grant: LeaseGrant, keep_last: int, older_than_seconds: float,
+                      marks_horizon_seconds: float = retention.DEFAULT_MARKS_HORIZON) -> int:
         """Delete old acked window records (`WindowLog.prune_windows`); returns how many."""
-        return self.windows.prune_windows(grant, keep_last, older_than_seconds)
+        return self.windows.prune_windows(grant, keep_last, older_than_seconds, marks_horizon_seconds)
 
     def start_backfill(
         self,

@@ -45,6 +45,7 @@ class PipelineNodes:
     snapshot: str
     lake: str
     last_error: str
+    pruned: str  # the newest pruned window record's seq and ack time (housekeeping's bound for older windows)
 
     @classmethod
     def of(cls, root: str, pipeline: str, source: str | None) -> PipelineNodes:
@@ -53,7 +54,7 @@ class PipelineNodes:
         return cls(
             base=base, lease=lease_path(root, pipeline), maintenance=f"{base}/maintenance", state_base=state,
             cursor=f"{state}/cursor", windows=f"{state}/windows", snapshot=f"{state}/snapshot", lake=f"{state}/lake",
-            last_error=f"{state}/last_error",
+            last_error=f"{state}/last_error", pruned=f"{state}/pruned",
         )
 
     def window(self, seq: int) -> str:

@@ -1,7 +1,9 @@
 """The window record family: the cursor and the window records (`<state>/cursor`, `<state>/windows/<seq>`).
 
 A window's plan is stored immutably (`store_plan`), and its ack marks the record acked and moves the cursor
-past it in one fenced multi-op (`ack_window`); housekeeping deletes old acked records (`prune_windows`).
+past it in one fenced multi-op (`ack_window`); housekeeping deletes old acked records (`prune_windows`) and
+leaves, in the same multi-op, a mark of the newest one it deleted (`<state>/pruned`: seq and ack time), so that
+the staged copy of a window whose record is gone can still be proven old enough to delete (`pruned_marks`).
 Which plan may be stored and how an ack moves the cursor are pure rules (`check_plan`, `cursor_after_ack`,
 cdc_core/coordination/rules.py) applied to what was just read; the multi-op then makes sure nothing read
 changed meanwhile. Every operation that relies on "no pending window" writes the cursor too, so they
@@ -24,7 +26,7 @@ from cdc_core.coordination.paths import WINDOW_NODE_RE
 from cdc_core.coordination.records import STATE_ACKED, STATE_PLANNED, Cursor, LeaseGrant, WindowRecord, dumps
 from cdc_core.coordination.rules import check_plan, cursor_after_ack
 from cdc_core.coordination.snapshot_record import SnapshotRecord
-from cdc_core.model import faults, snapshot_state
+from cdc_core.model import faults, retention, snapshot_state
 from cdc_core.model.errors import CoordinationError, StateConflict
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, WindowPlan
 
@@ -211,8 +213,17 @@ class WindowLog:
 
     # ------------------------------------------------------------------------------------ prune
 
-    def prune_windows(self, grant: LeaseGrant, keep_last: int, older_than_seconds: float) -> int:
-        """Delete acked window records beyond the newest `keep_last` and older than `older_than_seconds`.
+    def pruned_marks(self) -> list[tuple[int, float]]:
+        """The pruned-record marks, ascending: (seq, ack time) of records prune_windows deleted, every window up to
+        seq acked no later than that time (cdc_core.model.retention.marks_after_prune says which are kept); []
+        before any prune (an installation from before the marks starts them at its next prune)."""
+        got = self.store.get(self.store.nodes.pruned, "reading the pruned-record marks")
+        return [] if got is None else self.store.parse(got[0], self.store.nodes.pruned, _pruned_marks)
+
+    def prune_windows(self, grant: LeaseGrant, keep_last: int, older_than_seconds: float,
+                      marks_horizon_seconds: float = retention.DEFAULT_MARKS_HORIZON) -> int:
+        """Delete acked window records beyond the newest `keep_last` and older than `older_than_seconds`, and
+        leave a mark of the newest deleted (`pruned_marks`) in the same multi-op.
 
         Never the pending window nor the last acked one. Returns how many records were deleted.
         """
@@ -230,6 +241,7 @@ class WindowLog:
 
             def attempt(batch: list[int] = batch) -> Write | Done:
                 ops: list[Op] = []
+                newest: tuple[int, float] | None = None
                 for seq in batch:
                     got = self.window(seq)
                     if got is None:
@@ -237,9 +249,22 @@ class WindowLog:
                     record, wstat = got
                     if record.state == STATE_ACKED and record.acked_at is not None and record.acked_at < cutoff:
                         ops.append(("delete", self.window_path(seq), wstat.version))
-                if not ops:
+                        newest = (seq, record.acked_at)
+                if newest is None:
                     return Done(0)
-                return Write(ops, len(ops), "windows.pruned", {"count": len(ops), "up_to": batch[-1]})
+                deleted = len(ops)
+                path = self.store.nodes.pruned
+                node = self.store.get(path, "reading the pruned-record marks")
+                marks = [] if node is None else self.store.parse(node[0], path, _pruned_marks)
+                after = retention.marks_after_prune(marks, newest, self.store.clock(), marks_horizon_seconds)
+                if after != marks:
+                    data = dumps({"format": 1, "marks": [[m_seq, m_at] for m_seq, m_at in after]})
+                    ops.append(put_op(path, data, None if node is None else node[1]))
+                return Write(ops, deleted, "windows.pruned", {"count": deleted, "up_to": batch[-1]})
 
             deleted += self.store.fenced(grant, "prune windows", attempt)
         return deleted
+
+
+def _pruned_marks(d: dict[str, Any]) -> list[tuple[int, float]]:
+    return sorted((int(m_seq), float(m_at)) for m_seq, m_at in d["marks"])

@@ -30,6 +30,7 @@ floors keep the normal paths from ever paying it.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass
@@ -185,6 +186,39 @@ def staged_window_decision(
         return Decision("keep", f"acked {age / HOUR:.1f}h ago, within the retention")
     source = "record" if facts.state == "acked" else "record pruned; bound from a later record"
     return Decision("delete", f"acked {age / HOUR:.1f}h ago ({source})")
+
+
+# ------------------------------------------------------------------------------- pruned-record marks
+#
+# A window whose ZooKeeper record was pruned keeps its staged copy until that copy is provably older than the
+# staging retention; the proof is an upper bound of its ack time. Each prune leaves a mark (seq, ack time) of the
+# newest record it deleted: every window up to seq was acked no later than that time. A mark is left only
+# `horizon/200` seconds of ack time after the previous one (the windows pruned meanwhile are bounded by the next
+# mark, at most that much later, and until it by the next record's ack: they are young anyway), and of the marks
+# older than the horizon only the newest (it bounds every window before it): at most ~200 marks, a few KB, however
+# fast windows are pruned.
+
+MARKS_PER_HORIZON = 200
+DEFAULT_MARKS_HORIZON = 7 * 24 * HOUR  # when the caller does not say (the staging retention, usually)
+
+Mark = tuple[int, float]
+
+
+def marks_after_prune(marks: list[Mark], newest: Mark, now: float, horizon_seconds: float) -> list[Mark]:
+    """The pruned-record marks after a prune whose newest deleted record is `newest` (seq, acked_at)."""
+    out = sorted(marks)
+    if out and (newest[0] <= out[-1][0] or newest[1] - out[-1][1] < horizon_seconds / MARKS_PER_HORIZON):
+        return out  # a replay, or within the spacing: the next mark will bound these windows too
+    out.append(newest)
+    while len(out) >= 2 and out[1][1] < now - horizon_seconds:
+        out.pop(0)
+    return out
+
+
+def acked_by_mark(marks: list[Mark], seq: int) -> float | None:
+    """An upper bound of window `seq`'s ack time from the marks (the first mark at or after it), or None."""
+    i = bisect.bisect_left(marks, (seq, float("-inf")))
+    return marks[i][1] if i < len(marks) else None
 
 
 StagingKind = Literal["window", "temp", "report", "maintenance_report", "other"]

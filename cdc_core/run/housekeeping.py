@@ -139,6 +139,7 @@ class _AckFactsReader:
     def __init__(self, coordinator: PipelineCoordinator) -> None:
         self.coordinator = coordinator
         self.record_seqs = coordinator.window_record_seqs()
+        self.marks = coordinator.pruned_marks()
         self._cache: dict[int, tuple[str | None, float | None]] = {}
 
     def _record(self, seq: int) -> tuple[str | None, float | None]:
@@ -151,7 +152,13 @@ class _AckFactsReader:
         state, acked_at = self._record(seq) if seq in self.record_seqs else (None, None)
         if state is not None:
             return retention.AckFacts(state=state, acked_at=acked_at)
-        # The record is gone (pruned: only acked records are): bound the ack time by the next record's.
+        # The record is gone (pruned: only acked records are): bound the ack time by the pruned-record marks
+        # (retention.marks_after_prune). Without one (records pruned before the marks existed), by the next
+        # record's: a looser bound, and when records are pruned by count faster than the staging retention passes,
+        # one that never ages enough (the long run found staging growing without bound that way).
+        by_mark = retention.acked_by_mark(self.marks, seq)
+        if by_mark is not None:
+            return retention.AckFacts(state=None, acked_by=by_mark)
         i = bisect.bisect_right(self.record_seqs, seq)
         while i < len(self.record_seqs):
             later_state, later_acked = self._record(self.record_seqs[i])
@@ -250,8 +257,10 @@ def prune_records(
     *,
     now: float | None = None,
     slack_seconds: float = 0.0,
+    staging_retention_seconds: float = retention.DEFAULT_MARKS_HORIZON,
 ) -> dict[str, Any]:
-    """Remove acked window records past the retention (and beyond the hard bound), fenced on the lease."""
+    """Remove acked window records past the retention (and beyond the hard bound), fenced on the lease; the marks
+    they leave (retention.marks_after_prune) cover `staging_retention_seconds`."""
     pipeline = coordinator.unit
     now = time.time() if now is None else now
     retention_seconds = settings.window_records_retention_hours * retention.HOUR
@@ -264,10 +273,12 @@ def prune_records(
     )
     deleted = 0
     if plan.by_count:
-        deleted += coordinator.prune_windows(grant, keep_last=settings.window_records_max, older_than_seconds=0)
+        deleted += coordinator.prune_windows(grant, keep_last=settings.window_records_max, older_than_seconds=0,
+                                             marks_horizon_seconds=staging_retention_seconds)
     if plan.by_age:
         deleted += coordinator.prune_windows(
-            grant, keep_last=settings.window_records_keep, older_than_seconds=retention_seconds
+            grant, keep_last=settings.window_records_keep, older_than_seconds=retention_seconds,
+            marks_horizon_seconds=staging_retention_seconds,
         )
     out = {"records_before": len(seqs), "records_deleted": deleted, "records_after": len(seqs) - deleted,
            "by_age": plan.by_age, "by_count": plan.by_count}
@@ -288,7 +299,8 @@ def cleanup(p: PipelineContext, grant: LeaseGrant, *, batched: bool) -> dict[str
         stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None, storage=p.storage,
     )
     slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
-    records = prune_records(p.coordinator, grant, m, slack_seconds=slack)
+    records = prune_records(p.coordinator, grant, m, slack_seconds=slack,
+                            staging_retention_seconds=p.config.staging_retention_hours * retention.HOUR)
     if batched:
         return {"staging": staged, "records": records}
     return {"staging": staged, "records": records, "checkpoints": _maintain_checkpoints(p, grant)}

@@ -168,6 +168,35 @@ def test_record_count_stays_bounded(coord, staging_dir: Path) -> None:
     assert housekeeping.prune_records(c, grant, m)["records_deleted"] == 0
 
 
+def test_staging_of_windows_whose_records_were_pruned_by_count_still_goes(coord, staging_dir: Path) -> None:
+    """Found by the long run (bench/longrun.py, 2026-12-01): with records pruned by count faster than the staging
+    retention passes, a pruned window's ack time was bounded only by the oldest record left, which is always young,
+    so its staged copy was never deleted: staging grew without bound. Each prune now leaves a mark (seq, ack time)
+    of the newest record it deleted (retention.marks_after_prune), in the multi-op that deletes them."""
+    c, clock = coord
+    # Windows 1-4 acked 5 days ago, 5-13 now, 14 pending; records beyond the newest 10 go, whatever their age.
+    grant = history(c, clock, staging_dir, [5, 5, 5, 5] + [0] * 9, pending=True)
+    m = MaintenanceConfig(window_records_retention_hours=24 * 30, window_records_keep=1, window_records_max=10)
+    assert c.pruned_marks() == []
+    out = housekeeping.prune_records(c, grant, m, staging_retention_seconds=3 * DAY)
+    assert out["by_count"] and c.window_record_seqs() == list(range(5, 15))
+    ((seq, acked_at),) = c.pruned_marks()
+    assert seq == 4 and abs(acked_at - (time.time() - 5 * DAY)) < 60
+    # More windows acked now, each prune by count: marks are left one per 3 days / 200 (21.6 min) of ack time.
+    for n in range(15, 19):
+        c.ack_window(grant, n - 1, {})
+        c.store_plan(grant, plan(n))
+        stage(staging_dir, n)
+        housekeeping.prune_records(c, grant, m, staging_retention_seconds=3 * DAY)
+    assert [s for s, _ in c.pruned_marks()] == [4, 5] and c.window_record_seqs() == list(range(9, 19))
+    # The oldest record left (9) was acked just now: windows 1-4 go on their mark's 5 days, 5-8 stay (young).
+    out = housekeeping.clean_staging(c, grant, str(staging_dir), 3 * DAY, stop_at_first_kept=False)
+    assert out["windows_deleted"] == 4 and names(staging_dir / PIPE)[:2] == ["w0000000005", "w0000000006"]
+    # A prune that deletes nothing leaves the marks as they were.
+    assert housekeeping.prune_records(c, grant, m)["records_deleted"] == 0
+    assert [s for s, _ in c.pruned_marks()] == [4, 5]
+
+
 def test_after_ack_cleanup_is_batched(coord, staging_dir: Path, services, zk_root: str, tmp_path: Path) -> None:
     c, clock = coord
     # Acked 24.5h, 24.5h and 1h ago; retention 24h for both staging and records, keep 1.

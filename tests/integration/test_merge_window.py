@@ -953,7 +953,8 @@ def test_routed_tables_of_different_shapes_in_one_window_land_small(spark, stagi
     for seq in (1, 2):
         w = WindowBuilder(staging_dir, "grp.a", seq, clock=clock)
         w.file("shop_00", "orders", ("id",), [ID, NOTE], [("I", {"id": seq, "note": f"a0-{seq}"})])
-        w.file("shop_01", "orders", ("id",), [ID, NOTE, coupon], [("I", {"id": seq, "note": f"a1-{seq}", "coupon": "C"})])
+        w.file("shop_01", "orders", ("id",), [ID, NOTE, coupon],
+               [("I", {"id": seq, "note": f"a1-{seq}", "coupon": "C"})])
         report = run(spark, w.build(), lake_dir, source="a", routes=routes)
         assert statuses(report) == {"shop.orders": STATUS_COMMITTED}, report
     assert report["tables"]["shop.orders"]["writer"] == "delta-rs"  # the second window: the small-table writer's

@@ -475,3 +475,31 @@ def test_maintenance_threads_keep_the_tables_order_record_failures_and_stop_at_a
     with pytest.raises(ConfigError, match="parallelism must be >= 1"):
         Job(base, "orders", 7, vacuum_hours=73, log_hours=73, txn_hours=73, min_hours=73,  # type: ignore[arg-type]
             parallelism=0)
+
+
+def test_pruned_record_marks_stay_few_and_bound_every_pruned_window_tightly() -> None:
+    """Records pruned by count one per ack, far faster than the staging retention passes (the long run's shape,
+    where the old bound, the oldest record left, never aged): the marks stay about MARKS_PER_HORIZON, every pruned
+    window's bound is an upper bound of its ack time at most one spacing (plus one window) late, and windows acked
+    longer ago than the horizon get a bound older than it (their staged copies may go)."""
+    horizon, step = 3600.0, 3.0  # a window every 3 s: 1,200 per horizon, records kept: 100
+    marks: list[retention.Mark] = []
+    acked = {seq: 1000.0 + seq * step for seq in range(1, 20_001)}
+    for seq in range(101, 20_001):  # each ack prunes the record 100 behind
+        now = acked[seq]
+        marks = retention.marks_after_prune(marks, (seq - 100, acked[seq - 100]), now, horizon)
+        assert len(marks) <= retention.MARKS_PER_HORIZON + 2
+    now = acked[20_000]
+    spacing = horizon / retention.MARKS_PER_HORIZON
+    for seq in range(1, 19_901):
+        bound = retention.acked_by_mark(marks, seq)
+        if bound is None:  # pruned after the last mark: young, bounded by the next record meanwhile
+            assert seq > marks[-1][0] and acked[seq] > now - horizon / 2, seq
+            continue
+        assert bound >= acked[seq], seq
+        if acked[seq] >= now - horizon:  # within the horizon: tight
+            assert bound - acked[seq] <= spacing + step, (seq, bound - acked[seq])
+        elif acked[seq] < now - horizon - spacing - step:  # well past it: provably older than the horizon
+            assert bound < now - horizon, seq
+    assert retention.acked_by_mark(marks, 19_901) is None  # not pruned: its own record answers
+    assert retention.marks_after_prune(marks, marks[-1], now, horizon) == marks  # a replayed prune: unchanged
