@@ -362,8 +362,7 @@ def _source(m: SmallMerge, table: Any) -> pa.Table | str:
             parts.append(part)
     n = sum(p.num_rows for p in parts)
     out: dict[str, pa.Array | pa.ChunkedArray] = {}
-    # Routed members may differ in shape (a column one source table has and another lacks): their union, NULL where
-    # a member has no such column (every type is the table's: `want`).
+    # Routed members may differ in shape: their union (NULL where a member lacks a column; types are `want`'s).
     source = pa.concat_tables(parts, promote_options="default") if parts else None
     derived = {column.lower(): how for column, how in derived_columns(m.delete_mode)}
     for f in schema:
