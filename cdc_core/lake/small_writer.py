@@ -423,8 +423,7 @@ def commit_properties(m: WindowCommit, user_metadata: str | None = None) -> Any:
 
 
 def commit_txn_only_at(table: Any, m: WindowCommit) -> None:
-    """A commit of the window's txn alone: delta-rs writes no commit for a MERGE that changes nothing
-    (a replayed window's older changes), but the window must still be recorded as landed."""
+    """A commit of the window's txn alone (delta-rs commits nothing for a MERGE that changes nothing)."""
     table.create_write_transaction(
         [], mode="append", schema=table.schema(), partition_by=table.metadata().partition_columns,
         commit_properties=commit_properties(m),
