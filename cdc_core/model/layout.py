@@ -105,7 +105,11 @@ def reports_dir(staging_root: str, pipeline: str) -> str:
 
 def merge_report_uri(staging_root: str, pipeline: str, seq: int, token: int) -> str:
     """One merge report per window and fencing token (`merge_report_key` reads the name back)."""
-    return f"{reports_dir(staging_root, pipeline)}/w{seq:010d}-{token:x}.json"
+    return f"{reports_dir(staging_root, pipeline)}/{merge_report_name(seq, token)}"
+
+
+def merge_report_name(seq: int, token: int) -> str:
+    return f"w{seq:010d}-{token:x}.json"
 
 
 _MERGE_REPORT_NAME = re.compile(r"w(\d{10})-([0-9a-f]+)\.json")

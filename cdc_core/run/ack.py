@@ -9,6 +9,7 @@ before the fenced cursor move. `recover` is the same ack for a pending window fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -84,7 +85,7 @@ def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
         )
     lake_tables.record_lake(p, grant, record.plan, manifest, reads)
     faults.point("before_ack")
-    result = window_result(p, seq, manifest)
+    result = window_result(p, seq, manifest, token=grant.token)
     checkpoints.record_checkpoint(p, grant, record.plan, manifest, result, reads=reads)
     rereads = schema_rereads(p, manifest)
     renames = [(c.table_name, c.target_name, c.version) for c in manifest.schema_changes
@@ -155,14 +156,14 @@ def schema_rereads(p: PipelineContext, manifest: Manifest) -> list[TableRequest]
 RECORDED_TABLE_KEYS = ("delta_version", "status", "inserted", "updated", "deleted", "seconds")
 
 
-def window_result(p: PipelineContext, seq: int, manifest: Manifest) -> dict[str, Any]:
+def window_result(p: PipelineContext, seq: int, manifest: Manifest, *, token: int | None = None) -> dict[str, Any]:
     """What the ack records for the window (the window record's `result` in ZooKeeper, a persisted format):
     per table its changes, Delta version, merge counts and merge seconds (an optional key, since 2026-11-29:
     readers of older records find it missing), and the same of its history and change log, when its lake
     table keeps them (docs/output-modes.md)."""
     tables: dict[str, dict[str, Any]] = {t.name: {"changes": t.rows} for t in manifest.tables}
     result: dict[str, Any] = {"tables": tables, "changes": manifest.changes}
-    merged = merge_report(p, seq)
+    merged = merge_report(p, seq, token)
     reported = (merged or {}).get("tables") or {}
     for t in manifest.tables:  # the report is per lake table (routes may land several tables in one)
         lake = p.lineage(t.schema, t.table)
@@ -192,20 +193,32 @@ def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     return {k: info[k] for k in RECORDED_TABLE_KEYS if k in info and not isinstance(info[k], dict)}
 
 
-def merge_report(p: PipelineContext, seq: int) -> dict[str, Any] | None:
-    """The newest merge job report for window `seq` (informational: Delta versions, timings), if any."""
+def merge_report(p: PipelineContext, seq: int, token: int | None = None) -> dict[str, Any] | None:
+    """The newest merge job report for window `seq` (informational: Delta versions, timings), if any. `token`:
+    the asking run's fencing token; its own report, when there, is the newest (tokens only grow, and a run
+    with a newer one has fenced this one), read without listing the reports of every staged window."""
     try:
         fs, root = p.storage.fs(layout.reports_dir(p.staging_root, p.name))
+        if token is not None:
+            with contextlib.suppress(FileNotFoundError):  # else merged by an earlier run: listed below
+                return _read_report(fs, f"{root}/{layout.merge_report_name(seq, token)}")
         # One report per fencing token (layout.merge_report_uri): the newest token is the run that last
-        # merged the window.
-        found = {f: layout.merge_report_key(f) for f in fs.glob(f"{root}/w{seq:010d}-*.json")}
+        # merged the window (an earlier run, when this one found the window landed).
+        try:
+            listed = fs.ls(root, detail=False)
+        except FileNotFoundError:
+            return None
+        found = {str(f): layout.merge_report_key(str(f)) for f in listed}
         tokens = {f: key[1] for f, key in found.items() if key is not None and key[0] == seq}
         if not tokens:
             return None
-        newest = max(tokens, key=tokens.__getitem__)
-        with fs.open(newest, "r") as f:
-            report: dict[str, Any] = json.load(f)
-        return report
+        return _read_report(fs, max(tokens, key=tokens.__getitem__))
     except (OSError, ValueError) as e:
         log.warning("%s", kv(event="merge.report_unreadable", pipeline=p.name, seq=seq, reason=str(e)))
         return None
+
+
+def _read_report(fs: Any, path: str) -> dict[str, Any]:
+    with fs.open(path, "r") as f:
+        report: dict[str, Any] = json.load(f)
+    return report

@@ -81,7 +81,7 @@ class StagingEntry:
     name: str
     kind: retention.StagingKind
     seq: int | None
-    mtime: float | None = None
+    mtime: float | None = None  # maintenance reports only (list_staging)
 
 
 def _mtime(info: dict[str, Any]) -> float | None:
@@ -99,17 +99,19 @@ def _mtime(info: dict[str, Any]) -> float | None:
 
 
 def list_staging(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> tuple[Any, list[StagingEntry]]:
-    """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries)."""
+    """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries). Names
+    only: the after-ack pass lists staging on every ack, and a stat per entry made that the ack's largest cost
+    once an hour of windows was staged (the long run); only maintenance reports, which age by time, are stat'ed."""
     fs, root = storage.fs(staging_root)
     base = f"{root.rstrip('/')}/{layout.unit_dir(pipeline)}"
     entries: list[StagingEntry] = []
     for directory in (base, f"{base}/{REPORTS_DIR}"):
         try:
-            listing = fs.ls(directory, detail=True)
+            listing = fs.ls(directory, detail=False)
         except FileNotFoundError:
             continue
-        for info in listing:
-            path = str(info["name"]).rstrip("/")
+        for listed in listing:
+            path = str(listed).rstrip("/")
             name = path.rpartition("/")[2]
             if directory == base and name == REPORTS_DIR:
                 continue
@@ -118,8 +120,16 @@ def list_staging(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT
                 kind, seq = "other", None  # reports only count inside reports/
             if directory != base and kind not in ("report", "maintenance_report"):
                 kind, seq = "other", None
-            entries.append(StagingEntry(path, name, kind, seq, _mtime(info)))
+            mtime = _stat_mtime(fs, path) if kind == "maintenance_report" else None
+            entries.append(StagingEntry(path, name, kind, seq, mtime))
     return fs, entries
+
+
+def _stat_mtime(fs: Any, path: str) -> float | None:
+    try:
+        return _mtime(fs.info(path))
+    except FileNotFoundError:
+        return None
 
 
 def _size(fs: Any, path: str) -> tuple[int, int]:

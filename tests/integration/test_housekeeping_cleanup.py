@@ -11,6 +11,7 @@ outage deletes nothing.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from kazoo.client import KazooClient
 
 from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import PipelineCoordinator
+from cdc_core.model import retention
 from cdc_core.model.config import MaintenanceConfig, PipelineConfig
 from cdc_core.model.errors import CoordinationError, Fenced
 from cdc_core.model.positions import BinlogPosition
@@ -94,6 +96,11 @@ def test_staging_cleanup_deletes_only_old_acked_windows(coord, staging_dir: Path
     reports.mkdir()
     for seq, token in ((2, "1a"), (2, "1b"), (7, "1a"), (8, "1a")):  # a zombie's report of 2 too
         (reports / f"w{seq:010d}-{token}.json").write_text("{}")
+    old_maintenance = reports / retention.maintenance_report_name(0x1A, time.time() - 4 * DAY)
+    young_maintenance = reports / retention.maintenance_report_name(0x1B, time.time())
+    for report, age in ((old_maintenance, 4 * DAY), (young_maintenance, 0)):
+        report.write_text("{}")
+        os.utime(report, (time.time() - age, time.time() - age))  # maintenance reports age by their mtime
     (root / ".w0000000003.tmp-abc123").mkdir()
     (root / ".w0000000008.tmp-abc123").mkdir()
     (root / "README.txt").write_text("an operator's file")
@@ -103,10 +110,11 @@ def test_staging_cleanup_deletes_only_old_acked_windows(coord, staging_dir: Path
 
     capped = housekeeping.clean_staging(c, grant, str(staging_dir), 3 * DAY, max_windows=1)
     assert capped["windows_deleted"] == 1 and not (root / "w0000000001").exists()
+    assert capped["reports_deleted"] == 1 and not old_maintenance.exists() and young_maintenance.exists()
     out = housekeeping.clean_staging(c, grant, str(staging_dir), 3 * DAY)  # the after-ack way: stops early
     assert names(root) == [".w0000000008.tmp-abc123", "README.txt", "reports", "w0000000005", "w0000000006",
                            "w0000000007", "w0000000008", "w0000000012"]
-    assert names(reports) == ["w0000000007-1a.json", "w0000000008-1a.json"]
+    assert names(reports) == [young_maintenance.name, "w0000000007-1a.json", "w0000000008-1a.json"]
     assert (out["windows_deleted"], out["reports_deleted"], out["leftovers_deleted"]) == (3, 2, 1)
     assert out["bytes_freed"] > 0 and out["files_deleted"] >= 3 * 2
     assert out["first_kept"]["seq"] == 5 and "within the retention" in out["first_kept"]["reason"]
@@ -128,7 +136,7 @@ def test_staging_cleanup_deletes_only_old_acked_windows(coord, staging_dir: Path
                                      stop_at_first_kept=False)
     assert out["windows_deleted"] == 3
     assert names(root) == [".w0000000008.tmp-abc123", "README.txt", "reports", "w0000000008", "w0000000012"]
-    assert names(reports) == ["w0000000008-1a.json"]
+    assert names(reports) == ["w0000000008-1a.json"]  # the maintenance report too, 3.5 days old by then
     assert c.pending_window().seq == 8  # type: ignore[union-attr]
 
 

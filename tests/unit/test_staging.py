@@ -456,6 +456,30 @@ def test_merge_report_names_read_back_to_their_window_and_token() -> None:
         assert layout.merge_report_key(other) is None
 
 
+def test_the_ack_reads_the_newest_merge_report_of_its_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own run's report is read by name, without listing every staged window's report (the long run: the
+    listing grew with staging); without one (an earlier run merged), the newest token's report of the window."""
+    from types import SimpleNamespace
+
+    from cdc_core.lake.object_store import AMBIENT
+    from cdc_core.run import ack
+
+    p = SimpleNamespace(storage=AMBIENT, staging_root=str(tmp_path), name="shop")
+    assert ack.merge_report(p, 7, 0x30) is None  # no reports directory yet
+    reports = Path(layout.reports_dir(str(tmp_path), "shop"))
+    reports.mkdir(parents=True)
+    for seq, token in ((7, 0x10), (7, 0x2F), (8, 0x40), (70, 0x50)):
+        (reports / layout.merge_report_name(seq, token)).write_text(f'{{"seq": {seq}, "token": {token}}}')
+    listed: list[str] = []
+    real_ls = fsspec.implementations.local.LocalFileSystem.ls
+    monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "ls",
+                        lambda self, path, **kw: listed.append(path) or real_ls(self, path, **kw))
+    assert ack.merge_report(p, 7, 0x2F) == {"seq": 7, "token": 0x2F} and listed == []
+    assert ack.merge_report(p, 7, 0x30) == {"seq": 7, "token": 0x2F} and len(listed) == 1  # merged before
+    assert ack.merge_report(p, 7) == {"seq": 7, "token": 0x2F}
+    assert ack.merge_report(p, 9, 0x30) is None
+
+
 def test_a_window_is_verified_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stage, merge and ack each read the window's manifest: its files are hashed the first time only (on an
     object store, each hash is a download)."""
