@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain-minutes", type=float, default=10.0)
     p.add_argument("--merge", choices=("warm", "spark-submit"), default="warm")
     p.add_argument("--mariadb-port", type=int, default=13319)
-    p.add_argument("--zk-port", type=int, default=22193)
+    p.add_argument("--zk-port", type=int, default=22195)
     p.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
     p.add_argument("--key", default=None, help="section name (default freshness_<merge>)")
     args = p.parse_args(argv)

@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pace", type=float, default=0.0,
                    help="seconds from one window's start to the next's at least (0: back to back)")
     p.add_argument("--minutes", type=float, default=600, help="stop after this many minutes, whatever is left")
-    p.add_argument("--mariadb-port", type=int, default=13327)
+    p.add_argument("--mariadb-port", type=int, default=13309)
     p.add_argument("--zk-port", type=int, default=22197)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupted)  # a kill still stops the server and services it started

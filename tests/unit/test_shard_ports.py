@@ -59,3 +59,15 @@ def test_every_fixed_default_port_lies_below_the_ephemeral_range() -> None:
     assert [(path, port) for path, port in sorted(found) if port >= EPHEMERAL_FIRST] == []
     worst_shard = shard_port(MAX_SHARDS, max(WORKERS), base=13340)
     assert worst_shard < EPHEMERAL_FIRST
+
+
+def test_no_benchmark_or_script_default_port_is_a_test_workers_port() -> None:
+    """A benchmark runs beside the suite (the long run for hours): on a port of a worker's private MariaDB or shard,
+    that worker's fault tests error ("Address already in use"), as a long run on 13327 did to worker 1."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [p for d in ("scripts", "bench") for p in (root / d).rglob("*") if p.suffix in (".py", ".sh")]
+    found = {(p.relative_to(root).as_posix(), int(m)) for p in sources for m in DEFAULT_PORT.findall(p.read_text())}
+    assert ("bench/longrun.py", 13309) in found, found
+    workers = {PRIVATE_BASE + 10 * n for n in WORKERS} | {22193 + 10 * n for n in WORKERS}  # MariaDB, ZooKeeper
+    workers |= {shard_port(i, n, base=13340) for n in WORKERS for i in range(1, MAX_SHARDS + 1)}
+    assert [(path, port) for path, port in sorted(found) if port in workers] == []
