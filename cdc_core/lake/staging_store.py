@@ -129,10 +129,20 @@ class HashingSink:
         self.closed = True
 
 
+def list_names(fs: Any, directory: str) -> list[str]:
+    """The paths of a directory's entries (FileNotFoundError: no directory). A local one by `os.listdir`: fsspec's
+    `ls` spends microseconds of Python per entry, and staging is listed by every ack (cdc_core.run.housekeeping)
+    and every window's staging and deletion, with up to a retention's worth of windows in it (the long run)."""
+    if isinstance(fs, LocalFileSystem):
+        base = directory.rstrip("/")
+        return [f"{base}/{name}" for name in os.listdir(base or "/")]
+    return [str(p) for p in fs.ls(directory, detail=False)]
+
+
 def remove_stale_temp_dirs(store: StagingStore, parent: str, name: str) -> None:
     """Leftovers of an interrupted staging of this window (never read: only the final name counts)."""
     try:
-        entries = store.fs.ls(parent, detail=False)
+        entries = list_names(store.fs, parent)
     except FileNotFoundError:
         return
     for p in entries:
@@ -308,7 +318,7 @@ def list_windows(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT
     store = StagingStore(staging_root, storage)
     pdir = f"{store.root}/{unit_dir(pipeline)}"
     try:
-        entries = store.fs.ls(pdir, detail=False)
+        entries = list_names(store.fs, pdir)
     except FileNotFoundError:
         return []
     seqs = []

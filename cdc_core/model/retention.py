@@ -58,6 +58,10 @@ _WINDOW_DIR_RE = re.compile(r"^w(\d{10})$")
 _TEMP_DIR_RE = re.compile(r"^\.w(\d{10})\.(tmp|old)-[A-Za-z0-9]+$")
 _REPORT_RE = re.compile(r"^w(\d{10})-[0-9a-f]+\.json$")
 _MAINTENANCE_REPORT_RE = re.compile(r"^maintenance-[0-9a-f]+-\d+\.json$")
+# The three above in one (a window, a temp leftover or a merge report: each group its seq).
+_WINDOW_TEMP_OR_REPORT_RE = re.compile(
+    r"^(?:w(\d{10})|\.w(\d{10})\.(?:tmp|old)-[A-Za-z0-9]+|w(\d{10})-[0-9a-f]+\.json)$"
+)
 
 
 # ------------------------------------------------------------------------------------------ floors
@@ -226,10 +230,12 @@ StagingKind = Literal["window", "temp", "report", "maintenance_report", "other"]
 
 def classify_staging_entry(name: str) -> tuple[StagingKind, int | None]:
     """What a name under `<staging>/<pipeline>/` (or its `reports/`) is, and the window it belongs to."""
-    for kind, regex in (("window", _WINDOW_DIR_RE), ("temp", _TEMP_DIR_RE), ("report", _REPORT_RE)):
-        m = regex.match(name)
-        if m:
-            return kind, int(m.group(1))  # type: ignore[return-value]
+    m = _WINDOW_TEMP_OR_REPORT_RE.match(name)  # one match for the common names: every ack classifies them all
+    if m:
+        window, temp, report = m.groups()
+        if window is not None:
+            return "window", int(window)
+        return ("temp", int(temp)) if temp is not None else ("report", int(report))
     if _MAINTENANCE_REPORT_RE.match(name):
         return "maintenance_report", None
     return "other", None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_core.coordination import LeaseGrant
-from cdc_core.lake import delta_state
+from cdc_core.lake import delta_state, staging_store
 from cdc_core.model import faults, layout
 from cdc_core.model.errors import LakeError, StagingError
 from cdc_core.model.logfmt import kv
@@ -205,7 +205,7 @@ def merge_report(p: PipelineContext, seq: int, token: int | None = None) -> dict
         # One report per fencing token (layout.merge_report_uri): the newest token is the run that last
         # merged the window (an earlier run, when this one found the window landed).
         try:
-            listed = fs.ls(root, detail=False)
+            listed = staging_store.list_names(fs, root)
         except FileNotFoundError:
             return None
         found = {str(f): layout.merge_report_key(str(f)) for f in listed}

@@ -83,6 +83,11 @@ def test_never_deletes_an_unacked_or_young_window(seq, cursor, state, age, bound
         ("w12", "other", None),
         ("notes.txt", "other", None),
         ("w0000000012.json", "other", None),
+        ("w00000000012", "other", None),
+        ("w0000000012x", "other", None),
+        ("w0000000012-zz.json", "other", None),
+        (".w0000000012.tmp-", "other", None),
+        ("reports", "other", None),
     ],
 )
 def test_classify_staging_entry(name: str, kind: str, seq: int | None) -> None:

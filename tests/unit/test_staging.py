@@ -471,9 +471,8 @@ def test_the_ack_reads_the_newest_merge_report_of_its_window(tmp_path: Path, mon
     for seq, token in ((7, 0x10), (7, 0x2F), (8, 0x40), (70, 0x50)):
         (reports / layout.merge_report_name(seq, token)).write_text(f'{{"seq": {seq}, "token": {token}}}')
     listed: list[str] = []
-    real_ls = fsspec.implementations.local.LocalFileSystem.ls
-    monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "ls",
-                        lambda self, path, **kw: listed.append(path) or real_ls(self, path, **kw))
+    real_list = staging_store.list_names
+    monkeypatch.setattr(staging_store, "list_names", lambda fs, path: listed.append(path) or real_list(fs, path))
     assert ack.merge_report(p, 7, 0x2F) == {"seq": 7, "token": 0x2F} and listed == []
     assert ack.merge_report(p, 7, 0x30) == {"seq": 7, "token": 0x2F} and len(listed) == 1  # merged before
     assert ack.merge_report(p, 7) == {"seq": 7, "token": 0x2F}
