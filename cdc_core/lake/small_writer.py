@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from cdc_core.lake.delta_rs_rules import refused_property, unsupported, untested_deltalake
 from cdc_core.lake.object_store import AMBIENT, Storage, delta_rs_uri
-from cdc_core.lake.staging_store import read_staged_file
+from cdc_core.lake.staging_store import read_staged_file, staged_file_columns, staged_file_disagrees
 from cdc_core.model import faults, merge_semantics
 from cdc_core.model.errors import LakeError
 from cdc_core.model.logfmt import kv, one_line
@@ -266,37 +266,29 @@ def _quote(name: str) -> str:
 def _staged_part(m: SmallMerge, member: Member, want: dict[str, tuple[str, pa.DataType]]) -> pa.Table | str:
     """One member's staged changes as the table's arrow types (str: why not)."""
     st = member.staged
-    manifest_types = {c.name: c.arrow_type for c in st.columns}
     meta_types = {COL_OP: pa.string(), COL_VERSION: pa.int64(), COL_ORDINAL: pa.int64(),
                   COL_COMMIT_TS: pa.timestamp("us", tz="UTC")}
     parts: list[pa.Table] = []
     local = local_path(m.window_dir)
     fs, root = (None, local) if local is not None else m.storage.fs(m.window_dir)
     for f in st.files:
-        if set(f.columns) - set(manifest_types) or set(st.key) - set(f.columns):
-            return f"staged file {f.path} disagrees with the manifest"  # Spark's read names the error
+        disagrees = staged_file_disagrees(st, f)
+        if disagrees is not None:
+            return disagrees
         data = read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f)
-        present = set(data.column_names)
-        arrays: dict[str, pa.Array] = {}
-        for name, typ in meta_types.items():
-            if name not in present:
-                return f"staged file {f.path} has no {name}"
-            arrays[name] = data[name].cast(typ)
+        checked = staged_file_columns(st, f, data, meta_types)
+        if isinstance(checked, str):
+            return checked
+        metadata, read = checked
+        n = data.num_rows
+        arrays: dict[str, pa.Array | pa.ChunkedArray] = dict(metadata)
         for c in st.columns:
             target_name, target_type = want[c.name.lower()]
-            if c.name not in f.columns:  # not a column when this file was written
-                arrays[target_name] = pa.nulls(data.num_rows, target_type)
-                continue
-            if c.name not in present:
-                return f"staged file {f.path} lacks its column {c.name!r}"  # Spark's read names the error
-            col = data[c.name]
-            have = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-            if str(have) != manifest_types[c.name]:
-                return f"staged file {f.path} column {c.name!r} is {have}, the window's is {manifest_types[c.name]}"
-            arrays[target_name] = col.cast(target_type)
+            col = read.get(c.name)
+            arrays[target_name] = pa.nulls(n, target_type) if col is None else col.cast(target_type)
         for name, value in member.lineage:
             target_name, target_type = want[name.lower()]
-            arrays[target_name] = pa.array([value] * data.num_rows, target_type)
+            arrays[target_name] = pa.array([value] * n, target_type)
         parts.append(pa.table(arrays))
     if not parts:
         return pa.table({})

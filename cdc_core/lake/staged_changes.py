@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from cdc_core.lake.object_store import Storage
 from cdc_core.lake.small_writer import arrow_type, local_path
-from cdc_core.lake.staging_store import read_staged_file
+from cdc_core.lake.staging_store import read_staged_file, staged_file_columns, staged_file_disagrees
 from cdc_core.model.manifest import COL_COMMIT_TS, COL_OP, COL_ORDINAL, COL_TXN, COL_VERSION, StagedFile, StagedTable
 
 META_TYPES = {COL_OP: pa.string(), COL_VERSION: pa.int64(), COL_ORDINAL: pa.int64(),
@@ -65,6 +65,9 @@ def _member(window_dir: str, m: Member, types: dict[str, pa.DataType], storage: 
     fs, root = (None, local) if local is not None else storage.fs(window_dir)
     parts = []
     for f in m.staged.files:
+        disagrees = staged_file_disagrees(m.staged, f)
+        if disagrees is not None:
+            return disagrees
         part = _file(m, f, read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f), types)
         if isinstance(part, str):
             return part
@@ -78,30 +81,14 @@ def _member(window_dir: str, m: Member, types: dict[str, pa.DataType], storage: 
 
 def _file(m: Member, f: StagedFile, data: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | str:
     """One staged file's rows with every column of `types` (str: why Spark must read it)."""
-    st = m.staged
-    manifest_types = {c.name: c.arrow_type for c in st.columns}
-    if set(f.columns) - set(manifest_types) or set(st.key) - set(f.columns):
-        return f"staged file {f.path} disagrees with the manifest"  # Spark's read names the error
-    present = set(data.column_names)
+    checked = staged_file_columns(m.staged, f, data, META_TYPES, OPTIONAL_META)
+    if isinstance(checked, str):
+        return checked
+    metadata, read = checked
     n = data.num_rows
-    arrays: dict[str, pa.Array | pa.ChunkedArray] = {}
-    for name, typ in META_TYPES.items():
-        if name in present:
-            arrays[name] = data[name].cast(typ)
-        elif name in OPTIONAL_META:
-            arrays[name] = pa.nulls(n, typ)
-        else:
-            return f"staged file {f.path} has no {name}"
-    for c in st.columns:
-        if c.name not in f.columns:  # not a column when this file was written
-            continue
-        if c.name not in present:
-            return f"staged file {f.path} lacks its column {c.name!r}"
-        col = data[c.name]
-        have = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-        if str(have) != manifest_types[c.name]:
-            return f"staged file {f.path} column {c.name!r} is {have}, the window's is {manifest_types[c.name]}"
-        arrays[c.name] = col.cast(types[c.name])
+    arrays: dict[str, pa.Array | pa.ChunkedArray] = dict(metadata)
+    for name, col in read.items():
+        arrays[name] = col.cast(types[name])
     for name, value in m.lineage:
         arrays[name] = pa.array([value] * n, pa.string())
     for name, typ in types.items():  # columns this file does not have: another member's, or added later

@@ -25,7 +25,7 @@ from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.model.errors import StagingError
 from cdc_core.model.layout import unit_dir
 from cdc_core.model.logfmt import line
-from cdc_core.model.manifest import MANIFEST_NAME, STAGED_META_COLUMNS, Manifest, StagedFile
+from cdc_core.model.manifest import MANIFEST_NAME, STAGED_META_COLUMNS, Manifest, StagedFile, StagedTable
 from cdc_core.model.naming import window_dir_name
 
 log = logging.getLogger("cdc_core.lake.staging")  # the staging's events, under one logger
@@ -277,6 +277,48 @@ def read_staged_file(fs: Any, path: str, f: StagedFile, columns: Sequence[str] |
         data = fs.cat_file(path)
         _FETCHED.keep(f.sha256, data)
     return pq.read_table(pa.BufferReader(data), columns=None if columns is None else list(columns))
+
+
+def staged_file_disagrees(st: StagedTable, f: StagedFile) -> str | None:
+    """Why a staged file of `st` cannot be read as the window's manifest says, known before reading it (None:
+    it can). The readers without Spark (cdc_core.lake.small_writer, staged_changes) then leave it to Spark, whose
+    read names the error."""
+    if set(f.columns) - {c.name for c in st.columns} or set(st.key) - set(f.columns):
+        return f"staged file {f.path} disagrees with the manifest"
+    return None
+
+
+StagedColumns = tuple[dict[str, Any], dict[str, Any]]  # (metadata column -> array, table column -> array)
+
+
+def staged_file_columns(
+    st: StagedTable, f: StagedFile, data: pa.Table, meta: dict[str, pa.DataType], optional: frozenset[str] = frozenset()
+) -> StagedColumns | str:
+    """The rows of a staged file of `st` (read into `data`), checked against the window's manifest, for the readers
+    without Spark: its metadata columns cast to `meta`'s types (one of `optional` it lacks: NULL), and each column
+    of the table the file was written with, as read and of the manifest's type. A str: why not."""
+    manifest_types = {c.name: c.arrow_type for c in st.columns}
+    present = set(data.column_names)
+    metadata: dict[str, Any] = {}
+    for name, typ in meta.items():
+        if name in present:
+            metadata[name] = data[name].cast(typ)
+        elif name in optional:
+            metadata[name] = pa.nulls(data.num_rows, typ)
+        else:
+            return f"staged file {f.path} has no {name}"
+    columns: dict[str, Any] = {}
+    for c in st.columns:
+        if c.name not in f.columns:  # not a column when this file was written
+            continue
+        if c.name not in present:
+            return f"staged file {f.path} lacks its column {c.name!r}"
+        col = data[c.name]
+        have = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if str(have) != manifest_types[c.name]:
+            return f"staged file {f.path} column {c.name!r} is {have}, the window's is {manifest_types[c.name]}"
+        columns[c.name] = col
+    return metadata, columns
 
 
 def read_table_changes(
