@@ -54,11 +54,9 @@ MANAGED_PROPERTIES = (PROP_TXN_RETENTION, PROP_FILE_RETENTION, PROP_LOG_RETENTIO
 PROP_CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 CHECKPOINT_INTERVAL = 10
 
-_WINDOW_DIR_RE = re.compile(r"^w(\d{10})$")
-_TEMP_DIR_RE = re.compile(r"^\.w(\d{10})\.(tmp|old)-[A-Za-z0-9]+$")
-_REPORT_RE = re.compile(r"^w(\d{10})-[0-9a-f]+\.json$")
 _MAINTENANCE_REPORT_RE = re.compile(r"^maintenance-[0-9a-f]+-\d+\.json$")
-# The three above in one (a window, a temp leftover or a merge report: each group its seq).
+# A window directory `w<seq>`, a temp leftover `.w<seq>.tmp-x` / `.old-x`, or a merge report `w<seq>-<token>.json`
+# (layout.merge_report_name), in one match: each group the seq of its kind.
 _WINDOW_TEMP_OR_REPORT_RE = re.compile(
     r"^(?:w(\d{10})|\.w(\d{10})\.(?:tmp|old)-[A-Za-z0-9]+|w(\d{10})-[0-9a-f]+\.json)$"
 )

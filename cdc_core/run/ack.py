@@ -208,7 +208,7 @@ def merge_report(p: PipelineContext, seq: int, token: int | None = None) -> dict
             listed = staging_store.list_names(fs, root)
         except FileNotFoundError:
             return None
-        found = {str(f): layout.merge_report_key(str(f)) for f in listed}
+        found = {f: layout.merge_report_key(f) for f in listed}
         tokens = {f: key[1] for f, key in found.items() if key is not None and key[0] == seq}
         if not tokens:
             return None
