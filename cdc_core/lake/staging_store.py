@@ -340,8 +340,12 @@ def read_table_changes(
     return out.select(names)
 
 
-def delete_window(staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT) -> bool:
-    """Remove a staged window (manifest first, so it stops counting as staged at once).
+def delete_window(
+    staging_root: str, pipeline: str, seq: int, *, storage: Storage = AMBIENT, sweep_leftovers: bool = True
+) -> bool:
+    """Remove a staged window (manifest first, so it stops counting as staged at once), and on local disk the
+    leftovers of its interrupted stagings (a listing of the pipeline's directory; `sweep_leftovers=False` for a
+    caller that removes them from a listing of its own).
 
     Returns whether anything was there.
     """
@@ -350,7 +354,7 @@ def delete_window(staging_root: str, pipeline: str, seq: int, *, storage: Storag
     found = store.exists(wdir)
     store.remove(f"{wdir}/{MANIFEST_NAME}")
     store.remove(wdir)
-    if store.local:
+    if store.local and sweep_leftovers:
         remove_stale_temp_dirs(store, wdir.rpartition("/")[0], wdir.rpartition("/")[2])
     return found
 

@@ -166,6 +166,28 @@ class Decision:
         return self.verdict == "delete"
 
 
+def ack_time_bound(facts: AckFacts) -> float | None:
+    """The window's ack time (its record's), or an upper bound of it (a later record's, a mark's), or None."""
+    return facts.acked_at if facts.state == "acked" else facts.acked_by
+
+
+def staging_pass_due_at(
+    *, now: float, first_kept_acked: float | None, backlog: bool, retention_seconds: float, slack_seconds: float
+) -> float:
+    """When the after-ack pass next has a staged window to delete, give or take its batching slack.
+
+    Windows are acked in order, so the first window a pass kept (`first_kept_acked`: its ack time, or bound) is
+    the next to age past the retention; every window after it was acked later, or is not acked yet. A pass cut
+    short by its per-pass bound (`backlog`) has more to delete now. When nothing it kept has a known ack time
+    (only the pending window is left, or a record disagrees), look again after the slack. Slack batches the
+    deletions (a pass every `slack_seconds`, not every ack) and costs at most that much longer on disk."""
+    if backlog:
+        return now
+    if first_kept_acked is None:
+        return now + slack_seconds
+    return first_kept_acked + retention_seconds + slack_seconds
+
+
 def staged_window_decision(
     seq: int, cursor_seq: int, facts: AckFacts, now: float, retention_seconds: float
 ) -> Decision:
@@ -180,7 +202,7 @@ def staged_window_decision(
         return Decision("keep", "not acked (at or after the pending window)")
     if facts.state is not None and facts.state != "acked":
         return Decision("keep", f"record says {facts.state!r} although the cursor passed it: inconsistent, kept")
-    acked = facts.acked_at if facts.state == "acked" else facts.acked_by
+    acked = ack_time_bound(facts)
     if acked is None:
         return Decision("keep", "ack time unknown")
     age = now - acked
@@ -223,7 +245,9 @@ def acked_by_mark(marks: list[Mark], seq: int) -> float | None:
     return marks[i][1] if i < len(marks) else None
 
 
-StagingKind = Literal["window", "temp", "report", "maintenance_report", "other"]
+StagingKind = Literal["window", "temp", "report", "maintenance_report", "due", "other"]
+# The after-ack pass's note of when it next has work (staging_pass_due_at), beside the windows.
+STAGING_DUE_NAME = "cleanup-due.json"
 
 
 def classify_staging_entry(name: str) -> tuple[StagingKind, int | None]:
@@ -236,6 +260,8 @@ def classify_staging_entry(name: str) -> tuple[StagingKind, int | None]:
         return ("temp", int(temp)) if temp is not None else ("report", int(report))
     if _MAINTENANCE_REPORT_RE.match(name):
         return "maintenance_report", None
+    if name == STAGING_DUE_NAME:
+        return "due", None
     return "other", None
 
 
@@ -286,3 +312,11 @@ def record_prune_plan(
 def after_ack_slack_seconds(retention_seconds: float) -> float:
     """The after-ack path's batching slack: a tenth of the retention, at most an hour."""
     return min(HOUR, retention_seconds / 10)
+
+
+def staging_pass_slack_seconds(staging_retention_seconds: float, lease_seconds: float) -> float:
+    """The after-ack staging pass's batching slack (staging_pass_due_at): the records' slack, but never more than
+    what the replay horizon rounds up (H - retention - two leases, 40 min with the defaults): a staged copy kept
+    that much past its retention can still only be re-run inside H, so the Delta floors keep holding."""
+    spare = math.ceil(2 * lease_seconds / HOUR) * HOUR - 2 * lease_seconds
+    return max(0.0, min(after_ack_slack_seconds(staging_retention_seconds), spare))

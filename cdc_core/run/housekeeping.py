@@ -6,9 +6,10 @@ them, and logs every action with what it freed. Where each part runs (docs/house
 - **After every ack** (`Pipeline.ack` -> `cleanup_after_ack`), under the run's lease: staged windows
   (and their merge reports and staging leftovers) acked longer ago than `staging_retention_hours`,
   and window records past `maintenance.window_records_retention_hours`. It is cheap by construction:
-  one lease check, one staging listing, and ZooKeeper reads only for the windows it deletes plus one
-  (windows are acked in order, so it stops at the first one still within the retention); records are
-  pruned in batches, only once the oldest is older than the retention plus a slack. It never fails
+  one lease check, and only once a staged window is due (a note of when, `clean_staging`), one staging
+  listing and ZooKeeper reads for the windows it deletes plus one (windows are acked in order, so it stops
+  at the first one still within the retention); both staging and records go in batches, once the oldest is
+  older than the retention plus a slack. It never fails
   the ack: a problem is logged, and the next ack or the maintenance run tries again.
 - **The maintenance run** (DAG `cdc_<name>_maintenance`, or `cdc maintain <name>`): takes the
   pipeline's own lease (waiting up to `maintenance.lease_wait_seconds` for a running pipeline run),
@@ -28,18 +29,16 @@ last acked one).
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from cdc_core.coordination import STATE_ACKED, LeaseGrant, PipelineCoordinator
 from cdc_core.coordination.lease_keeper import LeaseKeeper
-from cdc_core.lake import delta_state, staging, staging_store
+from cdc_core.lake import delta_state
 from cdc_core.lake.job_outcome import JobRef
 from cdc_core.lake.job_runner import JobRunner, SparkSubmitRunner, SubprocessRun
 from cdc_core.lake.job_specs import MaintenanceJobSpec
@@ -47,12 +46,13 @@ from cdc_core.lake.object_store import AMBIENT, Storage
 from cdc_core.lake.spark_conf import SparkJob
 from cdc_core.model import layout, retention
 from cdc_core.model.errors import CdcError, Fenced, LakeError, LeaseHeld
-from cdc_core.model.layout import BASE_DIR, PROJECT_ROOT, REPORTS_DIR, TOMBSTONE_DIR
+from cdc_core.model.layout import BASE_DIR, PROJECT_ROOT, TOMBSTONE_DIR
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import path_component
 from cdc_core.model.output_modes import CHANGELOG_DIR, HISTORY_DIR
 from cdc_core.run import spark_jobs
 from cdc_core.run.context import PipelineContext
+from cdc_core.run.staging_cleanup import clean_staging, log_event
 
 if TYPE_CHECKING:
     from cdc_core.capture.source import TableFilter
@@ -62,198 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdc.housekeeping")
 
 MAINTENANCE_JOB = PROJECT_ROOT / "spark_apps" / "maintain_tables.py"
-# The merge job's layout (spark_apps/merge_window.py): hard-delete tombstones live beside the schemas.
 # At most this many staged windows per after-ack pass (a backlog goes over the next runs).
 AFTER_ACK_MAX_WINDOWS = 100
-
-
-def _log(event: str, pipeline: str, grant: LeaseGrant | None, **fields: Any) -> None:
-    token = f"{grant.token:#x}" if grant else "-"
-    log.info("%s %s", event, kv(pipeline=pipeline, token=token, **fields))
-
-
-# ------------------------------------------------------------------------------------ staged windows
-
-
-class StagingEntry(NamedTuple):  # a tuple: made for every staged window by every ack's pass (a dataclass cost 3 us)
-    path: str  # the filesystem's path (no protocol), for fs calls
-    name: str
-    kind: retention.StagingKind
-    seq: int | None
-    mtime: float | None = None  # maintenance reports only (list_staging)
-
-
-def _mtime(info: dict[str, Any]) -> float | None:
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        v = info.get(key)
-        if v is None:
-            continue
-        if hasattr(v, "timestamp"):
-            return float(v.timestamp())
-        try:
-            return float(v)
-        except (TypeError, ValueError):
-            continue
-    return None
-
-
-def list_staging(staging_root: str, pipeline: str, *, storage: Storage = AMBIENT) -> tuple[Any, list[StagingEntry]]:
-    """Everything under `<staging_root>/<pipeline>/` and its `reports/`, classified (the fs, the entries). Names
-    only: the after-ack pass lists staging on every ack, and a stat per entry made that the ack's largest cost
-    once an hour of windows was staged (the long run); only maintenance reports, which age by time, are stat'ed."""
-    fs, root = storage.fs(staging_root)
-    base = f"{root.rstrip('/')}/{layout.unit_dir(pipeline)}"
-    entries: list[StagingEntry] = []
-    for directory in (base, f"{base}/{REPORTS_DIR}"):
-        try:
-            listing = staging_store.list_names(fs, directory)
-        except FileNotFoundError:
-            continue
-        for listed in listing:
-            path = listed.rstrip("/")
-            name = path.rpartition("/")[2]
-            if directory == base and name == REPORTS_DIR:
-                continue
-            kind, seq = retention.classify_staging_entry(name)
-            if directory == base and kind in ("report", "maintenance_report"):
-                kind, seq = "other", None  # reports only count inside reports/
-            if directory != base and kind not in ("report", "maintenance_report"):
-                kind, seq = "other", None
-            mtime = _stat_mtime(fs, path) if kind == "maintenance_report" else None
-            entries.append(StagingEntry(path, name, kind, seq, mtime))
-    return fs, entries
-
-
-def _stat_mtime(fs: Any, path: str) -> float | None:
-    try:
-        return _mtime(fs.info(path))
-    except FileNotFoundError:
-        return None
-
-
-def _size(fs: Any, path: str) -> tuple[int, int]:
-    """(files, bytes) under `path` (a file or a directory)."""
-    try:
-        if fs.isdir(path):
-            sizes = fs.du(path, total=False)
-            return len(sizes), int(sum(sizes.values()))
-        return 1, int(fs.size(path) or 0)
-    except FileNotFoundError:
-        return 0, 0
-
-
-class _AckFactsReader:
-    """Reads what ZooKeeper says about windows, lazily and with a cache (ascending use is cheapest)."""
-
-    def __init__(self, coordinator: PipelineCoordinator) -> None:
-        self.coordinator = coordinator
-        self.record_seqs = coordinator.window_record_seqs()
-        self.marks = coordinator.pruned_marks()
-        self._cache: dict[int, tuple[str | None, float | None]] = {}
-
-    def _record(self, seq: int) -> tuple[str | None, float | None]:
-        if seq not in self._cache:
-            rec = self.coordinator.get_window(seq)  # CoordinationError on any doubt: the pass stops
-            self._cache[seq] = (None, None) if rec is None else (rec.state, rec.acked_at)
-        return self._cache[seq]
-
-    def facts(self, seq: int) -> retention.AckFacts:
-        state, acked_at = self._record(seq) if seq in self.record_seqs else (None, None)
-        if state is not None:
-            return retention.AckFacts(state=state, acked_at=acked_at)
-        # The record is gone (pruned: only acked records are): bound the ack time by the pruned-record marks
-        # (retention.marks_after_prune). Without one (records pruned before the marks existed), by the next
-        # record's: a looser bound, and when records are pruned by count faster than the staging retention passes,
-        # one that never ages enough (the long run found staging growing without bound that way).
-        by_mark = retention.acked_by_mark(self.marks, seq)
-        if by_mark is not None:
-            return retention.AckFacts(state=None, acked_by=by_mark)
-        i = bisect.bisect_right(self.record_seqs, seq)
-        while i < len(self.record_seqs):
-            later_state, later_acked = self._record(self.record_seqs[i])
-            if later_state == STATE_ACKED and later_acked is not None:
-                return retention.AckFacts(state=None, acked_by=later_acked)
-            if later_state is not None:
-                break  # the pending window: no bound from it
-            i += 1
-        return retention.AckFacts(state=None)
-
-
-def clean_staging(
-    coordinator: PipelineCoordinator,
-    grant: LeaseGrant,
-    staging_root: str,
-    retention_seconds: float,
-    *,
-    now: float | None = None,
-    stop_at_first_kept: bool = True,
-    max_windows: int | None = None,
-    storage: Storage = AMBIENT,
-) -> dict[str, Any]:
-    """Delete staged windows (with their merge reports and leftovers) acked longer ago than the retention,
-    and maintenance reports older than it. Returns what was freed; logs every deleted window.
-
-    `max_windows` bounds one pass (the after-ack pass must not turn an ack into a long task after an
-    upgrade or a long pause); the rest goes in the next passes."""
-    pipeline = coordinator.unit  # a group pipeline's source: its own staging directory
-    coordinator.verify(grant)  # a zombie stops here (what it would delete is acked anyway)
-    now = time.time() if now is None else now
-    cursor = coordinator.read_cursor()
-    reader = _AckFactsReader(coordinator)
-    fs, entries = list_staging(staging_root, pipeline, storage=storage)
-    by_seq: dict[int, list[StagingEntry]] = {}
-    for e in entries:
-        if e.seq is not None:
-            by_seq.setdefault(e.seq, []).append(e)
-    out: dict[str, Any] = {
-        "windows_deleted": 0, "reports_deleted": 0, "leftovers_deleted": 0, "files_deleted": 0, "bytes_freed": 0,
-        "windows_kept": 0, "first_kept": None, "unknown_entries": sum(1 for e in entries if e.kind == "other"),
-    }
-    stopped = False
-    for seq in sorted(by_seq):
-        if max_windows is not None and out["windows_deleted"] >= max_windows:
-            stopped = True
-        if stopped:
-            out["windows_kept"] += 1
-            continue
-        decision = retention.staged_window_decision(seq, cursor.seq, reader.facts(seq), now, retention_seconds)
-        if not decision.delete:
-            out["windows_kept"] += 1
-            if out["first_kept"] is None:
-                out["first_kept"] = {"seq": seq, "reason": decision.reason}
-            # Windows are acked in order: once one is too young (or not acked), later ones are too.
-            stopped = stop_at_first_kept
-            continue
-        files = size = 0
-        for e in sorted(by_seq[seq], key=lambda e: e.kind != "window"):  # the window (manifest) first
-            n, b = _size(fs, e.path)
-            if e.kind == "window":
-                # manifest first: it stops counting at once
-                staging.delete_window(staging_root, pipeline, seq, storage=storage)
-                out["windows_deleted"] += 1
-            else:
-                with contextlib.suppress(FileNotFoundError):  # delete_window may have removed it already
-                    fs.rm(e.path, recursive=True)
-                out["reports_deleted" if e.kind == "report" else "leftovers_deleted"] += 1
-            files += n
-            size += b
-        out["files_deleted"] += files
-        out["bytes_freed"] += size
-        _log("staging.window_deleted", pipeline, grant, seq=seq, files=files, bytes=size, reason=decision.reason)
-    for e in entries:
-        if e.kind == "maintenance_report" and e.mtime is not None and now - e.mtime >= retention_seconds:
-            n, b = _size(fs, e.path)
-            fs.rm(e.path)
-            out["reports_deleted"] += 1
-            out["files_deleted"] += n
-            out["bytes_freed"] += b
-    _log(
-        "staging.cleaned", pipeline, grant, cursor=cursor.seq, windows=out["windows_deleted"],
-        reports=out["reports_deleted"], leftovers=out["leftovers_deleted"], files=out["files_deleted"],
-        bytes=out["bytes_freed"], kept=out["windows_kept"],
-        first_kept=(out["first_kept"] or {}).get("seq", "-"),
-    )
-    return out
 
 
 # ------------------------------------------------------------------------------ ZooKeeper records
@@ -292,8 +102,8 @@ def prune_records(
     out = {"records_before": len(seqs), "records_deleted": deleted, "records_after": len(seqs) - deleted,
            "by_age": plan.by_age, "by_count": plan.by_count}
     if plan.any or slack_seconds == 0:
-        _log("zk.records_pruned", pipeline, grant, nodes_freed=deleted, before=len(seqs), after=len(seqs) - deleted,
-             by_age=plan.by_age, by_count=plan.by_count)
+        log_event("zk.records_pruned", pipeline, grant, nodes_freed=deleted, before=len(seqs),
+                  after=len(seqs) - deleted, by_age=plan.by_age, by_count=plan.by_count)
     return out
 
 
@@ -303,9 +113,12 @@ def prune_records(
 def cleanup(p: PipelineContext, grant: LeaseGrant, *, batched: bool) -> dict[str, Any]:
     """Staged windows, then window records. `batched` (the after-ack path) keeps it cheap."""
     m = p.config.maintenance
+    staging_seconds = p.config.staging_retention_hours * retention.HOUR
     staged = clean_staging(
-        p.coordinator, grant, p.staging_root, p.config.staging_retention_hours * retention.HOUR,
+        p.coordinator, grant, p.staging_root, staging_seconds,
         stop_at_first_kept=batched, max_windows=AFTER_ACK_MAX_WINDOWS if batched else None, storage=p.storage,
+        due_slack_seconds=retention.staging_pass_slack_seconds(staging_seconds, p.config.lease_seconds)
+        if batched else None,
     )
     slack = retention.after_ack_slack_seconds(m.window_records_retention_hours * retention.HOUR) if batched else 0.0
     records = prune_records(p.coordinator, grant, m, slack_seconds=slack,
@@ -328,9 +141,9 @@ def _maintain_checkpoints(p: PipelineContext, grant: LeaseGrant) -> dict[str, An
         out = lake_versions.maintain(p.lake_root, p.name, storage=p.storage,
                                      vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours, fence=fence)
     except LakeError as e:
-        _log("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
+        log_event("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
         return {"error": str(e)}
-    _log("checkpoints.maintained", p.name, grant, **{k: v for k, v in out.items() if k != "uri"})
+    log_event("checkpoints.maintained", p.name, grant, **{k: v for k, v in out.items() if k != "uri"})
     return out
 
 
@@ -597,17 +410,17 @@ def _maintain_tables(
     """The maintenance job over the pipeline's tables: its report (None when it wrote none) and its error."""
     found = discover_tables(p.lake_root, p.lake_table_filter(), p.config.table_options, storage=p.storage)
     if not found:
-        _log("maintenance.no_tables", p.name, grant, lake=p.lake_root)
+        log_event("maintenance.no_tables", p.name, grant, lake=p.lake_root)
         return {"tables": [], "totals": {}, "errors": []}, None
     uri = report_uri(p, grant, started_at)
     job = maintenance_job(p, maintenance_application_args(p, grant, found, uri, optimize=optimize, vacuum=vacuum))
-    _log("maintenance.submitting", p.name, grant, tables=len(found))
+    log_event("maintenance.submitting", p.name, grant, tables=len(found))
     t0 = time.time()
     outcome = spark_jobs.run_job(p, grant, job, JobRef.maintenance(p.name, grant.holder, grant.token),
                                  runner or SparkSubmitRunner(p.spark_master()), report=uri, storage=p.storage)
     if isinstance(outcome.error, Fenced):
         raise outcome.error
-    _log("maintenance.job_done", p.name, grant, status="ok" if outcome.ok else "failed", rc=outcome.rc,
+    log_event("maintenance.job_done", p.name, grant, status="ok" if outcome.ok else "failed", rc=outcome.rc,
          secs=f"{time.time() - t0:.1f}")
     return (None if outcome.report is None else dict(outcome.report)), outcome.error
 

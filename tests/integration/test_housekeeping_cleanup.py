@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 
 from cdc_core.capture.source import SourceParams
 from cdc_core.coordination import PipelineCoordinator
+from cdc_core.lake import staging_store
 from cdc_core.model import retention
 from cdc_core.model.config import MaintenanceConfig, PipelineConfig
 from cdc_core.model.errors import CoordinationError, Fenced
@@ -234,3 +235,68 @@ def test_after_ack_cleanup_is_batched(coord, staging_dir: Path, services, zk_roo
     assert housekeeping.cleanup_after_ack(Pipeline(config=off, source=p.source, coordinator=c), grant) is None
     c.release(grant)
     assert housekeeping.cleanup_after_ack(p, grant) is None  # Fenced: logged, not raised
+
+
+def test_the_after_ack_pass_lists_staging_only_when_a_window_is_due(
+    coord, staging_dir: Path, services, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c, clock = coord
+    grant = history(c, clock, staging_dir, [2, 2, 1 / 24], pending=True)  # 4 is pending
+    (staging_dir / PIPE / ".w0000000001.tmp-abc123").mkdir()  # a leftover of window 1's staging
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": PIPE, "source": {"conn_id": "unused"}, "tables": {"include": ["shop.*"]},
+            "zookeeper": {"hosts": services.zk_hosts, "root": zk_root}, "lease_seconds": 60,
+            "staging_root": str(staging_dir), "lake_root": str(tmp_path / "lake"), "staging_retention_hours": 24,
+            "maintenance": {"vacuum_retention_hours": 25, "log_retention_hours": 25, "txn_retention_hours": 25},
+        },
+        context={"base_dir": tmp_path},
+    )
+    p = Pipeline(config=cfg, source=SourceParams("127.0.0.1", 1, "u", "p"), coordinator=c)
+    listed: list[str] = []
+    real_list_names = staging_store.list_names
+
+    def counting_list_names(fs: Any, directory: str) -> list[str]:
+        listed.append(directory.rpartition("/")[2])
+        return real_list_names(fs, directory)
+
+    monkeypatch.setattr(staging_store, "list_names", counting_list_names)
+    slack = retention.staging_pass_slack_seconds(DAY, 60)
+    assert slack == 3600 - 120
+
+    out = housekeeping.cleanup_after_ack(p, grant)["staging"]  # type: ignore[index]
+    assert out["windows_deleted"] == 2 and out["leftovers_deleted"] == 1
+    assert listed == [PIPE, "reports"]  # one listing of each directory, none per deleted window
+    acked_3 = c.get_window(3).acked_at  # type: ignore[union-attr]
+    assert out["next_due"] == pytest.approx(acked_3 + DAY + slack)
+    note = staging_dir / PIPE / retention.STAGING_DUE_NAME
+    assert note.exists() and names(staging_dir / PIPE) == [retention.STAGING_DUE_NAME, "w0000000003", "w0000000004"]
+
+    # Until window 3 is due, the passes of the next acks list nothing and delete nothing.
+    listed.clear()
+    for _ in range(3):
+        skipped = housekeeping.cleanup_after_ack(p, grant)["staging"]  # type: ignore[index]
+        assert skipped["windows_deleted"] == 0 and skipped["not_due_until"] == out["next_due"]
+    assert listed == []
+    # Once it is due, the pass lists again and deletes it; only the pending window is left, so it looks
+    # again after the slack.
+    due = out["next_due"]
+    later = housekeeping.clean_staging(c, grant, str(staging_dir), DAY, now=due + 1, due_slack_seconds=slack)
+    assert later["windows_deleted"] == 1 and later["next_due"] == due + 1 + slack
+    assert names(staging_dir / PIPE) == [retention.STAGING_DUE_NAME, "w0000000004"]
+    assert later["unknown_entries"] == 0  # the note is not an operator's stray file
+
+    # The note only ever saves a listing: one for another retention (a config change), or unreadable, is ignored.
+    stage(staging_dir, 3)  # a stray copy of an acked window, for the pass to find
+    listed.clear()
+    shorter = housekeeping.clean_staging(c, grant, str(staging_dir), DAY / 2, now=due + 2, due_slack_seconds=slack)
+    assert shorter["windows_deleted"] == 1 and listed == [PIPE, "reports"]
+    note.write_text("{not json")
+    stage(staging_dir, 3)
+    again = housekeeping.clean_staging(c, grant, str(staging_dir), DAY, now=due + 3, due_slack_seconds=slack)
+    assert again["windows_deleted"] == 1
+    # The maintenance run's full pass neither reads nor needs the note.
+    stage(staging_dir, 3)
+    assert housekeeping.cleanup(p, grant, batched=False)["staging"]["windows_deleted"] == 0  # 3 is young now
+    c.release(grant)
+    assert housekeeping.cleanup_after_ack(p, grant) is None  # a zombie: fenced before the note is read

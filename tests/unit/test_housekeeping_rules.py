@@ -88,12 +88,42 @@ def test_never_deletes_an_unacked_or_young_window(seq, cursor, state, age, bound
         ("w0000000012-zz.json", "other", None),
         (".w0000000012.tmp-", "other", None),
         ("reports", "other", None),
+        ("cleanup-due.json", "due", None),
     ],
 )
 def test_classify_staging_entry(name: str, kind: str, seq: int | None) -> None:
     assert retention.classify_staging_entry(name) == (kind, seq)
     if kind == "maintenance_report":
         assert retention.maintenance_report_name(0x1A2B, 1_800_000_000.9) == name
+
+
+def test_the_staging_pass_is_next_due_when_the_first_window_it_kept_ages_past_the_retention() -> None:
+    kw: dict[str, Any] = {"now": NOW, "retention_seconds": 3 * DAY, "slack_seconds": 600}
+    # the first kept window was acked an hour ago: nothing to delete for 3 days less an hour, then the slack
+    assert retention.staging_pass_due_at(first_kept_acked=NOW - H, backlog=False, **kw) == NOW + 3 * DAY - H + 600
+    # cut short by the per-pass bound: more is due at once, whatever was kept
+    assert retention.staging_pass_due_at(first_kept_acked=NOW - H, backlog=True, **kw) == NOW
+    # only the pending window kept (or an ack time unknown): look again after the slack
+    assert retention.staging_pass_due_at(first_kept_acked=None, backlog=False, **kw) == NOW + 600
+
+
+@pytest.mark.parametrize(
+    ("retention_hours", "lease_seconds", "slack"),
+    [
+        (72, 600, 2400),  # the defaults: a tenth of 72 h is capped at an hour, and H rounds 20 min up to 1 h
+        (1, 600, 360),  # a tenth of the retention
+        (72, 60, 3480),
+        (72, 1800, 0),  # two leases are exactly an hour: nothing to spare, a pass on every ack as before
+        (72, 2000, 3200),  # 4000 s of leases round up to 2 h
+    ],
+)
+def test_the_staging_pass_slack_stays_inside_the_replay_horizon(retention_hours: int, lease_seconds: int,
+                                                                slack: float) -> None:
+    got = retention.staging_pass_slack_seconds(retention_hours * H, lease_seconds)
+    assert got == slack
+    # a copy kept `slack` past its retention, re-run then for two leases, is still inside H
+    assert retention_hours * H + got + 2 * lease_seconds <= retention.replay_horizon_hours(retention_hours,
+                                                                                          lease_seconds) * H
 
 
 # ------------------------------------------------------------------------------ ZooKeeper records
