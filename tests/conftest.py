@@ -35,6 +35,15 @@ def pytest_configure(config: pytest.Config) -> None:
     configure()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """py4j closes its gateway connections from `__del__` at interpreter exit and logs that at INFO, through
+    handlers whose streams (pytest's captures) are closed by then: two "--- Logging error ---" tracebacks at the
+    end of every run with Spark. Nothing is lost by not logging it."""
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
 @dataclass(frozen=True)
 class Services:
     mysql_host: str
