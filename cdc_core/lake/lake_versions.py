@@ -19,7 +19,7 @@ from cdc_core.model.errors import CdcError, ConfigError, LakeError, StateConflic
 from cdc_core.model.layout import checkpoints_uri
 from cdc_core.model.logfmt import iso_ms
 from cdc_core.model.output_modes import OUTPUT_STATE, OUTPUTS
-from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL
+from cdc_core.model.retention import CHECKPOINT_INTERVAL, PROP_CHECKPOINT_INTERVAL, PROP_LOG_RETENTION, interval
 
 if TYPE_CHECKING:
     from cdc_core.lake.delta_state import TableFacts
@@ -199,13 +199,14 @@ def write_window(
 
 def maintain(
     lake_root: str, pipeline: str, *, vacuum_retention_hours: float, min_files: int = 32,
-    storage: Storage = AMBIENT, fence: Callable[[], None] = lambda: None,
+    storage: Storage = AMBIENT, fence: Callable[[], None] = lambda: None, log_retention_hours: float | None = None,
 ) -> dict[str, Any]:
     """Keep the checkpoints table small (the maintenance run's cleanup, under the pipeline's lease: `fence` checks
     it before each step): compact its one-file-per-window appends once there are `min_files` files, VACUUM files
     older than the pipeline's vacuum retention, write a log checkpoint and drop expired log entries (the steps of
     cdc_core.lake.small_maintenance). The windows' idempotent-write identity survives all of it (no txn retention
-    is set on this table)."""
+    is set on this table). `log_retention_hours`: the pipeline's, set on the table so that its log (one commit per
+    window, read by every ack) keeps what the pipeline's tables keep, not Delta's default of 30 days."""
     from deltalake import DeltaTable
 
     from cdc_core.lake import delta_state, small_maintenance
@@ -216,9 +217,14 @@ def maintain(
         return {"uri": uri, "exists": False}
     try:
         dt = DeltaTable(uri, storage_options=storage_options)
-        if PROP_CHECKPOINT_INTERVAL not in dt.metadata().configuration:  # created before it was set
+        conf = dt.metadata().configuration
+        wanted = {} if PROP_CHECKPOINT_INTERVAL in conf else {PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)}
+        if log_retention_hours is not None and conf.get(PROP_LOG_RETENTION) != interval(
+                math.ceil(log_retention_hours)):
+            wanted[PROP_LOG_RETENTION] = interval(math.ceil(log_retention_hours))
+        if wanted:  # a table created before these were set, or a changed retention
             fence()
-            dt.alter.set_table_properties({PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)})
+            dt.alter.set_table_properties(wanted)
             dt = DeltaTable(uri, storage_options=storage_options)
         steps = small_maintenance.maintain(
             uri, dt, vacuum_hours=math.ceil(vacuum_retention_hours), fence=fence,

@@ -138,8 +138,10 @@ def _maintain_checkpoints(p: PipelineContext, grant: LeaseGrant) -> dict[str, An
 
     try:
         fence()
-        out = lake_versions.maintain(p.lake_root, p.name, storage=p.storage,
-                                     vacuum_retention_hours=p.config.maintenance.vacuum_retention_hours, fence=fence)
+        m = p.config.maintenance
+        out = lake_versions.maintain(p.lake_root, p.name, storage=p.storage, fence=fence,
+                                     vacuum_retention_hours=m.vacuum_retention_hours,
+                                     log_retention_hours=m.log_retention_hours)
     except LakeError as e:
         log_event("checkpoints.maintenance_failed", p.name, grant, reason=str(e))
         return {"error": str(e)}

@@ -7,7 +7,9 @@ directory (no service).
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +309,29 @@ def test_maintenance_compacts_the_checkpoints_table_and_keeps_its_idempotency(tm
     assert lv.write_window(lake, "p", 41, lambda: _rows("p", 41, {"s.a": 41, "s.b": 1}, 4100.0))
     assert lv.maintain(str(tmp_path / "nothing"), "p", vacuum_retention_hours=1) == {
         "uri": lv.checkpoints_uri(str(tmp_path / "nothing"), "p"), "exists": False}
+
+
+def test_maintenance_keeps_the_checkpoints_tables_log_for_the_pipelines_log_retention(tmp_path: Path) -> None:
+    """One commit per window: at Delta's default 30 days a one-minute pipeline's table kept 43,200 log entries,
+    which every ack's open of it read through (the long run, 2026-12-01). Maintenance sets the pipeline's
+    log_retention_hours on it, and its log clean-up then drops what is older."""
+    from deltalake import DeltaTable
+
+    from cdc_core.model.layout import checkpoints_uri
+    from cdc_core.model.retention import PROP_LOG_RETENTION
+
+    lake = str(tmp_path)
+    for seq in range(1, 26):
+        lv.write_window(lake, "p", seq, lambda seq=seq: _rows("p", seq, {"s.a": seq}, 100.0 * seq))
+    log = Path(checkpoints_uri(lake, "p")) / "_delta_log"
+    three_hours_ago = time.time() - 3 * 3600
+    for f in log.glob("*.json"):
+        os.utime(f, (three_hours_ago, three_hours_ago))
+    assert len(list(log.glob("*.json"))) == 25
+    lv.maintain(lake, "p", vacuum_retention_hours=2, log_retention_hours=2)
+    assert DeltaTable(checkpoints_uri(lake, "p")).metadata().configuration[PROP_LOG_RETENTION] == "interval 2 hours"
+    left = sorted(int(f.name[:20]) for f in log.glob("*.json"))
+    assert left[0] >= 5, left  # the old commits before a later checkpoint went (at Delta's default 30 days: none)
+    assert lv.load_cut(lake, "p").seq == 25 and lv.load_cut(lake, "p", window=25).tables["s.a"].version == 25
+    assert not lv.write_window(lake, "p", 25, lambda: pytest.fail("window 25 is recorded"))  # idempotency kept
+    assert lv.write_window(lake, "p", 26, lambda: _rows("p", 26, {"s.a": 26}, 2600.0))
