@@ -219,9 +219,9 @@ def maintain(
         dt = DeltaTable(uri, storage_options=storage_options)
         conf = dt.metadata().configuration
         wanted = {} if PROP_CHECKPOINT_INTERVAL in conf else {PROP_CHECKPOINT_INTERVAL: str(CHECKPOINT_INTERVAL)}
-        if log_retention_hours is not None and conf.get(PROP_LOG_RETENTION) != interval(
-                math.ceil(log_retention_hours)):
-            wanted[PROP_LOG_RETENTION] = interval(math.ceil(log_retention_hours))
+        log_interval = None if log_retention_hours is None else interval(math.ceil(log_retention_hours))
+        if log_interval is not None and conf.get(PROP_LOG_RETENTION) != log_interval:
+            wanted[PROP_LOG_RETENTION] = log_interval
         if wanted:  # a table created before these were set, or a changed retention
             fence()
             dt.alter.set_table_properties(wanted)
