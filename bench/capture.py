@@ -12,6 +12,8 @@ For each workload (a binlog range holding only its table's inserts, in files of 
                the product's default decode workers) + `stage_window` to Parquet, from the server;
 - ours_hashed: the same stage with 5 non-key columns hashed (transforms: HMAC-SHA-256), the capture cost
                of a transform;
+- ours_before: (update workloads, `before_images=True`) the same stage with the updates' before images
+               staged too, as for a table whose lake table keeps a change log;
 - ours_read:   the same without staging (decoding only), to attribute the time;
 - ours_inline / ours_workers: the other worker setting than the default, to show what it buys
                (these two for workloads of at most `extras_max_rows` rows: they double the run time).
@@ -169,11 +171,12 @@ class Ours:
         self.plan = plan
         return plan
 
-    def batches(self, workers: int | None) -> Any:
+    def batches(self, workers: int | None, before_images: bool = False) -> Any:
         from cdc_core.capture.binlog import read_change_batches
 
         return read_change_batches(
-            self.params, self.identity, self.plan, self.table_filter, self.schemas, workers=workers
+            self.params, self.identity, self.plan, self.table_filter, self.schemas, workers=workers,
+            before_images=(lambda schema, table: True) if before_images else None,
         )
 
     def read_only(self, workers: int | None) -> int:
@@ -181,10 +184,11 @@ class Ours:
 
         return sum(b.rows for b in self.batches(workers) if isinstance(b, RowBatch))
 
-    def stage(self, staging_root: str, workers: int | None, transforms: Any = None) -> int:
+    def stage(self, staging_root: str, workers: int | None, transforms: Any = None, before_images: bool = False) -> int:
         from cdc_core.lake.staging import stage_window
 
-        return int(stage_window(self.plan, self.batches(workers), staging_root, transforms=transforms).changes)
+        batches = self.batches(workers, before_images)
+        return int(stage_window(self.plan, batches, staging_root, transforms=transforms).changes)
 
     def hashing(self, columns: int) -> Any:
         """Transforms that hash the table's first `columns` non-key columns (docs/transforms.md)."""
@@ -206,6 +210,7 @@ def measure(
     workdir: Path,
     stock_max_rows: int,
     extras_max_rows: int = 200_000,
+    before_images: bool = False,
 ) -> dict[str, Any]:
     from cdc_core.capture.binlog.columnar_reader import decode_workers
 
@@ -226,10 +231,10 @@ def measure(
     out["default_decode_workers"] = default_workers
     stock_rows = min(rows, stock_max_rows)
 
-    def stage_run(workers: int | None, transforms: Any = None) -> int:
+    def stage_run(workers: int | None, transforms: Any = None, before: bool = False) -> int:
         root = tempfile.mkdtemp(prefix="stage-", dir=workdir)
         try:
-            return ours.stage(root, workers, transforms)
+            return ours.stage(root, workers, transforms, before)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -242,6 +247,8 @@ def measure(
         # The capture cost of a transform: the same stage with HASHED_COLUMNS columns hashed (issue 36).
         ("ours_hashed", lambda: stage_run(None, hashed), rows),
     ]
+    if before_images:  # the capture cost of a change log: the updates' before images staged too
+        variants.append(("ours_before", lambda: stage_run(None, before=True), rows))
     if rows <= extras_max_rows:  # attribution variants: small workloads only (they double the run time)
         variants += [
             ("ours_read", lambda: ours.read_only(None), rows),
@@ -279,6 +286,8 @@ def measure(
         out[f"ratio_{other_name}_to_ours"] = ratio(med[other_name], med["ours"])
     out["hashed_columns"] = HASHED_COLUMNS
     out["hashing_cost"] = ratio(med["ours"], med["ours_hashed"])  # time with hashing / time without
+    if before_images:
+        out["before_images_cost"] = ratio(med["ours"], med["ours_before"])  # time with before images / without
     return out
 
 

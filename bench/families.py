@@ -165,7 +165,8 @@ def run(
                         errors.append(f"{kind} {op} {t}: generating failed: {short_error(e)}")
                         log(f"  {errors[-1]}")
                         continue
-                    m = measure(si, wl, repeats, long_run, workdir, stock_max_rows, extras_max_rows=0)
+                    m = measure(si, wl, repeats, long_run, workdir, stock_max_rows, extras_max_rows=0,
+                                before_images=op == "update")
                     m.update({"family": kind, "op": op, "load_avg": os.getloadavg()[0], "measured_at": now_iso()})
                     results.append(m)
                     log(f"  {kind} {op} {t}: x{m.get('ratio_ours_to_stock')} stock, "

@@ -51,7 +51,7 @@ from cdc_core.lake.staging_writer import COMPRESSION, COMPRESSION_LEVEL, Segment
 from cdc_core.model.changes import RowBatch, RowChange, TableSchema
 from cdc_core.model.errors import StagingError
 from cdc_core.model.logfmt import line
-from cdc_core.model.manifest import MANIFEST_NAME, OP_DELETE, OP_INSERT, OP_UPDATE, Manifest
+from cdc_core.model.manifest import MANIFEST_NAME, OP_BEFORE, OP_DELETE, OP_INSERT, OP_UPDATE, Manifest
 from cdc_core.model.transforms import Transforms
 from cdc_core.model.types import TYPE_MAP_VERSION
 from cdc_core.model.window_plan import WindowPlan
@@ -178,8 +178,6 @@ def _consume(
     every_rows: int,
     every_secs: float,
 ) -> None:
-    rg_rows = writer.row_group_rows
-    max_buffered = writer.max_buffered
     label = writer.plan.label()
     last_ordinal: int | None = None
     last_shape: TableSchema | None = None
@@ -207,13 +205,16 @@ def _consume(
                 f"window {label}: change ordinals must increase strictly, got {ordinal} after {last_ordinal}; "
                 "this is a reader bug: report it"
             )
-        last_ordinal = ordinal
         shape = item.table
         if shape is not last_shape:  # runs of one table share one TableSchema object: skip the lookup
             state, seg = writer.segment_for(shape)
             counts = state.counts
             last_shape = shape
         assert seg is not None
+        if item.op == OP_BEFORE:  # an update's before image: its update follows, with the same ordinal
+            writer.add_row(writer.before_segment(seg), item)
+            continue
+        last_ordinal = ordinal
         try:
             counts[item.op] += 1
         except KeyError:
@@ -221,14 +222,8 @@ def _consume(
                 f"window {label}: change {ordinal} to {shape.name!r} has operation {item.op!r}, expected one of "
                 f"{OP_INSERT!r}, {OP_UPDATE!r}, {OP_DELETE!r}; this is a reader bug: report it"
             ) from None
-        seg.buffer.append(item)
-        seg.rows += 1
-        writer.buffered += 1
+        writer.add_row(seg, item)
         rows += 1
-        if len(seg.buffer) >= rg_rows:
-            writer.flush(seg)
-        elif writer.buffered >= max_buffered:
-            writer.flush_all()
         if progress is not None and not rows & 1023:
             now = time.monotonic()
             if rows >= next_report or now - last_report_t >= every_secs:
@@ -257,14 +252,23 @@ def _consume_batch(writer: WindowWriter, item: RowBatch, label: str) -> int:
         )
     state.last_ordinal = item.last_ordinal
     counts = state.counts
+    befores = 0
     for entry in pc.value_counts(batch.column(0)).to_pylist():
         op = entry["values"]
+        if op == OP_BEFORE:
+            befores = entry["counts"]
+            continue
         if op not in counts:
             raise StagingError(
                 f"window {label}: a change to {item.table.name!r} has operation {op!r}, expected one of "
                 f"{OP_INSERT!r}, {OP_UPDATE!r}, {OP_DELETE!r}; this is a reader bug: report it"
             )
         counts[op] += entry["counts"]
+    if befores:  # updates' before images: to the segment's companion file, out of every other reader's way
+        is_before = pc.equal(batch.column(0), OP_BEFORE)
+        writer.add_batch(writer.before_segment(seg), batch.filter(is_before))
+        batch = batch.filter(pc.invert(is_before))
+        n -= befores
     writer.add_batch(seg, batch)
     return int(n)
 

@@ -181,7 +181,7 @@ def read_manifest(staging_root: str, pipeline: str, seq: int, *, storage: Storag
 
 def verify_files(store: StagingStore, wdir: str, manifest: Manifest) -> None:
     for t in manifest.tables:
-        for f in t.files:
+        for f in (g for staged in t.files for g in staged.with_before()):
             path = f"{wdir}/{f.path}"
             what = _check_file(store, path, f)
             if what:
@@ -322,21 +322,25 @@ def staged_file_columns(
 
 
 def read_table_changes(
-    staging_root: str, manifest: Manifest, table_name: str, *, storage: Storage = AMBIENT
+    staging_root: str, manifest: Manifest, table_name: str, *, storage: Storage = AMBIENT, before_images: bool = False
 ) -> pa.Table:
     """All staged changes of one table (`schema.table`), metadata columns first, then the union of
-    source columns in manifest order (NULL where a file lacks a column). For tests and tools."""
+    source columns in manifest order (NULL where a file lacks a column); `before_images`: the updates' before
+    images instead. For tests and tools."""
     table = manifest.table(table_name)
     store = StagingStore(staging_root, storage)
     wdir = store.window_path(manifest.plan.pipeline, manifest.plan.seq)
     parts = []
-    for f in table.files:
+    for f in (f.before for f in table.files if f.before is not None) if before_images else table.files:
         with store.fs.open(f"{wdir}/{f.path}", "rb") as fh:
             parts.append(pq.read_table(fh))
     names = [*STAGED_META_COLUMNS, *(c.name for c in table.columns)]
     if not parts:
         return pa.table({n: pa.array([], pa.null()) for n in names})
     out = pa.concat_tables(parts, promote_options="permissive")
+    for name in names:  # a column no file has (added by a DDL after the window's updates, for before images)
+        if name not in out.column_names:
+            out = out.append_column(name, pa.nulls(out.num_rows))
     return out.select(names)
 
 

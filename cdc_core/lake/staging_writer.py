@@ -46,6 +46,7 @@ COMPRESSION_LEVEL = 3
 # A hashed column (hex digests: 4 bits of entropy a byte) compresses by entropy coding alone: zstd level 1 gives
 # the same size as level 3 at a third of the time (bench/RESULTS.md, "Capture with hashed columns").
 HASHED_COMPRESSION_LEVEL = 1
+BEFORE_SUFFIX = ".before.parquet"  # a segment's before-image companion: part-NNNNN.before.parquet
 
 
 
@@ -71,6 +72,10 @@ class Segment:
     transform: TableTransform | None = None
     out_codec: TableCodec | None = None
     to_delete: dict[str, int] = field(default_factory=lambda: {OP_INSERT: 0, OP_UPDATE: 0})  # by the filter
+    # The updates' before images of this segment's rows (op 'B'; tables with a change log), in a file of their
+    # own next to this one (`StagedFile.before`): no other reader of the window sees them.
+    before: Segment | None = None
+    is_before: bool = False  # this is such a companion: `rows` counts what the transform's filter kept
 
     @property
     def output(self) -> TableCodec:
@@ -118,6 +123,8 @@ class WindowWriter:
             table, moved = seg.transform.apply(table, STAGED_META_COLUMNS)
             for op, n in moved.items():
                 seg.to_delete[op] += n
+        if seg.is_before:
+            seg.rows += table.num_rows
         self._pending.append(self._pool.submit(self._write_now, seg, table))
         while len(self._pending) > MAX_PENDING_WRITES:  # bounds the row groups held in memory
             self._pending.popleft().result()
@@ -177,6 +184,15 @@ class WindowWriter:
         self.open_segments.append(seg)
         return state, seg
 
+    def before_segment(self, seg: Segment) -> Segment:
+        """The companion segment holding `seg`'s updates' before images (opened on the first one)."""
+        if seg.before is None:
+            rel = seg.rel_path.removesuffix(".parquet") + BEFORE_SUFFIX
+            seg.before = Segment(seg.codec, seg.index, rel, transform=seg.transform, out_codec=seg.out_codec,
+                                 is_before=True)
+            self.open_segments.append(seg.before)
+        return seg.before
+
     def flush(self, seg: Segment) -> None:
         """Write everything the segment buffers as one row group."""
         rows = seg.buffer
@@ -193,6 +209,17 @@ class WindowWriter:
         seg.batches, seg.batch_rows = [], 0
         self._write(seg, pa.Table.from_batches(batches).combine_chunks())
 
+    def add_row(self, seg: Segment, row: RowChange) -> None:
+        """Buffer one change (the row-by-row path); a row group is cut every `row_group_rows` rows of the segment."""
+        seg.buffer.append(row)
+        if not seg.is_before:
+            seg.rows += 1
+        self.buffered += 1
+        if len(seg.buffer) >= self.row_group_rows:
+            self.flush(seg)
+        elif self.buffered >= self.max_buffered:
+            self.flush_all()
+
     def add_batch(self, seg: Segment, batch: pa.RecordBatch) -> None:
         """Buffer rows in staged form; cut a row group every `row_group_rows` rows of the segment, as the
         row-by-row path does."""
@@ -203,7 +230,8 @@ class WindowWriter:
         n = batch.num_rows
         seg.batches.append(batch)
         seg.batch_rows += n
-        seg.rows += n
+        if not seg.is_before:
+            seg.rows += n
         self.buffered += n
         rg = self.row_group_rows
         while seg.batch_rows >= rg:
@@ -236,6 +264,8 @@ class WindowWriter:
             self.flush(seg)
 
     def close_segment(self, seg: Segment) -> None:
+        if seg.before is not None:
+            self.close_segment(seg.before)
         self.flush(seg)
         self.drain()
         if seg.writer is None and seg.declared:
@@ -250,6 +280,7 @@ class WindowWriter:
                 sha256=seg.sink.sha.hexdigest(),
                 columns=tuple(c.name for c in seg.output.columns),
                 key=seg.codec.table.key,
+                before=seg.before.staged if seg.before is not None else None,
             )
             self.bytes += seg.sink.size
             seg.writer = seg.file = seg.sink = None

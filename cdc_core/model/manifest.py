@@ -4,6 +4,7 @@ Layout of one staged window (under `<staging_root>/<pipeline>/w<seq:010d>/`):
 
     manifest.json                      written last: its presence means the window is complete
     tables/<schema>/<table>/part-NNNNN.parquet   (path components encoded by `naming.path_component`)
+    tables/<schema>/<table>/part-NNNNN.before.parquet   updates' before images (tables with a change log)
 
 Every staged Parquet row is one change to one key. Besides the source columns it carries:
 
@@ -17,6 +18,11 @@ Every staged Parquet row is one change to one key. Besides the source columns it
 For 'D' rows the source columns hold the before image; for 'I'/'U' the after image. A file's
 `columns` lists the source columns present in it (DDL mid-window starts a new file), so a change is
 applied with the schema in force when it was written.
+
+A table whose lake table keeps a change log (docs/output-modes.md) also stages each update's before image:
+rows with `_cdc_op` 'B' and the version, ordinal, commit time and transaction of their 'U' row, in a companion
+file of the same shape (`StagedFile.before`). Only the change log reads them; every other reader of a window
+iterates `StagedTable.files` and never sees one.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ COL_DELETED = "_cdc_deleted"  # soft-delete mode only
 COL_DELETED_AT = "_cdc_deleted_at"  # soft-delete mode only
 
 OP_INSERT, OP_UPDATE, OP_DELETE = "I", "U", "D"
+OP_BEFORE = "B"  # an update's before image: staged in the companion file (StagedFile.before) only
 
 # Spark resolves column names case-insensitively, and the merge job names its scratch columns
 # `__cdc_*`: a source column spelled like one of these would be overwritten or dropped.
@@ -95,6 +102,9 @@ class StagedFile:
     # The key its rows were written under (a DDL inside the window may change the table's key, or hand its name
     # to another table: RENAME TABLE a TO c, b TO a). None: the table's (manifests staged before it was recorded).
     key: tuple[str, ...] | None = None
+    # The updates' before images of this file's rows (op 'B', same shape and key), for the change log; None: not
+    # staged (the table keeps no change log, or the window was staged before they were).
+    before: StagedFile | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -106,13 +116,19 @@ class StagedFile:
         }
         if self.key is not None:
             out["key"] = list(self.key)
+        if self.before is not None:
+            out["before"] = self.before.to_dict()
         return out
+
+    def with_before(self) -> tuple[StagedFile, ...]:
+        """This file and its before-image companion, if any (what a check of the staged bytes covers)."""
+        return (self,) if self.before is None else (self, self.before)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedFile:
-        key = d.get("key")
+        key, before = d.get("key"), d.get("before")
         return cls(d["path"], int(d["rows"]), int(d["bytes"]), d["sha256"], tuple(d["columns"]),
-                   None if key is None else tuple(key))
+                   None if key is None else tuple(key), None if before is None else cls.from_dict(before))
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,16 @@ class StagedTable:
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
+
+    @property
+    def has_before_images(self) -> bool:
+        return any(f.before is not None for f in self.files)
+
+    def with_before_images(self) -> StagedTable:
+        """This table with its files' before-image companions read as files of their own (what the change log
+        lands: 'B' rows next to the changes); itself when it has none."""
+        befores = tuple(f.before for f in self.files if f.before is not None)
+        return replace(self, files=(*self.files, *befores)) if befores else self
 
     def with_files(self, kept: Sequence[StagedFile]) -> StagedTable:
         """This table with only the files `kept` (the rows that land in one lake table of a window with renames),

@@ -15,9 +15,10 @@ kept: checks, cuts and verify read it), and any of:
   changes, or one that fills a gap, all give the rows an uninterrupted run would.
 - **changelog**, at `<lake_root>/_cdc.changelog/<schema>/<table>`: one row per change (append only): the
   row image (the after image of an insert or update, the before image of a delete), `_cdc_op`, the change
-  version, its ordinal in the window, its commit time and the window. Inserted once per (key, change version,
-  op): a replay of the window is skipped by its txn, a backfill's re-delivered changes match and are not
-  inserted again.
+  version, its ordinal in the window, its commit time and the window; an update's before image is a row of its
+  own with op `B` and its update's version and ordinal (staged beside the changes: manifest.StagedFile.before).
+  Inserted once per (key, change version, op): a replay of the window is skipped by its txn, a backfill's
+  re-delivered changes match and are not inserted again.
 
 Rows a snapshot loads carry op `S` in both (the row as the snapshot read it).
 """
@@ -37,7 +38,7 @@ OUTPUTS = (OUTPUT_STATE, OUTPUT_HISTORY, OUTPUT_CHANGELOG)
 HISTORY_DIR = "_cdc.history"  # a dot: no path_component-encoded schema name has one
 CHANGELOG_DIR = "_cdc.changelog"
 
-OP_SNAPSHOT = "S"  # a row a snapshot read (history and changelog `_cdc_op`)
+OP_SNAPSHOT = "S"  # a row a snapshot read (history and changelog `_cdc_op`; an update's before image: OP_BEFORE)
 OP_CLEARED = "T"  # a DDL that removed every row (TRUNCATE, DROP TABLE, CREATE OR REPLACE, a rename away)
 PROP_OUTPUTS_KEY = "cdc.outputs.key"  # the key a history or change log was created with (JSON list)
 # A change log's file statistics must hold its change versions wherever the column sits (cdc_core.lake.

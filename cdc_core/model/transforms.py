@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cdc_core.model.errors import ConfigError
-from cdc_core.model.manifest import COL_OP, OP_DELETE, OP_INSERT, OP_UPDATE, is_reserved_column
+from cdc_core.model.manifest import COL_OP, OP_BEFORE, OP_DELETE, OP_INSERT, OP_UPDATE, is_reserved_column
 from cdc_core.model.transform_expressions import (
     columns_of,
     evaluate_filter,
@@ -326,11 +326,16 @@ class TableTransform:
         return pa.schema([*meta_fields, *(pa.field(c.name, c.arrow_type, nullable=True) for c in self.columns)])
 
     def apply(self, rows: pa.Table, meta_names: Sequence[str]) -> tuple[pa.Table, dict[str, int]]:
-        """The staged row group, and how many changes of each operation the filter turned into deletes."""
+        """The staged row group, and how many changes of each operation the filter turned into deletes. An update's
+        before image (op 'B') that fails the filter is dropped: the row was not in the filtered set before it."""
         moved = {OP_INSERT: 0, OP_UPDATE: 0}
         fail = None
         if self.filter is not None and rows.num_rows:
             passes = evaluate_filter(self.filter, rows)
+            outside = pc.and_(pc.invert(passes), pc.equal(rows.column(COL_OP), OP_BEFORE))
+            if pc.any(outside).as_py():
+                kept = pc.invert(outside)
+                rows, passes = rows.filter(kept), passes.filter(kept)
             fail = pc.and_(pc.invert(passes), pc.not_equal(rows.column(COL_OP), OP_DELETE))
             if pc.any(fail).as_py():
                 for op in moved:

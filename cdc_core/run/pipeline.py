@@ -195,7 +195,24 @@ class Pipeline:
         """What a new window captures, recorded in its plan (see `WindowPlan.capture`)."""
         f = self.table_filter(tables)
         out = {"include": f.include, "exclude": f.exclude, "full_row_key": tuple(self.config.tables.full_row_key)}
+        # The lake tables that keep a change log: their source tables stage updates' before images.
+        logs = tuple(sorted(name for name in self.config.table_options if self.config.outputs_of(name).changelog))
+        if logs:
+            out["before_images"] = logs
         return {**out, **transforms.plan_record(self.config.transform, self.name, self.transform_key)}
+
+    def plan_before_images(self, plan: WindowPlan) -> Callable[[str, str], bool] | None:
+        """Whether a source table's updates stage their before images, as the stored plan was planned (a plan
+        recorded without the setting stages none)."""
+        logs = frozenset((plan.capture or self.capture_settings(plan.tables)).get("before_images", ()))
+        if not logs:
+            return None
+
+        @functools.cache
+        def wanted(schema: str, table: str) -> bool:
+            return self.lineage(schema, table).lake_name in logs
+
+        return wanted
 
     def plan_capture(self, plan: WindowPlan) -> tuple[TableFilter, tuple[str, ...]]:
         """The table filter and full-row-key patterns a stored plan was planned with."""

@@ -66,7 +66,7 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
         read = read_change_batches if p.config.decoder == "columnar" else read_changes
         changes: Iterator[Any] = read(
             p.source, plan.start.server, plan, table_filter, schemas, zero_dates=p.config.zero_dates,
-            schema_policy=p.config.schema_changes.policy(),
+            schema_policy=p.config.schema_changes.policy(), before_images=p.plan_before_images(plan),
         )
         faults.point("mid_stage_before")
         if faults.armed("mid_stage"):

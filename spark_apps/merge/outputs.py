@@ -90,33 +90,41 @@ class Outputs(Derived):
             if not key:
                 return {}
         out: dict[str, Any] = {}
-        changes: DataFrame | None = None
+        changes, changes_arrow = self._window_readers(st, snapshot)
+        if modes.changelog:
+            # The change log also lands the updates' before images (op B), staged apart from the changes.
+            log_target = st.with_before_images()
+            log_changes, log_arrow = (changes, changes_arrow) if log_target is st else self._window_readers(
+                log_target, snapshot)
+            out["changelog"] = self.land_changelog(log_target, key, log_changes, options, cleared,
+                                                    changes_arrow=log_arrow)
+        if modes.history:
+            out["history"] = self.land_history(st, key, changes, options, cleared, changes_arrow=changes_arrow)
+        faults.point("mid_outputs")  # crash suite: the history and change log hold the window, the state not yet
+        return out
+
+    def _window_readers(self, st: LakeTarget, snapshot: bool) -> tuple[Callable[[], DataFrame],
+                                                                      Callable[[], pa.Table | None]]:
+        """The window's changes of `st` read once when first asked for: by Spark, and without a Spark job for the
+        delta-rs writers (None: Spark's read serves)."""
+        read_by_spark: list[DataFrame] = []
         read_by_arrow: list[pa.Table | None] = []
 
         def window_changes() -> DataFrame:
-            nonlocal changes
-            if changes is None:
+            if not read_by_spark:
                 read = st.read(self.spark, self.window_dir, storage=self.storage, bounded=True)
                 if snapshot:  # a snapshot's rows are what it read, not changes
                     read = read.withColumn(COL_OP, F.when(F.col(COL_OP) == OP_DELETE, F.col(COL_OP))
                                            .otherwise(F.lit(OP_SNAPSHOT)))
-                changes = read
-            return changes
+                read_by_spark.append(read)
+            return read_by_spark[0]
 
         def window_arrow() -> pa.Table | None:
-            """The same changes read without a Spark job, for the delta-rs writers (None: Spark's read serves)."""
             if not read_by_arrow:
                 read_by_arrow.append(self.changes_by_arrow(st, snapshot))
             return read_by_arrow[0]
 
-        if modes.changelog:
-            out["changelog"] = self.land_changelog(st, key, window_changes, options, cleared,
-                                                    changes_arrow=window_arrow)
-        if modes.history:
-            out["history"] = self.land_history(st, key, window_changes, options, cleared,
-                                                changes_arrow=window_arrow)
-        faults.point("mid_outputs")  # crash suite: the history and change log hold the window, the state not yet
-        return out
+        return window_changes, window_arrow
 
     def changes_by_arrow(self, st: LakeTarget, snapshot: bool) -> pa.Table | None:
         """The window's changes of `st` read from the staged files with Arrow, when the small-table writers will

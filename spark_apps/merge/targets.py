@@ -79,6 +79,12 @@ class LakeTarget:
     def name(self) -> str:
         return table_id(self.schema, self.table)
 
+    def with_before_images(self) -> LakeTarget:
+        """This target with its members' updates' before images among their changes (the change log's rows)."""
+        if not any(st.has_before_images for st, _ in self.members):
+            return self
+        return replace(self, members=tuple((st.with_before_images(), where) for st, where in self.members))
+
     def bound(self, i: int) -> tuple[int | None, int | None]:
         return self.bounds[i] if self.bounds else (None, None)
 

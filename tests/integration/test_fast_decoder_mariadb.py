@@ -194,3 +194,45 @@ def test_columnar_decoder_stages_exactly_what_the_library_decodes(
             for col in want.column_names:
                 assert have[col].equals(want[col]), f"{name}: {t.name}.{col} differs"
         assert got.to_json() == reference.to_json(), f"{name}: the staged window is not byte-identical"
+
+    # Tables with a change log also stage each update's before image (op B): every path the same bytes, the
+    # changes' own files unchanged, each image the row as it was, with its update's version, ordinal and txn.
+    every = lambda schema, table: True  # noqa: E731
+    with_before = {
+        "library": stage("library_b", read_changes(params, after.identity, plan, tables, schemas_from(params),
+                                                   before_images=every)),
+        "vector": stage("vector_b", read_change_batches(params, after.identity, plan, tables, schemas_from(params),
+                                                        workers=0, native=True, before_images=every)),
+        "python_walk": stage("python_walk_b", read_change_batches(
+            params, after.identity, plan, tables, schemas_from(params), workers=0, native=False, before_images=every)),
+        "per_value": stage("per_value_b", read_change_batches(
+            params, after.identity, plan, tables, schemas_from(params), workers=0, vectorize=False,
+            before_images=every)),
+        "worker": stage("worker_b", read_change_batches(
+            params, after.identity, plan, tables, schemas_from(params), workers=1, slice_bytes=4096,
+            before_images=every)),
+    }
+    want_b = with_before["library"]
+    for name, got in with_before.items():
+        assert got.to_json() == want_b.to_json(), f"{name}: the before images are not byte-identical"
+    for t in reference.tables:
+        assert [f.sha256 for f in want_b.table(t.name).files] == [f.sha256 for f in t.files], t.name
+    assert (want_b.table(f"{source_db}.other").inserts, want_b.table(f"{source_db}.other").updates) == (3001, 1000)
+    root_b = str(tmp_path / "library_b")
+    for t, updates in ((f"{source_db}.other", 1000), (f"{source_db}.edge", 2)):
+        changes = staging.read_table_changes(root_b, want_b, t).to_pylist()
+        befores = staging.read_table_changes(root_b, want_b, t, before_images=True).to_pylist()
+        assert len(befores) == updates and {b["_cdc_op"] for b in befores} == {"B"}
+        ours = {(c["_cdc_version"], c["_cdc_ordinal"]): c for c in changes if c["_cdc_op"] == "U"}
+        assert len(ours) == updates
+        for b in befores:
+            u = ours[(b["_cdc_version"], b["_cdc_ordinal"])]
+            assert (b["id"], b["_cdc_commit_ts"], b["_cdc_txn"]) == (u["id"], u["_cdc_commit_ts"], u["_cdc_txn"])
+            if t.endswith("other"):
+                assert (b["n"], u["n"]) == (b["id"], b["id"] + 1)
+    edge_b = {b["id"]: b for b in staging.read_table_changes(root_b, want_b, f"{source_db}.edge",
+                                                               before_images=True).to_pylist()}
+    edge_u = {c["id"]: c for c in staging.read_table_changes(root_b, want_b, f"{source_db}.edge").to_pylist()
+              if c["_cdc_op"] == "U"}
+    assert sorted(edge_b) == [1, 3]
+    assert edge_b[1]["vc"] != edge_u[1]["vc"] == "changed 🙂" and edge_b[3]["tm"] != edge_u[3]["tm"]

@@ -21,7 +21,7 @@ from cdc_core.model.layout import changelog_uri, history_uri, table_uri
 from cdc_core.model.merge_semantics import STATUS_ALREADY
 from cdc_core.model.schema_changes import ADD_COLUMN, DROP_COLUMN, PRIMARY_KEY, TRUNCATE_TABLE, ColumnSpec, SchemaChange
 from spark_apps.merge import merge_window
-from tests.support.output_model import Change, Model
+from tests.support.output_model import Change, Model, whole_updates
 from tests.support.output_model import random_stream as stream
 from tests.support.staged_builder import Col, VersionClock, WindowBuilder
 
@@ -59,7 +59,7 @@ class Lake:
     def check(self, given: list[Change], when: str) -> None:
         """Each table's state, history and change log equal the model of the changes given so far (in binlog
         order, each once: what the source did)."""
-        ordered = sorted({c[2]: c for c in given}.values(), key=lambda c: c[2])
+        ordered = sorted({(c[2], c[0]): c for c in given}.values(), key=lambda c: (c[2], c[0] != "B"))
         for table, (opts, track) in TABLES.items():
             model = Model(("id",), track).apply(ordered)
             state = {r["id"]: {c.name: r[c.name] for c in COLS} for r in self.read(table_uri(self.root, "shop", table))}
@@ -96,9 +96,9 @@ def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfil
     """Both writers of the history and change log: delta-rs for small tables (cdc_core.lake.history_merge,
     changelog_append), Spark's recompute and MERGEs (`small_table_rows: 0`, as for tables past the limit)."""
     rng = random.Random(1)
-    changes = stream(rng, VersionClock(), 60)
+    changes = stream(rng, VersionClock(), 60, before_images=True)  # staged for both tables: the change log reads them
     lake = Lake(spark, tmp_path / "staging", tmp_path / "lake", small_table_rows=None if writer == "delta-rs" else 0)
-    cuts = sorted(rng.sample(range(1, len(changes)), 3))
+    cuts = sorted({whole_updates(changes, at) for at in rng.sample(range(1, len(changes)), 3)})
     windows = [changes[a:b] for a, b in zip([0, *cuts], [*cuts, len(changes)], strict=True)]
     given: list[Change] = []
     seq = 0
@@ -123,8 +123,9 @@ def test_history_and_changelog_equal_the_model_under_replays_crashes_and_backfil
                 assert {o["status"] for o in (r.get("history"), r.get("changelog")) if o} <= {STATUS_ALREADY}
             lake.check(given, f"window {seq} again")
     # A backfill from a point in the stream: its changes again, in new windows cut elsewhere.
-    since = rng.randrange(len(changes))
-    for n, part in enumerate((changes[since:since + 9], changes[since + 9:])):
+    since = whole_updates(changes, rng.randrange(len(changes)))
+    middle = whole_updates(changes, since + 9)
+    for n, part in enumerate((changes[since:middle], changes[middle:])):
         if part:
             seq += 1
             report = lake.merge(seq, part)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import uuid
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
 
     def changelog() -> list[dict[str, Any]]:
         rows = delta_state.read_rows(changelog_uri(lake, source_db, "customers")).to_pylist()
-        return sorted(rows, key=lambda r: (r["_cdc_version"], r["_cdc_ordinal"]))
+        return sorted(rows, key=lambda r: (r["_cdc_version"], r["_cdc_ordinal"], r["_cdc_op"]))  # B before U
 
     run()  # the snapshot (and the empty binlog after it)
     assert [(r["id"], r["tier"], r["_cdc_op"], r["_cdc_is_current"]) for r in history()] == [
@@ -121,13 +122,24 @@ def test_history_and_changelog_follow_the_snapshot_and_the_binlog_with_pii_hashe
     assert got[3]["_cdc_last_version"] > got[3]["_cdc_valid_from_version"]  # the folded-in changes
 
     log = changelog()
-    assert [(r["id"], r["_cdc_op"]) for r in log[3:]] == [(2, "U"), (1, "U"), (1, "U"), (3, "D"), (4, "I"), (2, "U")]
-    assert [r["tier"] for r in log[3:]] == ["silver", "silver", "platinum", "gold", "bronze", "silver"]
-    assert len({(r["id"], r["_cdc_version"], r["_cdc_op"]) for r in log}) == len(log) == 9
+    # Each update comes with its before image (op B, the binlog's, transformed like the row: the old e-mail hashed),
+    # with the update's version, ordinal and transaction.
+    assert [(r["id"], r["_cdc_op"]) for r in log[3:]] == [
+        (2, "B"), (2, "U"), (1, "B"), (1, "U"), (1, "B"), (1, "U"), (3, "D"), (4, "I"), (2, "B"), (2, "U")]
+    assert [(r["tier"], r["visits"]) for r in log[3:]] == [
+        ("silver", 0), ("silver", 1), ("gold", 0), ("silver", 0), ("silver", 0), ("platinum", 0), ("gold", 5),
+        ("bronze", 1), ("silver", 1), ("silver", 7)]
+    assert [r["email"] for r in log[-2:]] == [hashed("two@secret.example"), hashed("new-two@secret.example")]
+    for before, update in itertools.pairwise(log[3:]):
+        if before["_cdc_op"] == "B":
+            assert update["_cdc_op"] == "U"
+            assert [before[c] for c in ("id", "_cdc_version", "_cdc_ordinal", "_cdc_commit_ts", "_cdc_txn")] == [
+                update[c] for c in ("id", "_cdc_version", "_cdc_ordinal", "_cdc_commit_ts", "_cdc_txn")]
+    assert len({(r["id"], r["_cdc_version"], r["_cdc_op"]) for r in log}) == len(log) == 13
     # Each change names its transaction (where it began in the binlog); the snapshot's rows none.
     txns = [r["_cdc_txn"] for r in log]
     assert txns[:3] == [None, None, None]
-    assert len(set(txns[3:8])) == 1 and txns[8] > txns[3], txns  # one transaction, then the next
+    assert len(set(txns[3:11])) == 1 and txns[11] > txns[3], txns  # one transaction, then the next
     assert all(r["_cdc_txn"] < r["_cdc_version"] for r in log[3:])
 
     # Consistent cuts name the history and change log with the state (docs/lake-versions.md): the newest at their

@@ -20,6 +20,7 @@ import pytest
 from cdc_core.cli import main
 from cdc_core.lake import delta_state
 from cdc_core.model.errors import ConfigError
+from cdc_core.model.layout import changelog_uri
 from cdc_core.model.naming import path_component
 from tests.support.security import find_values_in_files
 
@@ -112,6 +113,8 @@ def test_excluded_hashed_masked_truncated_and_filtered_columns_land_shaped_on_ev
         "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
         "transform": {"hash_key": {"env": "CDC_TEST_PII_KEY"},
                       "tables": [{**RULE, "match": RULE["match"].format(db=source_db)}]},
+        # A change log: updates' before images are staged and landed too, shaped by the same rule.
+        "table_options": {f"{source_db}.customers": {"outputs": ["state", "changelog"]}},
     }
     config = tmp_path / "pipelines.yaml"
 
@@ -157,6 +160,22 @@ def test_excluded_hashed_masked_truncated_and_filtered_columns_land_shaped_on_ev
     run_and_check("library")
 
     assert find_values_in_files([tmp_path / "staging", tmp_path / "lake"], secrets) == []
+    assert list((tmp_path / "staging").rglob("part-*.before.parquet")), "no before image was staged"
+
+    # The change log (columnar, then library decoder): each update's before image (B) inside the filter, shaped like
+    # the row; one outside it (the update moved the row in) is not there; a row moved out is its B, then a delete.
+    log = delta_state.read_rows(changelog_uri(str(tmp_path / "lake"), source_db, "customers")).to_pylist()
+    ops: dict[int, list[str]] = {}
+    for r in sorted(log, key=lambda r: (r["_cdc_version"], r["_cdc_ordinal"], r["_cdc_op"])):
+        if r["_cdc_txn"] is not None:  # not the snapshot's (its rows outside the filter: deletes of their keys)
+            ops.setdefault(r["id"], []).append(r["_cdc_op"])
+    assert ops == {1: ["B", "D"], 2: ["U"], 3: ["B", "U"], 4: ["D"], 5: ["B", "U"], 7: ["I", "D"], 8: ["D", "U"],
+                   9: ["I"]}, ops
+    befores = {r["id"]: r for r in log if r["_cdc_op"] == "B"}
+    old = expected_lake([person(i, "DE") for i in (1, 3, 5)])
+    for i in (1, 3, 5):
+        assert {k: befores[i][k] for k in old[i]} == old[i], i
+        assert "note" not in befores[i]
 
     # `cdc verify` compares the lake with the source shaped by the same rule; a change not landed yet shows.
     assert main(["--config", str(config), "verify", name]) == 0, capsys.readouterr()

@@ -2,7 +2,8 @@
 written from the rules, not from the merge job: whatever windows, replays and backfills deliver a change stream,
 the lake must equal the model of the stream itself.
 
-A change is (op, row, version, commit time); the stream is in binlog order (increasing versions).
+A change is (op, row, version, commit time); the stream is in binlog order (increasing versions). An update's before
+image (op B) comes just before its update, with its version: only the change log keeps it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Model:
         for op, row, version, ts in stream:
             key = self.k(row)
             self.changelog.append((op, dict(row), version))
+            if op == "B":
+                continue
             cur = self._current.get(key)
             if op == "D":
                 self.state.pop(key, None)
@@ -68,11 +71,12 @@ class Model:
         return self
 
 
-def random_stream(rng: random.Random, clock: Callable[[], int], n: int) -> list[Change]:
-    """n changes over 5 ids: inserts of absent ids, updates (some changing only `visits`, some nothing), deletes."""
+def random_stream(rng: random.Random, clock: Callable[[], int], n: int, *, before_images: bool = False) -> list[Change]:
+    """n changes over 5 ids: inserts of absent ids, updates (some changing only `visits`, some nothing), deletes;
+    `before_images`: each update preceded by its before image (op B, not counted in n)."""
     live: dict[int, dict[str, Any]] = {}
     out: list[Change] = []
-    while len(out) < n:
+    while sum(c[0] != "B" for c in out) < n:
         i = rng.randrange(5)
         version = clock()
         ts = VersionClock.commit_ts(version)
@@ -83,6 +87,8 @@ def random_stream(rng: random.Random, clock: Callable[[], int], n: int) -> list[
             out.append(("D", live.pop(i), version, ts))
         else:
             row = dict(live[i])
+            if before_images:
+                out.append(("B", dict(row), version, ts))
             pick = rng.random()
             if pick < 0.4:
                 row["visits"] += 1
@@ -91,3 +97,8 @@ def random_stream(rng: random.Random, clock: Callable[[], int], n: int) -> list[
             live[i] = row  # else: an update that changes nothing
             out.append(("U", dict(row), version, ts))
     return out
+
+
+def whole_updates(changes: Sequence[Change], at: int) -> int:
+    """`at`, moved back to before a before image whose update it would cut away (one rows event: never split)."""
+    return at - 1 if 0 < at < len(changes) and changes[at - 1][0] == "B" else at

@@ -33,6 +33,7 @@ from cdc_core.model.manifest import (
     COL_ORDINAL,
     COL_VERSION,
     MANIFEST_NAME,
+    OP_BEFORE,
     Manifest,
     StagedColumn,
     StagedFile,
@@ -160,15 +161,16 @@ class WindowBuilder:
             t["key"] = spec.key
             for c in spec.columns:
                 t["columns"][c.name] = c.staged()  # latest type wins; first appearance keeps its position
-            rows = []
+            rows, befores = [], []
             for op, row, version in spec.changes:
-                ordinal += 1
-                t["counts"][op] += 1
-                rows.append(
+                if op != OP_BEFORE:  # an update's before image takes its update's (the next) ordinal
+                    ordinal += 1
+                    t["counts"][op] += 1
+                (befores if op == OP_BEFORE else rows).append(
                     {
                         COL_OP: op,
                         COL_VERSION: version,
-                        COL_ORDINAL: ordinal,
+                        COL_ORDINAL: ordinal + (op == OP_BEFORE),
                         COL_COMMIT_TS: VersionClock.commit_ts(version),
                         **{c.name: row.get(c.name) for c in spec.columns},
                     }
@@ -177,16 +179,9 @@ class WindowBuilder:
             rel = (
                 f"tables/{path_component(spec.schema)}/{path_component(spec.table)}/part-{len(t['files']):05d}.parquet"
             )
-            buf = io.BytesIO()
-            pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf)
-            data = buf.getvalue()
-            (wdir / rel).parent.mkdir(parents=True, exist_ok=True)
-            (wdir / rel).write_bytes(data)
-            t["files"].append(
-                StagedFile(
-                    rel, len(rows), len(data), hashlib.sha256(data).hexdigest(), tuple(c.name for c in spec.columns)
-                )
-            )
+            before = _write_file(wdir, rel.removesuffix(".parquet") + ".before.parquet", befores, schema, spec) \
+                if befores else None
+            t["files"].append(replace(_write_file(wdir, rel, rows, schema, spec), before=before))
         tables = tuple(
             StagedTable(
                 schema=s,
@@ -212,3 +207,12 @@ class WindowBuilder:
         )
         (wdir / MANIFEST_NAME).write_text(manifest.to_json())
         return manifest, str(wdir)
+
+
+def _write_file(wdir: Path, rel: str, rows: list[dict[str, Any]], schema: pa.Schema, spec: FileSpec) -> StagedFile:
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf)
+    data = buf.getvalue()
+    (wdir / rel).parent.mkdir(parents=True, exist_ok=True)
+    (wdir / rel).write_bytes(data)
+    return StagedFile(rel, len(rows), len(data), hashlib.sha256(data).hexdigest(), tuple(c.name for c in spec.columns))

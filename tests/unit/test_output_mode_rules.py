@@ -3,6 +3,8 @@ columns a history tracks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdc_core.model.output_modes import OutputModes, tracked_columns
@@ -65,3 +67,37 @@ def test_each_output_has_one_place_beside_the_state() -> None:
     assert len({output_uri(root, o, "shop", "orders") for o in ("state", "history", "changelog")}) == 3
     with pytest.raises(ValueError, match="one of state, history, changelog"):
         output_uri(root, "audit", "shop", "orders")
+
+
+def test_the_plan_records_which_tables_stage_before_images_and_routes_find_them(tmp_path: Path) -> None:
+    """Source tables whose lake table keeps a change log stage updates' before images: the plan records the lake
+    tables (a replayed window stages the same whatever the configuration says by then), and a routed source table
+    counts by the lake table it lands in. A plan without the record (older, or no change log) stages none."""
+    import dataclasses
+    import json
+
+    from cdc_core.capture.source import SourceParams
+    from cdc_core.model.config import load_config
+    from cdc_core.run.pipeline import Pipeline
+    from tests.support.staged_builder import make_plan
+
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(json.dumps({"pipelines": [{
+        "name": "shop", "sources": [{"id": "eu1", "conn_id": "shard_one"}, {"id": "eu2", "conn_id": "shard_two"}],
+        "tables": {"include": ["shop_*.orders", "crm.*"]},
+        "routes": [{"from": r"shop_[0-9]+\.orders", "to": "shop.orders"}],
+        "table_options": {"shop.orders": {"outputs": ["state", "changelog"]},
+                          "crm.users": {"outputs": ["state", "changelog"]},
+                          "crm.notes": {"outputs": ["state", "history"]}},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
+    }]}))
+    p = Pipeline(config=load_config(config).pipeline("shop"), source=SourceParams("db1", 3306, "u", "p"),
+                 coordinator=None, source_id="eu1")  # type: ignore[arg-type]
+    settings = p.capture_settings()
+    assert settings["before_images"] == ("crm.users", "shop.orders")
+    wanted = p.plan_before_images(dataclasses.replace(make_plan("shop", 1), capture=settings))
+    assert wanted is not None
+    assert [wanted(s, t) for s, t in (("shop_07", "orders"), ("crm", "users"), ("crm", "notes"), ("shop", "x"))] == [
+        True, True, False, False]
+    older = {k: v for k, v in settings.items() if k != "before_images"}
+    assert p.plan_before_images(dataclasses.replace(make_plan("shop", 1), capture=older)) is None

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_core.capture import rowdecode
-from cdc_core.capture.rowdecode.decoder import TableDecoder, scan_table
+from cdc_core.capture.rowdecode.decoder import OPC_BEFORE, OPC_UPDATE, TableDecoder, scan_table
 from cdc_core.capture.rowdecode.kernels import vector_kernel
 from cdc_core.capture.rowdecode.layout import DIG2BYTES, ColumnLayout, decimal_size
 from cdc_core.capture.rowdecode.native import rowscan
@@ -106,14 +106,15 @@ def test_scanner_and_row_offsets_find_every_value(case: tuple[list[ColumnLayout]
     assert pos == len(buf)
 
 
-def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: bool) -> TableDecoder:
+def native_decoder(layouts: list[ColumnLayout], key_columns: list[int], native: bool,
+                   before_images: bool = False) -> TableDecoder:
     columns = tuple(
         SourceColumn(lay.name, "datetime" if lay.kind == "datetime2" else "int" if lay.width else "varbinary(300)",
                      lay.nullable)
         for lay in layouts
     )
     shape = TableSchema("s", "t", columns, tuple(layouts[i].name for i in key_columns))
-    dec = TableDecoder(shape, tuple(layouts), vectorize=False, native=native)
+    dec = TableDecoder(shape, tuple(layouts), vectorize=False, native=native, before_images=before_images)
     assert dec.native is native
     return dec
 
@@ -152,13 +153,30 @@ def test_the_compiled_walk_finds_what_the_python_walk_finds(
     raw = bytes(raw[3:])  # a table's buffer starts with its first event
     ends = [e - 3 for e in ends]
     results = []
-    for native in (True, False):
-        dec = native_decoder(layouts, keys, native)
-        starts, counts, ops = scan_table(dec, raw, bytes(kinds), ends)
-        starts = np.asarray(starts, dtype=np.int64)
-        offsets = [a.tolist() for a in dec.offsets(np.frombuffer(raw, np.uint8), starts)]
-        results.append((starts.tolist(), list(counts), bytes(ops), offsets))
-    assert results[0] == results[1]
+    for before_images in (False, True):
+        for native in (True, False):
+            dec = native_decoder(layouts, keys, native, before_images)
+            starts, counts, ops = scan_table(dec, raw, bytes(kinds), ends)
+            starts = np.asarray(starts, dtype=np.int64)
+            offsets = [a.tolist() for a in dec.offsets(np.frombuffer(raw, np.uint8), starts)]
+            results.append((starts.tolist(), list(counts), bytes(ops), offsets))
+    assert results[0] == results[1] and results[2] == results[3]
+    # With before images, each update (op 1) that keeps its key is preceded by its before image (op 3): the
+    # image just before its after image in the event, nothing else moved.
+    plain, with_before = results[0], results[2]
+    every_image: list[int] = []  # images follow each other in the buffer: an after image's before image precedes it
+    compile_scanners(layouts)[0](raw, 0, len(raw), every_image.append)
+    preceding = dict(zip(every_image[1:], every_image[:-1], strict=True))
+    want_starts, want_ops = [], bytearray()
+    for start, op in zip(plain[0], plain[2], strict=True):
+        if op == OPC_UPDATE:
+            want_starts.append(preceding[start])
+            want_ops.append(OPC_BEFORE)
+        want_starts.append(start)
+        want_ops.append(op)
+    assert (with_before[0], bytes(with_before[2])) == (want_starts, bytes(want_ops))
+    updates = plain[2].count(OPC_UPDATE)
+    assert sum(with_before[1]) == sum(plain[1]) + updates
 
 
 def test_the_compiled_walk_reports_images_the_table_map_does_not_describe() -> None:

@@ -293,6 +293,72 @@ def test_ddl_mid_window_splits_a_table_into_two_files(tmp_path: Path) -> None:
     assert m.table("db.other").rows == 1
 
 
+def test_updates_before_images_go_to_a_companion_file_only_the_manifest_links(tmp_path: Path) -> None:
+    """Rows with op B (an update's before image, the ordinal of its update) are staged next to their segment's file
+    (`StagedFile.before`), by the row path and the batch path alike: the changes' own files, counts and ordinals are
+    what they are without them, a DDL closes both files, and the companion's bytes are verified with the window."""
+    from cdc_core.model.changes import RowBatch
+
+    root = str(tmp_path)
+    v1 = TableSchema("db", "people", (col("id", "int", False), col("name", "varchar(10)", **U8)), ("id",))
+    v2 = TableSchema("db", "people", (*v1.columns, col("age", "tinyint")), ("id",))
+    alter = Ddl(5, "db", "ALTER TABLE people ADD age TINYINT", 777)
+    stream: list[Any] = [
+        RowChange("I", v1, {"id": 1, "name": "ann"}, 100, 1, 1.0, 90),
+        RowChange("B", v1, {"id": 1, "name": "ann"}, 101, 2, 1.0, 90),
+        RowChange("U", v1, {"id": 1, "name": "anne"}, 101, 2, 1.0, 90),
+        RowChange("B", v1, {"id": 1, "name": "anne"}, 102, 3, 1.0, 90),
+        RowChange("U", v1, {"id": 1, "name": "annie"}, 102, 3, 1.0, 90),
+        RowChange("D", v1, {"id": 1, "name": "annie"}, 103, 4, 1.0, 90),
+        alter,
+        RowChange("I", v2, {"id": 2, "name": "bob", "age": 3}, 104, 6, 2.0, 91),
+        RowChange("B", v2, {"id": 2, "name": "bob", "age": 3}, 105, 7, 2.0, 91),
+        RowChange("U", v2, {"id": 2, "name": "bob", "age": 4}, 105, 7, 2.0, 91),
+    ]
+    plain = staging.stage_window(make_plan(), iter([c for c in stream if getattr(c, "op", "") != "B"]),
+                                 str(tmp_path / "plain"))
+    m = staging.stage_window(make_plan(), iter(stream), root)
+    t = m.table("db.people")
+    assert [(f.path, f.rows, f.sha256) for f in t.files] == [
+        (f.path, f.rows, f.sha256) for f in plain.table("db.people").files]
+    assert (t.inserts, t.updates, t.deletes) == (2, 3, 1) and m.changes == plain.changes
+    assert [f.before.path if f.before else None for f in t.files] == [
+        "tables/db/people/part-00000.before.parquet", "tables/db/people/part-00001.before.parquet"]
+    assert [f.before.rows if f.before else None for f in t.files] == [2, 1]
+    befores = staging.read_table_changes(root, m, "db.people", before_images=True).to_pylist()
+    assert [(r["_cdc_op"], r["_cdc_version"], r["_cdc_ordinal"], r["_cdc_txn"], r["name"], r["age"]) for r in befores] \
+        == [("B", 101, 2, 90, "ann", None), ("B", 102, 3, 90, "anne", None), ("B", 105, 7, 91, "bob", 3)]
+    assert "B" not in {r["_cdc_op"] for r in staging.read_table_changes(root, m, "db.people").to_pylist()}
+
+    # The batch path (the columnar reader's RowBatches): the same files, byte for byte.
+    writer_rows = [c for c in stream if isinstance(c, RowChange)]
+    batches: list[Any] = []
+    for shape, part in ((v1, writer_rows[:6]), (v2, writer_rows[6:])):
+        table = _as_batch(shape, part)
+        batches.append(RowBatch(shape, table, part[0].ordinal, part[-1].ordinal))
+    by_batch = staging.stage_window(make_plan(), iter([batches[0], alter, batches[1]]), str(tmp_path / "batches"))
+    assert by_batch.to_json() == m.to_json()
+
+    wdir = Path(layout.window_dir(root, "demo", 1))
+    (wdir / "tables/db/people/part-00001.before.parquet").unlink()
+    with pytest.raises(StagingError, match=r"part-00001\.before\.parquet is missing"):
+        staging.verify_window(root, m)
+
+
+def _as_batch(shape: TableSchema, rows: list[RowChange]) -> Any:
+    import pyarrow as pa
+
+    from cdc_core.model.types import table_codec
+
+    codec = table_codec(shape)
+    arrays = [pa.array([r.op for r in rows]), pa.array([r.version for r in rows], pa.int64()),
+              pa.array([r.ordinal for r in rows], pa.int64()),
+              pa.array([round(r.commit_ts * 1_000_000) for r in rows], codec.arrow_schema.field(3).type),
+              pa.array([r.txn for r in rows], pa.int64())]
+    arrays += [pa.array(c.convert_values([r.values.get(c.name) for r in rows]), c.arrow_type) for c in codec.columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=codec.arrow_schema)
+
+
 def test_each_file_records_the_key_its_rows_were_written_under(tmp_path: Path) -> None:
     """A name handed to a table of another key inside the window (RENAME TABLE a TO c, b TO a): each file keeps
     its own key, so the merge can land the rows before the rename under the old table's key."""

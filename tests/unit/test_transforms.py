@@ -108,6 +108,22 @@ def test_a_row_outside_the_filter_lands_as_a_delete_of_its_key_alone() -> None:
     assert got[4]["email"] == "gone@x"  # a real delete keeps its image (soft deletes keep the last image)
 
 
+def test_an_updates_before_image_outside_the_filter_is_dropped_and_is_hashed_like_the_row() -> None:
+    """A before image (op B, change-log tables) shows the row as it was in the filtered set: one outside it (the
+    update moved the row in) is not staged at all; one inside it is hashed and masked like every row."""
+    rule = TransformRule(match=["shop.customers"], filter="country = 'DE'", hash=["email"])
+    out, moved = apply(rule, rows(
+        ("B", {"id": 1, "country": "DE", "email": "old@x"}), ("U", {"id": 1, "country": "DE", "email": "new@x"}),
+        ("B", {"id": 2, "country": "FR", "email": "fr@x"}), ("U", {"id": 2, "country": "DE", "email": "de@x"}),
+        ("B", {"id": 3, "country": "DE", "email": "de3@x"}), ("U", {"id": 3, "country": "FR", "email": "fr3@x"}),
+    ))
+    got = out.to_pylist()
+    assert [(r["_cdc_op"], r["id"]) for r in got] == [("B", 1), ("U", 1), ("U", 2), ("B", 3), ("D", 3)]
+    assert moved == {"I": 0, "U": 1}
+    assert got[0]["email"] == hmac.new(KEY, b"old@x", hashlib.sha256).hexdigest()
+    assert got[3]["email"] == hmac.new(KEY, b"de3@x", hashlib.sha256).hexdigest() and got[4]["email"] is None
+
+
 @pytest.mark.parametrize(
     ("predicate", "expected"),
     [

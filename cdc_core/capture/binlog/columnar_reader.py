@@ -96,6 +96,7 @@ def read_change_batches(
     zero_dates: str = "null",
     native: bool | None = None,
     schema_policy: SchemaPolicy | None = None,
+    before_images: Callable[[str, str], bool] | None = None,
 ) -> Iterator[RowBatch | SchemaChangeEvent]:
     """The window's changes like `read_changes`, decoded column-wise straight into the staged form.
 
@@ -108,6 +109,8 @@ def read_change_batches(
     its slice. `vectorize=False` decodes every column with the per-value functions (tests compare).
     `native`: walk row images with the compiled scanner (default: when built and not switched off with
     CDC_NATIVE_DECODER=0; `rowdecode.native_available`); False runs the same walk as generated Python.
+    `before_images(schema, table)`: whether an update of the table also yields its before image (op 'B', the
+    ordinal of its update, just before it), as `read_changes` does.
     """
     if plan.start.same_point(plan.end):
         return
@@ -138,7 +141,9 @@ def read_change_batches(
     ids = itertools.count(1)  # slice table ids: a new shape of a table gets a later id (staged after)
 
     def table_spec(tm: Any) -> tuple[int, rowdecode.TableSpec]:
-        spec = rowdecode.TableSpec(builder.build(tm), rowdecode.table_layout(tm), zero_dates)
+        shape = builder.build(tm)
+        wants = before_images is not None and before_images(shape.schema, shape.table)
+        spec = rowdecode.TableSpec(shape, rowdecode.table_layout(tm), zero_dates, wants)
         name = (spec.shape.schema, spec.shape.table)
         known = specs.get(name)
         if known is None or known[1] != spec:

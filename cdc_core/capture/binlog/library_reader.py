@@ -29,7 +29,7 @@ from cdc_core.capture.binlog.table_maps import SchemaBuilder
 from cdc_core.capture.binlog.transactions import TxnAssembler, check_window_read, verify_identity, with_pipeline
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.model.changes import RowChange, TableSchema
-from cdc_core.model.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_core.model.manifest import OP_BEFORE, OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.model.positions import ServerIdentity, change_version
 from cdc_core.model.schema_policy import SchemaPolicy
 from cdc_core.model.window_plan import WindowPlan
@@ -45,11 +45,13 @@ def read_changes(
     server_id_for_replica: int | None = None,
     zero_dates: str = "null",
     schema_policy: SchemaPolicy | None = None,
+    before_images: Callable[[str, str], bool] | None = None,
 ) -> Iterator[RowChange | SchemaChangeEvent]:
     """The window's changes, exactly `[plan.start, plan.end)`, in binlog order.
 
     `zero_dates` is the pipeline setting: "refuse" raises UnsupportedType on a zero or partial
-    DATE/DATETIME/TIMESTAMP value, "null" lands it as NULL.
+    DATE/DATETIME/TIMESTAMP value, "null" lands it as NULL. `before_images(schema, table)`: whether an update
+    of the table that keeps its key also yields its before image (op 'B') just before it, with its ordinal.
 
     Rows of one transaction are buffered until its commit event (that is where the commit time is),
     so memory grows with the largest transaction in the window, not with the window. Raises
@@ -68,6 +70,7 @@ def read_changes(
     epoch = plan.start.epoch
     # table_id -> schema (None: not captured); kept across transactions like the library's own map
     tables: dict[int, TableSchema | None] = {}
+    with_before: set[int] = set()  # table ids whose updates yield their before images
     # The open transaction's changes in binlog order: row tuples (op, schema, values, version) and DDL
     # tuples ("DDL", schema name, query, version).
     pending: list[tuple[Any, ...]] = []
@@ -100,6 +103,10 @@ def read_changes(
                 tm = ev.raw
                 if table_filter.matches(tm.schema, tm.table):
                     tables[tm.table_id] = builder.build(tm)
+                    if before_images is not None and before_images(tm.schema, tm.table):
+                        with_before.add(tm.table_id)
+                    else:
+                        with_before.discard(tm.table_id)
                 else:
                     tables[tm.table_id] = None
             elif ev.kind == "rows":
@@ -107,7 +114,8 @@ def read_changes(
                 schema = tables.get(rows_ev.table_id)
                 if schema is not None:
                     version = change_version(epoch, ev.file, ev.start)
-                    _row_changes(rows_ev, schema, version, pending)
+                    _row_changes(rows_ev, schema, version, pending,
+                                 with_before=rows_ev.table_id in with_before)
                     if zero_dates == "refuse":
                         _refuse_zero_dates(plan.pipeline, schema, rows_ev.rows)
             elif ev.kind == "query":
@@ -128,14 +136,16 @@ def read_changes(
             commit_ts = float(b.end.commit_ts or 0.0)
             txn = change_version(epoch, b.start_file, b.start_offset)
             for op, schema, values, version in pending:
-                ordinal += 1
                 if op == "DDL":
+                    ordinal += 1
                     yield SchemaChangeEvent.of(ordinal, schema)
-                else:
-                    yield RowChange(
-                        op=op, table=schema, values=values, version=version, ordinal=ordinal, commit_ts=commit_ts,
-                        txn=txn,
-                    )
+                    continue
+                if op != OP_BEFORE:  # a before image takes the ordinal of its update, which follows it
+                    ordinal += 1
+                yield RowChange(
+                    op=op, table=schema, values=values, version=version,
+                    ordinal=ordinal + 1 if op == OP_BEFORE else ordinal, commit_ts=commit_ts, txn=txn,
+                )
             pending.clear()
     check_window_read(plan, params, reached_end=last_end == end_key, last_label=last_label, transactions=transactions)
 
@@ -183,7 +193,8 @@ def _refuse_zero_dates(pipeline: str, schema: TableSchema, rows: list[dict[str, 
                         raise with_pipeline(pipeline, err)
 
 
-def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]]) -> None:
+def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]], *,
+                 with_before: bool) -> None:
     if isinstance(ev, WriteRowsEvent):
         for row in ev.rows:
             out.append((OP_INSERT, schema, _values(row, "values", "none_sources"), version))
@@ -199,5 +210,8 @@ def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any
                 # A key change is a delete of the old key and an insert of the new one.
                 out.append((OP_DELETE, schema, before, version))
                 out.append((OP_INSERT, schema, after, version))
+            elif with_before:
+                out.append((OP_BEFORE, schema, before, version))
+                out.append((OP_UPDATE, schema, after, version))
             else:
                 out.append((OP_UPDATE, schema, after, version))

@@ -16,17 +16,18 @@ from cdc_core.capture.rowdecode.values import value_function, value_span
 from cdc_core.capture.rowdecode.walk import compile_scanners, row_offsets
 from cdc_core.model.changes import TableSchema
 from cdc_core.model.errors import SourceError, StagingError
-from cdc_core.model.manifest import OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_core.model.manifest import OP_BEFORE, OP_DELETE, OP_INSERT, OP_UPDATE
 from cdc_core.model.types import ColumnCodec, TableCodec, table_codec
 
 # Kinds of the rows events in a slice (the columnar reader's `_EV_KIND`).
 EV_WRITE, EV_UPDATE, EV_DELETE = 0, 1, 2
 
 
-# Op codes in the accumulator (index into OP_LABELS).
-OPC_INSERT, OPC_UPDATE, OPC_DELETE = 0, 1, 2
-OP_LABELS = (OP_INSERT, OP_UPDATE, OP_DELETE)
-OP_BYTE = (b"\x00", b"\x01", b"\x02")
+# Op codes in the accumulator (index into OP_LABELS). OPC_BEFORE: an update's before image, recorded just
+# before its update row when the table stages before images (`TableDecoder.before_images`).
+OPC_INSERT, OPC_UPDATE, OPC_DELETE, OPC_BEFORE = 0, 1, 2, 3
+OP_LABELS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_BEFORE)
+OP_BYTE = (b"\x00", b"\x01", b"\x02", b"\x03")
 
 
 class TableDecoder:
@@ -40,6 +41,7 @@ class TableDecoder:
         vectorize: bool = True,
         zero_dates: str = "null",
         native: bool = False,
+        before_images: bool = False,
     ) -> None:
         if [lay.name for lay in layouts] != list(shape.column_names):
             raise SourceError(
@@ -48,6 +50,7 @@ class TableDecoder:
             )
         self.shape = shape
         self.layouts = layouts
+        self.before_images = before_images
         self.codec: TableCodec = table_codec(shape)
         index = {lay.name: i for i, lay in enumerate(layouts)}
         self.key_columns = [index[k] for k in shape.key]
@@ -176,6 +179,7 @@ def _scan_table_native(dec: TableDecoder, raw: bytes, kinds: bytes, ends: list[i
     starts, counts, ops, bad_event, bad_stop = rowscan.scan_table(
         raw, kinds, np.array(ends, dtype=np.int64), *dec.walk_layout,
         np.array(dec.key_columns, dtype=np.int32).tobytes(), bytes(map(int, dec.key_raw)), ask,
+        dec.before_images,
     )
     if bad_event >= 0:
         size = ends[bad_event] - (ends[bad_event - 1] if bad_event else 0)
@@ -189,8 +193,10 @@ def _scan_table_native(dec: TableDecoder, raw: bytes, kinds: bytes, ends: list[i
 
 def _scan_updates(dec: TableDecoder, d: bytes, pos: int, stop: int, *, record: Any, ops: bytearray) -> int:
     """An update event: a key change is a delete of the before image and an insert of the after image,
-    else an update with the after image. Returns the rows (ordinals) it takes."""
+    else an update with the after image (preceded by its before image when the table stages them). Returns the
+    rows it records."""
     image, changed = dec.image, dec.key_changed
+    with_before = dec.before_images
     base, n = pos, 0
     while pos < stop:
         before = image(d, pos)
@@ -200,6 +206,11 @@ def _scan_updates(dec: TableDecoder, d: bytes, pos: int, stop: int, *, record: A
             record(before[1])
             record(after[1])
             ops += b"\x02\x00"  # OPC_DELETE, OPC_INSERT
+            n += 2
+        elif with_before:
+            record(before[1])
+            record(after[1])
+            ops += b"\x03\x01"  # OPC_BEFORE, OPC_UPDATE
             n += 2
         else:
             record(after[1])

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.capture.rowdecode.decoder import OP_LABELS, TableDecoder, scan_table
+from cdc_core.capture.rowdecode.decoder import OP_BYTE, OP_LABELS, OPC_BEFORE, TableDecoder, scan_table
 from cdc_core.capture.rowdecode.layout import ColumnLayout
 from cdc_core.model.changes import RowBatch, TableSchema
 
@@ -32,6 +32,7 @@ class TableSpec:
     shape: TableSchema
     layouts: tuple[ColumnLayout, ...]
     zero_dates: str = "null"  # the pipeline's `zero_dates` setting: "refuse" or "null"
+    before_images: bool = False  # updates also stage their before images (the lake table keeps a change log)
 
 
 class _SliceTable:
@@ -131,7 +132,8 @@ def _decoder(spec: TableSpec, vectorize: bool, native: bool) -> TableDecoder:
         if len(_DECODERS) > 256:
             _DECODERS.clear()
         dec = _DECODERS[(spec, vectorize, native)] = TableDecoder(
-            spec.shape, spec.layouts, vectorize=vectorize, zero_dates=spec.zero_dates, native=native
+            spec.shape, spec.layouts, vectorize=vectorize, zero_dates=spec.zero_dates, native=native,
+            before_images=spec.before_images,
         )
     return dec
 
@@ -142,8 +144,9 @@ def decode_slice(job: tuple[Any, ...]) -> SliceResult:
     scanned = {}
     for tid, spec, raw, kinds, versions, ends, commits in tables:
         dec = _decoder(spec, vectorize, native)
-        scanned[tid] = (spec, dec, raw, *scan_table(dec, raw, kinds, ends), versions, commits)
-    # Ordinals in binlog order across tables (DDL statements take one each).
+        starts, counts, ops = scan_table(dec, raw, kinds, ends)
+        scanned[tid] = (spec, dec, raw, starts, counts, ops, versions, commits, _ordinals_per_event(counts, ops))
+    # Ordinals in binlog order across tables (DDL statements take one each; a before image takes none).
     firsts: dict[int, list[int]] = {tid: [] for tid in scanned}
     pointers = dict.fromkeys(scanned, 0)
     ddl_ordinals: list[int] = []
@@ -156,12 +159,32 @@ def decode_slice(job: tuple[Any, ...]) -> SliceResult:
         e = pointers[tid]
         pointers[tid] = e + 1
         firsts[tid].append(running + 1)
-        running += scanned[tid][4][e]
+        running += scanned[tid][8][e]
     batches: list[tuple[TableSchema, pa.RecordBatch]] = []
-    for tid, (spec, dec, raw, starts, counts, ops, versions, commits) in scanned.items():
+    for tid, (spec, dec, raw, starts, counts, ops, versions, commits, _) in scanned.items():
         for batch in _materialize(dec, raw, starts, counts, ops, versions, firsts[tid], commits, batch_rows):
             batches.append((spec.shape, batch))
     return SliceResult(batches, ddl_ordinals, running)
+
+
+def _ordinals_per_event(counts: Any, ops: bytes) -> Any:
+    """Ordinals each event's rows take: one per row, none for a before image (it shares its update's)."""
+    if OP_BYTE[OPC_BEFORE] not in ops:
+        return counts
+    taken = np.concatenate(([0], np.cumsum(np.frombuffer(ops, dtype=np.uint8) != OPC_BEFORE)))
+    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+    return np.diff(taken[ends], prepend=0).tolist()
+
+
+def _row_ordinals(firsts: list[int], counts: np.ndarray, row_firsts: np.ndarray, ops: bytes) -> np.ndarray:
+    """Each row's ordinal: its event's first ordinal plus the rows before it in the event that take one; a before
+    image gets the ordinal of the update that follows it."""
+    n = len(ops)
+    if OP_BYTE[OPC_BEFORE] in ops:
+        taken = np.concatenate(([0], np.cumsum(np.frombuffer(ops, dtype=np.uint8) != OPC_BEFORE)))
+    else:
+        taken = np.arange(n + 1, dtype=np.int64)  # taken[j]: rows before row j that take an ordinal
+    return np.repeat(np.array(firsts, dtype=np.int64) - taken[row_firsts], counts) + taken[:n]
 
 
 def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in order
@@ -175,7 +198,7 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
     row_firsts = np.zeros(len(counts_np), dtype=np.int64)
     np.cumsum(counts_np[:-1], out=row_firsts[1:])
     versions_np = np.repeat(np.array(versions, dtype=np.int64), counts_np)
-    ordinals = np.repeat(np.array(firsts, dtype=np.int64) - row_firsts, counts_np) + np.arange(n, dtype=np.int64)
+    ordinals = _row_ordinals(firsts, counts_np, row_firsts, ops)
     rows_at = np.cumsum(counts_np)
     commit_rows = np.array([rows_at[e - 1] if e else 0 for e, _, _ in commits], dtype=np.int64)
     per_txn = np.diff(commit_rows, prepend=0)
