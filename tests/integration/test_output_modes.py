@@ -181,13 +181,13 @@ def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_
     land(WindowBuilder(staging, PIPE, 1, clock).file(
         "s", "t", ["id"], [id_, v, n], [("I", {"id": i, "v": f"v{i}", "n": i}) for i in range(3)]))
     w = WindowBuilder(staging, PIPE, 2, clock)
-    w.file("s", "t", ["id"], [id_, v, n], [("U", {"id": 1, "v": "x", "n": 1})])
+    w.file("s", "t", ["id"], [id_, v, n], [("B", {"id": 1, "v": "v1", "n": 1}), ("U", {"id": 1, "v": "x", "n": 1})])
     w.ddl(SchemaChange(kind=TRUNCATE_TABLE, schema="s", table="t"))
     w.file("s", "t", ["id"], [id_, v, n], [("I", {"id": 9, "v": "v9", "n": 9})])
     w.ddl(SchemaChange(kind=ADD_COLUMN, schema="s", table="t", column=ColumnSpec("d", "int")))
     w.file("s", "t", ["id"], [id_, v, n, d], [("I", {"id": 10, "v": "v10", "n": 10, "d": 5})])
     w.ddl(SchemaChange(kind=DROP_COLUMN, schema="s", table="t", name="n"))
-    w.file("s", "t", ["id"], [id_, v, d], [("U", {"id": 9, "v": "v9", "d": 1})])
+    w.file("s", "t", ["id"], [id_, v, d], [("B", {"id": 9, "v": "v9", "d": None}), ("U", {"id": 9, "v": "v9", "d": 1})])
     land(w)
     truncated = w.schema_changes[0].version
 
@@ -200,10 +200,14 @@ def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_
     ]
     assert [r["_cdc_valid_to_version"] for r in history if r["id"] in (0, 2)] == [truncated, truncated]
     assert history[2]["_cdc_valid_to_version"] == truncated and history[1]["_cdc_valid_to_version"] < truncated
-    log = sorted(read(changelog_uri(root, "s", "t")), key=lambda r: r["_cdc_version"])
-    assert [(r["_cdc_op"], r["id"]) for r in log] == [("I", 0), ("I", 1), ("I", 2), ("U", 1), ("T", None), ("I", 9),
-                                                      ("I", 10), ("U", 9)]
-    assert log[4]["_cdc_version"] == truncated
+    log = sorted(read(changelog_uri(root, "s", "t")), key=lambda r: (r["_cdc_version"], r["_cdc_op"]))
+    assert [(r["_cdc_op"], r["id"]) for r in log] == [("I", 0), ("I", 1), ("I", 2), ("B", 1), ("U", 1), ("T", None),
+                                                      ("I", 9), ("I", 10), ("B", 9), ("U", 9)]
+    assert log[5]["_cdc_version"] == truncated
+    # Before images in the shape of their update's file: n before the DROP, d (NULL before the update) after it.
+    assert [(r["v"], r["n"], r["d"]) for r in (log[3], log[4], log[8], log[9])] == [
+        ("v1", 1, None), ("x", 1, None), ("v9", None, None), ("v9", None, 1)]
+    assert (log[3]["_cdc_ordinal"], log[8]["_cdc_ordinal"]) == (log[4]["_cdc_ordinal"], log[9]["_cdc_ordinal"])
     state = sorted((r["id"], r["v"], r["d"]) for r in read(table_uri(root, "s", "t")))
     assert state == [(9, "v9", 1), (10, "v10", 5)]
 
