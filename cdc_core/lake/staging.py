@@ -166,7 +166,8 @@ def stage_window(
     log.info(
         "%s",
         line(event="window.staged", pipeline=plan.pipeline, seq=plan.seq, tables=len(manifest.tables),
-            changes=manifest.changes, bytes=writer.bytes, secs=f"{time.monotonic() - t0:.2f}"),
+            changes=manifest.changes, **({"before_images": manifest.before_images} if manifest.before_images else {}),
+            bytes=writer.bytes, secs=f"{time.monotonic() - t0:.2f}"),
     )
     return manifest
 

@@ -234,6 +234,11 @@ class Manifest:
     def changes(self) -> int:
         return sum(t.rows for t in self.tables)
 
+    @property
+    def before_images(self) -> int:
+        """Updates' before images staged beside the changes (tables with a change log)."""
+        return sum(f.before.rows for t in self.tables for f in t.files if f.before is not None)
+
     def table(self, name: str) -> StagedTable:
         for t in self.tables:
             if t.name == name:

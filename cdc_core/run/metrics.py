@@ -55,6 +55,7 @@ EVENT_METRICS: Mapping[str, tuple[Metric, ...]] = {
     "source.behind": (Metric("lag.bytes", GAUGE, "bytes"),),
     "window.staged": (
         Metric("window.changes", COUNTER, "changes"),
+        Metric("window.before_images", COUNTER, "before_images"),  # only tables with a change log stage them
         Metric("window.tables", GAUGE, "tables"),
         Metric("stage.duration", TIMING, "secs", 1000),
     ),

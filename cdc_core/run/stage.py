@@ -75,8 +75,9 @@ def stage(p: PipelineContext, grant: LeaseGrant, seq: int) -> StagedWindow:
             plan, changes, p.staging_root, progress=_progress(p, grant, plan), storage=p.storage,
             transforms=plan_transforms(p, plan),
         )
+        before = {"before_images": manifest.before_images} if manifest.before_images else {}
         p.log_event(
-            "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes,
+            "window.staged", grant, seq=seq, tables=len(manifest.tables), changes=manifest.changes, **before,
             secs=f"{time.time() - t0:.2f}",
         )
     else:

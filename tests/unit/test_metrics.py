@@ -43,6 +43,10 @@ def test_a_staged_window_yields_its_changes_tables_and_duration_per_pipeline() -
         ("gauge", "cdc.window.tables", 3.0, tags), ("gauge", "cdc.window.tables.orders.shard1", 3.0, tags),
         ("timing", "cdc.stage.duration", 410.0, tags), ("timing", "cdc.stage.duration.orders.shard1", 410.0, tags),
     ]
+    rec.sent.clear()  # a window of a table with a change log also counts the updates' before images it staged
+    Metrics(rec, "orders.shard1").observe("window.staged", {"seq": 5, "tables": 1, "changes": 9, "before_images": 4,
+                                                            "secs": "0.1"})
+    assert ("incr", "cdc.window.before_images", 4, tags) in rec.sent
 
 
 def test_events_without_metrics_or_without_the_field_send_nothing() -> None:

@@ -325,6 +325,7 @@ def test_updates_before_images_go_to_a_companion_file_only_the_manifest_links(tm
     assert [f.before.path if f.before else None for f in t.files] == [
         "tables/db/people/part-00000.before.parquet", "tables/db/people/part-00001.before.parquet"]
     assert [f.before.rows if f.before else None for f in t.files] == [2, 1]
+    assert (m.before_images, plain.before_images) == (3, 0)
     befores = staging.read_table_changes(root, m, "db.people", before_images=True).to_pylist()
     assert [(r["_cdc_op"], r["_cdc_version"], r["_cdc_ordinal"], r["_cdc_txn"], r["name"], r["age"]) for r in befores] \
         == [("B", 101, 2, 90, "ann", None), ("B", 102, 3, 90, "anne", None), ("B", 105, 7, 91, "bob", 3)]
