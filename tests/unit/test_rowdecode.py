@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import random
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ from cdc_core.capture.rowdecode.layout import DIG2BYTES, ColumnLayout, decimal_s
 from cdc_core.capture.rowdecode.native import rowscan
 from cdc_core.capture.rowdecode.values import value_function
 from cdc_core.capture.rowdecode.walk import compile_scanners, row_offsets
-from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.changes import RowBatch, SourceColumn, TableSchema
 from cdc_core.model.errors import SourceError
 from cdc_core.model.types import column_codec
 
@@ -396,3 +397,43 @@ def test_a_slice_drops_a_transaction_that_never_commits() -> None:
         "id": [1, 2, 1],
     }
     assert (batch.first_ordinal, batch.last_ordinal) == (41, 43)
+
+
+def test_before_images_share_their_updates_ordinal_and_batch_and_stage_whatever_the_batch_size(tmp_path: Path) -> None:
+    """A table staging before images: each update's B row takes the ordinal of its U (the other rows' ordinals are
+    what they are without before images), a batch never ends between the two, and the batches stage the same
+    window whatever the batch size."""
+    from cdc_core.lake import staging
+    from tests.support.all_types import make_plan
+
+    shape = TableSchema("s", "t", (SourceColumn("id", "tinyint", False), SourceColumn("v", "tinyint", False)), ("id",))
+    layouts = (ColumnLayout("id", 1, "int", 1, 0, False), ColumnLayout("v", 1, "int", 1, 0, False))
+
+    def image(i: int, v: int) -> bytes:
+        return b"\x00" + bytes([i, v])
+
+    def batches(before: bool, batch_rows: int) -> list[RowBatch]:
+        spec = rowdecode.TableSpec(shape, layouts, before_images=before)
+        sl = rowdecode.Slice()
+        rows = b"".join(image(i, 0) for i in (1, 2, 3))
+        sl.add_rows(1, spec, rowdecode.EV_WRITE, 100, rows, 0, len(rows))
+        ups = b"".join(image(i, 0) + image(i, 5) for i in (1, 2, 3))  # three updates in one event
+        sl.add_rows(1, spec, rowdecode.EV_UPDATE, 200, ups, 0, len(ups))
+        sl.commit(10.0, 90)
+        result = rowdecode.decode_slice(sl.job(batch_rows=batch_rows, vectorize=True))
+        assert result.ordinals == 6
+        return rowdecode.finish_slice(result, base=0)
+
+    plain = [r for b in batches(False, 1000) for r in b.batch.to_pylist()]
+    assert [(r["_cdc_op"], r["_cdc_ordinal"]) for r in plain] == [("I", 1), ("I", 2), ("I", 3), ("U", 4), ("U", 5),
+                                                                ("U", 6)]
+    for batch_rows in (1000, 4, 2, 1):
+        got = batches(True, batch_rows)
+        rows = [r for b in got for r in b.batch.to_pylist()]
+        assert [(r["_cdc_op"], r["_cdc_ordinal"], r["v"]) for r in rows] == [
+            ("I", 1, 0), ("I", 2, 0), ("I", 3, 0), ("B", 4, 0), ("U", 4, 5), ("B", 5, 0), ("U", 5, 5), ("B", 6, 0),
+            ("U", 6, 5)], batch_rows
+        assert all(b.batch.column(0)[-1].as_py() != "B" for b in got), batch_rows
+        m = staging.stage_window(make_plan(), iter(got), str(tmp_path / f"rows{batch_rows}"))
+        assert (m.changes, m.before_images) == (6, 3)
+

@@ -211,8 +211,11 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
     buf = np.frombuffer(raw, dtype=np.uint8)
     schema = dec.codec.arrow_schema
     out = []
-    for lo in range(0, n, max(1, batch_rows)):
-        hi = min(n, lo + batch_rows)
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + max(1, batch_rows))
+        if ops[hi - 1] == OPC_BEFORE:  # a before image and its update stay in one batch (they share an ordinal)
+            hi += 1
         arrays = [
             _op_labels().take(pa.array(ops_np[lo:hi])),
             pa.array(versions_np[lo:hi], pa.int64()),
@@ -223,6 +226,7 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
         offsets = dec.offsets(buf, starts_np[lo:hi])
         arrays += [dec.decode_column(i, buf, raw, offs) for i, offs in enumerate(offsets)]
         out.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
+        lo = hi
     return out
 
 
