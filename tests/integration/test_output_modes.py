@@ -241,15 +241,18 @@ def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_wi
     cols = [Col("id", pa.int32(), "INT"), Col("note", pa.string(), "STRING")]
     clock = VersionClock()
 
-    def land(source: str, seq: int, shard: str, changes: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    def land(source: str, seq: int, shard: str, changes: list[tuple[Any, ...]]) -> dict[str, Any]:
         w = WindowBuilder(staging, f"grp.{source}", seq, clock).file(shard, "orders", ("id",), cols, changes)
         manifest, wdir = w.build()
         return merge_window(spark, manifest, wdir, root, "grp", seq, TOKEN, source=source, routes=routes,
                             table_options=options, small_table_rows=small_table_rows)
 
-    land("a", 1, "shop_00", [("I", {"id": 1, "note": "a1"}), ("U", {"id": 1, "note": "a1'"})])
+    inserted, updated = clock(), clock()
+    a1 = [("I", {"id": 1, "note": "a1"}, inserted), ("B", {"id": 1, "note": "a1"}, updated),  # B: the before image
+          ("U", {"id": 1, "note": "a1'"}, updated)]
+    land("a", 1, "shop_00", a1)
     land("b", 1, "shop_02", [("I", {"id": 1, "note": "b1"})])
-    again = land("a", 1, "shop_00", [("I", {"id": 1, "note": "a1"}), ("U", {"id": 1, "note": "a1'"})])
+    again = land("a", 1, "shop_00", a1)
     assert again["tables"]["shop.orders"]["status"] == STATUS_ALREADY
     land("b", 2, "shop_02", [("D", {"id": 1, "note": "b1"})])
 
@@ -257,9 +260,10 @@ def test_group_pipelines_keep_a_history_per_source_row_landed_once_per_source_wi
     history = sorted((r["_cdc_source"], r["id"], r["note"], r["_cdc_op"], r["_cdc_is_current"])
                      for r in lake.read(history_uri(root, "shop", "orders")))
     assert history == [("a", 1, "a1", "I", False), ("a", 1, "a1'", "U", True), ("b", 1, "b1", "I", False)]
-    log = sorted((r["_cdc_source"], r["_cdc_version"], r["_cdc_op"])
+    log = sorted((r["_cdc_source"], r["_cdc_version"], r["_cdc_op"], r["note"])
                  for r in lake.read(changelog_uri(root, "shop", "orders")))
-    assert [(s, op) for s, _, op in log] == [("a", "I"), ("a", "U"), ("b", "I"), ("b", "D")]
+    assert [(s, op, note) for s, _, op, note in log] == [
+        ("a", "I", "a1"), ("a", "B", "a1"), ("a", "U", "a1'"), ("b", "I", "b1"), ("b", "D", "b1")]
     for uri in (history_uri(root, "shop", "orders"), changelog_uri(root, "shop", "orders")):
         assert (delta_state.last_txn_version(uri, "grp.a"), delta_state.last_txn_version(uri, "grp.b")) == (1, 2)
 
