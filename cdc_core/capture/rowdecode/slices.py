@@ -145,7 +145,9 @@ def decode_slice(job: tuple[Any, ...]) -> SliceResult:
     for tid, spec, raw, kinds, versions, ends, commits in tables:
         dec = _decoder(spec, vectorize, native)
         starts, counts, ops = scan_table(dec, raw, kinds, ends)
-        scanned[tid] = (spec, dec, raw, starts, counts, ops, versions, commits, _ordinals_per_event(counts, ops))
+        taken = _ordinals_taken(ops)
+        per_event = counts if taken is None else np.diff(taken[np.cumsum(counts, dtype=np.int64)], prepend=0).tolist()
+        scanned[tid] = (spec, dec, raw, starts, counts, ops, versions, commits, taken, per_event)
     # Ordinals in binlog order across tables (DDL statements take one each; a before image takes none).
     firsts: dict[int, list[int]] = {tid: [] for tid in scanned}
     pointers = dict.fromkeys(scanned, 0)
@@ -159,37 +161,25 @@ def decode_slice(job: tuple[Any, ...]) -> SliceResult:
         e = pointers[tid]
         pointers[tid] = e + 1
         firsts[tid].append(running + 1)
-        running += scanned[tid][8][e]
+        running += scanned[tid][9][e]
     batches: list[tuple[TableSchema, pa.RecordBatch]] = []
-    for tid, (spec, dec, raw, starts, counts, ops, versions, commits, _) in scanned.items():
-        for batch in _materialize(dec, raw, starts, counts, ops, versions, firsts[tid], commits, batch_rows):
+    for tid, (spec, dec, raw, starts, counts, ops, versions, commits, taken, _) in scanned.items():
+        for batch in _materialize(dec, raw, starts, counts, ops, taken, versions, firsts[tid], commits, batch_rows):
             batches.append((spec.shape, batch))
     return SliceResult(batches, ddl_ordinals, running)
 
 
-def _ordinals_per_event(counts: Any, ops: bytes) -> Any:
-    """Ordinals each event's rows take: one per row, none for a before image (it shares its update's)."""
+def _ordinals_taken(ops: bytes) -> np.ndarray | None:
+    """taken[j]: the rows before row j that take an ordinal (a before image takes none: it shares its update's);
+    None when every row takes one (no before image)."""
     if OP_BYTE[OPC_BEFORE] not in ops:
-        return counts
-    taken = np.concatenate(([0], np.cumsum(np.frombuffer(ops, dtype=np.uint8) != OPC_BEFORE)))
-    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
-    return np.diff(taken[ends], prepend=0).tolist()
-
-
-def _row_ordinals(firsts: list[int], counts: np.ndarray, row_firsts: np.ndarray, ops: bytes) -> np.ndarray:
-    """Each row's ordinal: its event's first ordinal plus the rows before it in the event that take one; a before
-    image gets the ordinal of the update that follows it."""
-    n = len(ops)
-    if OP_BYTE[OPC_BEFORE] in ops:
-        taken = np.concatenate(([0], np.cumsum(np.frombuffer(ops, dtype=np.uint8) != OPC_BEFORE)))
-    else:
-        taken = np.arange(n + 1, dtype=np.int64)  # taken[j]: rows before row j that take an ordinal
-    return np.repeat(np.array(firsts, dtype=np.int64) - taken[row_firsts], counts) + taken[:n]
+        return None
+    return np.concatenate(([0], np.cumsum(np.frombuffer(ops, dtype=np.uint8) != OPC_BEFORE)))
 
 
 def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in order
-    dec: TableDecoder, raw: bytes, starts: Any, counts: Any, ops: bytes, versions: list[int],
-    firsts: list[int], commits: list[tuple[int, int, int]], batch_rows: int,
+    dec: TableDecoder, raw: bytes, starts: Any, counts: Any, ops: bytes, taken: np.ndarray | None,
+    versions: list[int], firsts: list[int], commits: list[tuple[int, int, int]], batch_rows: int,
 ) -> list[pa.RecordBatch]:
     n = len(starts)
     if n == 0:
@@ -198,7 +188,9 @@ def _materialize(  # noqa: PLR0917 - one call site, the scanned table's parts in
     row_firsts = np.zeros(len(counts_np), dtype=np.int64)
     np.cumsum(counts_np[:-1], out=row_firsts[1:])
     versions_np = np.repeat(np.array(versions, dtype=np.int64), counts_np)
-    ordinals = _row_ordinals(firsts, counts_np, row_firsts, ops)
+    # Each row's ordinal: its event's first plus the rows before it in the event that take one.
+    taken = np.arange(n + 1, dtype=np.int64) if taken is None else taken
+    ordinals = np.repeat(np.array(firsts, dtype=np.int64) - taken[row_firsts], counts_np) + taken[:n]
     rows_at = np.cumsum(counts_np)
     commit_rows = np.array([rows_at[e - 1] if e else 0 for e, _, _ in commits], dtype=np.int64)
     per_txn = np.diff(commit_rows, prepend=0)
