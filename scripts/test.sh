@@ -7,9 +7,8 @@
 #   scripts/test.sh tests/unit -x        # extra arguments go to pytest
 #
 # Env: CDC_SKIP_SETUP=1 skips setup.sh; CDC_KEEP_SERVICES=1 leaves started services running;
-# CDC_TEST_WORKERS=N runs the tests on N pytest-xdist workers (default 2; 0 = one process), plus one for the
-# waiting lane (CDC_TEST_LANE=1, the default; tests/support/lanes.py). A test module stays on one worker (one Spark
-# session per module); each worker has its own private services.
+# CDC_TEST_WORKERS=N runs the tests on N pytest-xdist workers (default 2; 0 = one process). A test module
+# stays on one worker (one Spark session per module); each worker has its own private services.
 # The tests' Spark JVMs are lean (tests/support/jvm_archive.py): a class-data archive built once into .cache/jvm,
 # the client JIT only, the serial collector and Spark's interpreted expressions; the cluster tier keeps Spark's
 # defaults. CDC_TEST_JVM_DEFAULTS=1 runs every test with Spark's defaults.
@@ -46,16 +45,8 @@ set +e
 workers="${CDC_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != "0" ]; then
-  # Most of the suite waits on JVM start-ups and DAG runs: two workers overlap that waiting. The modules that
-  # mostly wait on other processes (a real scheduler, a Spark cluster) run on one more worker of their own, the
-  # waiting lane (tests/support/lanes.py), beside the two; CDC_TEST_LANE=0 runs them on the main workers.
-  if [ "${CDC_TEST_LANE:-1}" = "1" ]; then
-    export CDC_TEST_LANE=1
-    parallel=(-n "$((workers + 1))" --dist loadfile --no-loadscope-reorder)
-  else
-    export CDC_TEST_LANE=0
-    parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
-  fi
+  # Most of the suite waits on JVM start-ups and DAG runs: two workers overlap that waiting.
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 mkdir -p "$ROOT/.local"
 junit="$ROOT/.local/test-results.xml"

@@ -315,17 +315,6 @@ def warm_merges(shared_merge_server: Any, monkeypatch: pytest.MonkeyPatch) -> st
     return address
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """CDC_TEST_LANE=1 (scripts/test.sh): the last xdist worker is the waiting lane (tests/support/lanes.py)."""
-    workers = int(getattr(config.option, "numprocesses", 0) or 0)
-    if os.environ.get("CDC_TEST_LANE") != "1" or workers < 2:
-        return None
-    from tests.support.lanes import LaneScheduling, lane_worker
-
-    return LaneScheduling(config, log, lane=lane_worker(workers))
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """CDC_TEST_CPU_LOG=<file>: each test's CPU seconds (its process tree) to that file (tests/support/cpu_log.py)."""
