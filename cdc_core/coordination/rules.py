@@ -12,6 +12,7 @@ from cdc_core.coordination.records import Cursor, LeaseRecord, WindowRecord
 from cdc_core.model.errors import ConfigError, StateConflict
 from cdc_core.model.positions import BinlogPosition
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowPlan
+from cdc_core.model.windows import INFO_XA_OPEN
 
 log = logging.getLogger("cdc.coordination")
 
@@ -119,7 +120,10 @@ def cursor_after_ack(pipeline: str, cursor: Cursor, plan: WindowPlan, now: float
                 f"{where}: it is a backfill window starting at {plan.start.label()} but the backfill "
                 + ("is not active" if bf is None else f"stands at {bf.position.label()}")
             )
-        rest = None if plan.end >= bf.until else replace(bf, position=plan.end)
+        # Done at its `until`, or before it when an XA transaction prepared before `until` commits after it: its
+        # group and what follows stay unreplayed (the stream landed them; cdc_core.model.windows).
+        done = plan.end >= bf.until or INFO_XA_OPEN in plan.info
+        rest = None if done else replace(bf, position=plan.end)
         return Cursor(seq=plan.seq, position=cursor.position, backfill=rest, updated_at=now)
     if plan.kind == KIND_SNAPSHOT:  # a chunk moves the seq only; its progress moves in the same multi-op
         return Cursor(seq=plan.seq, position=cursor.position, backfill=cursor.backfill, updated_at=now)

@@ -15,6 +15,11 @@ description, GTID list, binlog checkpoint, ...), so the cursor of a quiet source
 end and its lag returns to zero after a rotation or a restart, and a backfill whose `until` follows
 such events ends there. Such a window may hold no transaction and still move the cursor; it
 never splits a transaction (the tail ends before any open one) and replays exactly like any other.
+
+A prepared XA transaction is committed by a later group of its own (`cdc_core.capture.binlog.xa`), so a window
+holds both or neither: it never ends while one is open. Caps wait for the outcome (a window may then exceed
+them, as a huge transaction does); a window whose boundaries run out first ends before the prepared group
+(`info["xa_open"]`) and the pipeline waits there until the source commits or rolls it back.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class TxnBoundary:
     with them `start_position()` is a valid position too. `events` counts the events a reader decodes
     (GTID/BEGIN, row events, commit; a table map only the first time a scan meets its table) and
     `bytes` the transaction's size in the binlog: both only size windows, they are not an identity.
+    `xa_open`: XA transactions prepared since the scan's start and still open after this one (neither committed
+    nor rolled back, `cdc_core.capture.binlog.xa`): a window may end here only when there are none.
     """
 
     start_file: str
@@ -50,6 +57,7 @@ class TxnBoundary:
     is_ddl: bool = False
     start_gtid: str | None = None
     prev_commit_ts: float | None = None
+    xa_open: int = 0
 
     @property
     def commit_ts(self) -> float | None:
@@ -79,6 +87,11 @@ class QuietTail:
 
     end: BinlogPosition
 
+
+
+# WindowPlan.info: a window cut back to before an XA transaction still open at the end of its scan (where its
+# prepared group begins, how many were open): the next window starts there, once the source has its outcome.
+INFO_XA_OPEN = "xa_open"
 
 
 def _check_caps(caps: WindowCaps) -> None:
@@ -111,9 +124,16 @@ def plan_window(
     end = start
     txns = events = size = 0
     capped: str | None = None
+    # A window never ends while an XA transaction it saw prepared is open (cdc_core.capture.binlog.xa): caps wait
+    # for its outcome, and boundaries that run out first cut the window back to before its prepared group.
+    xa_open = 0
+    safe = (end, txns, events, size)  # the last end with no XA transaction open
+    held: TxnBoundary | None = None  # the first transaction after `safe`
     for b in boundaries:
         if isinstance(b, QuietTail):
             # Only reached when no cap cut the window: the boundaries ran out before the tail.
+            if xa_open:
+                break
             if b.end > end and b.end.server.same_server(start.server):
                 end = replace(
                     b.end,
@@ -127,7 +147,7 @@ def plan_window(
                 f"window {seq} of {pipeline!r}: transaction at {b.start_file}:{b.start_offset} starts before the "
                 f"window start {start.label()} (the boundaries do not follow the start)"
             )
-        if txns:
+        if txns and not xa_open:
             capped = _exceeded(caps, txns + 1, events + b.events, size + b.bytes, strictly=True)
             if capped:
                 break
@@ -136,13 +156,23 @@ def plan_window(
                 f"window {seq} of {pipeline!r}: transaction end {b.end.label()} is on {b.end.server}, "
                 f"the window start on {start.server}"
             )
+        if not xa_open:
+            held = b
         end = b.end if b.end.epoch == start.epoch else replace(b.end, epoch=start.epoch)
         txns += 1
         events += b.events
         size += b.bytes
+        xa_open = b.xa_open
+        if not xa_open:
+            safe = (end, txns, events, size)
         capped = _exceeded(caps, txns, events, size, strictly=False)
-        if capped:
+        if capped and not xa_open:
             break  # full: do not pull (scan) another transaction
+    if xa_open and held is not None:
+        end, txns, events, size = safe
+        capped = None
+        info = {**(info or {}), INFO_XA_OPEN: {"prepared_at": f"{held.start_file}:{held.start_offset}",
+                                               "open": xa_open}}
     return WindowPlan(
         pipeline=pipeline,
         seq=seq,

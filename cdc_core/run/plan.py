@@ -8,6 +8,7 @@ the binlog (cdc_core.model.windows), or, while a snapshot is active, a snapshot 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +17,11 @@ from cdc_core.capture.lag import lag
 from cdc_core.coordination import LeaseGrant
 from cdc_core.model import faults, snapshot_state
 from cdc_core.model.window_plan import KIND_BACKFILL, KIND_SNAPSHOT, KIND_STREAM, WindowCaps, WindowPlan
-from cdc_core.model.windows import plan_window
+from cdc_core.model.windows import INFO_XA_OPEN, plan_window
 from cdc_core.run import ack, lake_tables, snapshot_steps
 from cdc_core.run.context import PipelineContext
+
+log = logging.getLogger("cdc.plan")
 
 RECOVERED_REPLAY = "replay"
 
@@ -135,6 +138,14 @@ def _binlog_plan(p: PipelineContext, grant: LeaseGrant, cursor: Any, first_rule:
         start.file, start.offset, start.gtid, start.epoch, stop=stop, start_commit_ts=start.commit_ts,
     )
     cut = plan_window(p.name, seq, start, boundaries, caps, kind=kind, now=time.time(), tables=tables)
+    if INFO_XA_OPEN in cut.info:
+        held = cut.info[INFO_XA_OPEN]
+        log.warning(
+            "pipeline %r: window %d ends at %s, before an XA transaction prepared at %s that the source has neither "
+            "committed nor rolled back (%d open): the pipeline lands nothing after it until it has. `XA RECOVER` on "
+            "the source lists prepared transactions", p.name, seq, cut.end.label(), held["prepared_at"], held["open"],
+        )
+        p.log_event("window.xa_open", grant, seq=seq, prepared_at=held["prepared_at"], open=held["open"])
     behind = lag(cut.end, facts)  # what stays for later windows once this one lands (the metric lag.bytes)
     p.log_event("source.behind", grant, seq=seq, bytes=behind["bytes"], binlog_bytes=behind["binlog_bytes"])
     if cut.info.get("capped") and facts.end is not None:

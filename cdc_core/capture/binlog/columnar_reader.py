@@ -29,6 +29,7 @@ from cdc_core.capture.binlog.stream import (
 )
 from cdc_core.capture.binlog.table_maps import SchemaBuilder
 from cdc_core.capture.binlog.transactions import TxnAssembler, check_window_read, verify_identity, with_pipeline
+from cdc_core.capture.binlog.xa import PreparedHold
 from cdc_core.capture.ddl_events import DdlStatement
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.model.changes import RowBatch, TableSchema
@@ -131,6 +132,8 @@ def read_change_batches(
     transactions = 0
     last_end: tuple[int, int] | None = None
     last_file = ""
+    last_ts = float(plan.start.commit_ts or 0)
+    prepared: PreparedHold[list[tuple[Any, ...]]] = PreparedHold(f"pipeline {plan.pipeline!r}: window {plan.label()}")
     use_native = rowdecode.native_available() if native is None else native
     nworkers = decode_workers(plan, use_native) if workers is None else workers
     decoder: Any = WorkerPool(nworkers) if nworkers > 0 else _InlineDecoder()
@@ -224,7 +227,16 @@ def read_change_batches(
                 transactions += 1
                 last_end, last_file = (file_index, b.end), file  # b is this event: the transaction's end
                 txn = fast_change_version(epoch, asm.closed_file, asm.closed_start)  # where the transaction began
-                current.commit(float(b.timestamp or 0), txn)
+                if asm.closed_prepare is not None:  # changes once its XA COMMIT is read (xa)
+                    prepared.prepare(asm.closed_prepare, current.park(), txn)
+                    continue
+                if asm.closed_outcome is not None:
+                    committed = prepared.outcome(asm.closed_outcome)
+                    if committed is not None:
+                        current.unpark(committed[0])
+                        txn = committed[1]
+                last_ts = float(b.timestamp or 0)
+                current.commit(last_ts, txn)
                 if current.nbytes >= slice_bytes or len(current.order) >= SLICE_EVENTS:
                     yield from submit(current)
                     current = rowdecode.Slice()
@@ -233,6 +245,9 @@ def read_change_batches(
             plan, params, reached_end=last_end == end_key, last_label=last_label, transactions=transactions
         )
         current.rollback()
+        for held, txn in prepared.left_open():
+            current.unpark(held)
+            current.commit(last_ts, txn)
         if not current.empty:
             yield from submit(current)
         while inflight:

@@ -12,7 +12,7 @@ ints, `Decimal`, `float`, `str` (text, ENUM label, MariaDB JSON text, BIT as a '
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import replace
 from typing import Any
@@ -27,6 +27,7 @@ from cdc_core.capture.binlog.schema_events import SchemaChangeEvent, ddl_typer
 from cdc_core.capture.binlog.stream import FORGET_TABLES, pos_key, random_replica_server_id, stream_events
 from cdc_core.capture.binlog.table_maps import SchemaBuilder
 from cdc_core.capture.binlog.transactions import TxnAssembler, check_window_read, verify_identity, with_pipeline
+from cdc_core.capture.binlog.xa import PreparedHold
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.model.changes import RowChange, TableSchema
 from cdc_core.model.manifest import OP_BEFORE, OP_DELETE, OP_INSERT, OP_UPDATE
@@ -75,6 +76,8 @@ def read_changes(
     # tuples ("DDL", schema name, query, version).
     pending: list[tuple[Any, ...]] = []
     ordinal = 0
+    commit_ts = float(plan.start.commit_ts or 0.0)
+    prepared: PreparedHold[list[tuple[Any, ...]]] = PreparedHold(f"pipeline {plan.pipeline!r}: window {plan.label()}")
     transactions = 0
     last_end: tuple[int, int] | None = None
     last_label = "nothing"
@@ -135,19 +138,37 @@ def read_changes(
             last_label = f"up to {b.end.file}:{b.end.offset}"
             commit_ts = float(b.end.commit_ts or 0.0)
             txn = change_version(epoch, b.start_file, b.start_offset)
-            for op, schema, values, version in pending:
-                if op == "DDL":
-                    ordinal += 1
-                    yield SchemaChangeEvent.of(ordinal, schema)
-                    continue
-                if op != OP_BEFORE:  # a before image takes the ordinal of its update, which follows it
-                    ordinal += 1
-                yield RowChange(
-                    op=op, table=schema, values=values, version=version,
-                    ordinal=ordinal + 1 if op == OP_BEFORE else ordinal, commit_ts=commit_ts, txn=txn,
-                )
-            pending.clear()
+            if asm.closed_prepare is not None:  # changes once its XA COMMIT is read (xa)
+                prepared.prepare(asm.closed_prepare, list(pending), txn)
+                pending.clear()
+                continue
+            if asm.closed_outcome is not None:
+                committed = prepared.outcome(asm.closed_outcome)
+                if committed is not None:
+                    pending[:0], txn = committed
+            ordinal = yield from _committed(pending, ordinal, commit_ts, txn)
     check_window_read(plan, params, reached_end=last_end == end_key, last_label=last_label, transactions=transactions)
+    for held, txn in prepared.left_open():
+        ordinal = yield from _committed(held, ordinal, commit_ts, txn)
+
+
+def _committed(
+    pending: list[tuple[Any, ...]], ordinal: int, commit_ts: float, txn: int
+) -> Generator[RowChange | SchemaChangeEvent, None, int]:
+    """A committed transaction's changes (emptying `pending`), numbered from `ordinal`; returns the last ordinal."""
+    for op, schema, values, version in pending:
+        if op == "DDL":
+            ordinal += 1
+            yield SchemaChangeEvent.of(ordinal, schema)
+            continue
+        if op != OP_BEFORE:  # a before image takes the ordinal of its update, which follows it
+            ordinal += 1
+        yield RowChange(
+            op=op, table=schema, values=values, version=version,
+            ordinal=ordinal + 1 if op == OP_BEFORE else ordinal, commit_ts=commit_ts, txn=txn,
+        )
+    pending.clear()
+    return ordinal
 
 
 def _values(row: dict[str, Any], values: str, sources: str) -> dict[str, Any]:

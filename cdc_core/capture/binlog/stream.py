@@ -41,6 +41,7 @@ from cdc_core.capture.binlog.compat import (
     packet_reader,
     previous_gtids_text,
 )
+from cdc_core.capture.binlog.xa import xid_name
 from cdc_core.capture.source import SourceParams, source_error_from
 from cdc_core.model.errors import PositionPurged, SourceError
 from cdc_core.model.positions import binlog_file_index, change_version
@@ -62,7 +63,7 @@ def random_replica_server_id() -> int:
 class StreamEvent:
     """One binlog event reduced to what boundary tracking needs (built once per event: slots, not frozen)."""
 
-    kind: str  # rotate | header | gtid | gtid_list | begin | commit | query | tablemap | rows | other
+    kind: str  # rotate | header | gtid | gtid_list | begin | commit | xa_prepare | query | tablemap | rows | other
     file: str
     start: int
     end: int
@@ -123,6 +124,9 @@ def _classify(ev: Any, file: str, flavor: str) -> StreamEvent:
         return StreamEvent("gtid_list", file, start, end, ts, gtid=",".join(g.gtid for g in ev.gtid_list))
     if isinstance(ev, PreviousGtidsEvent):
         return StreamEvent("gtid_list", file, start, end, ts, gtid=previous_gtids_text(ev))
+    if isinstance(ev, XAPrepareEvent) and not ev.one_phase:  # its rows are changes only once committed (xa)
+        return StreamEvent("xa_prepare", file, start, end, ts,
+                           query=xid_name(ev.xid_format_id, ev.xid_gtrid, ev.xid_bqual))
     if isinstance(ev, (XidEvent, XAPrepareEvent)):
         return StreamEvent("commit", file, start, end, ts)
     if isinstance(ev, QueryEvent):

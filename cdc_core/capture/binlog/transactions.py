@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from cdc_core.capture.binlog.stream import StreamEvent
+from cdc_core.capture.binlog.xa import xa_outcome
 from cdc_core.capture.source import SourceParams, connect, mariadb_gtid_state
 from cdc_core.model.errors import SourceError, UnsupportedType
 from cdc_core.model.positions import BinlogPosition, GtidSet, MysqlGtidSet, ServerIdentity
@@ -65,6 +66,11 @@ class TxnAssembler:
         self.prev_commit_ts = prev_commit_ts
         # Where the transaction `feed` last closed began (its GTID or BEGIN event): its changes' `_cdc_txn`.
         self.closed_file, self.closed_start = "", 0
+        # XA transactions prepared since the start and not yet committed or rolled back: xid -> where the prepared
+        # group began (see `xa`). Of the group `feed` last closed: the xid it prepared, or the outcome it logged.
+        self.xa_open: dict[str, tuple[str, int]] = {}
+        self.closed_prepare: str | None = None
+        self.closed_outcome: tuple[str, str] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -84,8 +90,14 @@ class TxnAssembler:
         self.t_file, self.t_start, self.t_gtid, self.t_events = ev.file, ev.start, gtid, 0
         self.t_ddl = ddl
 
-    def _close(self, ev: StreamEvent, is_ddl: bool) -> Any:
+    def _close(self, ev: StreamEvent, is_ddl: bool, prepared: str | None = None,
+               outcome: tuple[str, str] | None = None) -> Any:
         self.closed_file, self.closed_start = self.t_file, self.t_start
+        self.closed_prepare, self.closed_outcome = prepared, outcome
+        if prepared is not None:
+            self.xa_open[prepared] = (self.t_file, self.t_start)
+        elif outcome is not None:
+            self.xa_open.pop(outcome[1], None)
         if not self.boundaries:
             self._reset()
             return ev
@@ -110,6 +122,7 @@ class TxnAssembler:
             is_ddl=is_ddl or self.t_ddl,
             start_gtid=None if start_state is None else str(start_state),
             prev_commit_ts=self.prev_commit_ts,
+            xa_open=len(self.xa_open),
         )
         self.prev_commit_ts = end.commit_ts
         self._reset()
@@ -137,11 +150,11 @@ class TxnAssembler:
             self.begun = True
             self.t_events += 1
             return None
-        if k == "commit":
+        if k in {"commit", "xa_prepare"}:
             if not self.in_txn:
                 return None
             self.t_events += 1
-            return self._close(ev, is_ddl=False)
+            return self._close(ev, is_ddl=False, prepared=ev.query if k == "xa_prepare" else None)
         if k == "query":
             if self.in_txn and self.begun:
                 self.t_events += 1
@@ -149,7 +162,9 @@ class TxnAssembler:
             if not self.in_txn:  # a statement without GTID or BEGIN (old servers): its own transaction
                 self._open(ev, None, begun=False)
             self.t_events += 1
-            return self._close(ev, is_ddl=not ev.query.upper().startswith("XA "))
+            if ev.query[:3].upper() == "XA ":  # not DDL; maybe the outcome of a prepared XA transaction
+                return self._close(ev, is_ddl=False, outcome=xa_outcome(ev.query))
+            return self._close(ev, is_ddl=True)
         # table maps, rows, annotate/intvar/rand/user-var events, checkpoints
         if self.in_txn:
             self.t_events += 1

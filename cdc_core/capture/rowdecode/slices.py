@@ -103,6 +103,31 @@ class Slice:
         del self.order[self.committed[0] :]
         del self.ddl[self.committed[1] :]
 
+    def park(self) -> list[tuple[Any, ...]]:
+        """Take the open transaction out (an XA transaction prepared, its outcome not read yet): its events in
+        binlog order, for `unpark` into this slice or a later one."""
+        nev = {tid: first for tid, (_, first) in self.touched.items()}
+        ddl = iter(self.ddl[self.committed[1] :])
+        events: list[tuple[Any, ...]] = []
+        for tid in self.order[self.committed[0] :]:
+            if tid < 0:
+                events.append((tid, None, 0, 0, next(ddl)))
+                continue
+            t = self.tables[tid]
+            i = nev[tid]
+            nev[tid] = i + 1
+            events.append((tid, t.spec, t.kinds[i], t.versions[i], bytes(t.buf[t.ends[i - 1] if i else 0 : t.ends[i]])))
+        self.rollback()
+        return events
+
+    def unpark(self, events: list[tuple[Any, ...]]) -> None:
+        """Add a parked transaction's events to the open transaction (its XA COMMIT was read)."""
+        for tid, spec, kind, version, data in events:
+            if tid < 0:
+                self.add_ddl(data)
+            else:
+                self.add_rows(tid, spec, kind, version, data, 0, len(data))
+
     @property
     def empty(self) -> bool:
         return not self.order

@@ -1,0 +1,121 @@
+"""XA (two-phase) transactions land as the source commits them (cdc_core.capture.binlog.xa): a prepared one that
+is rolled back lands nothing, one committed later lands at its commit, and while one is prepared and open no
+window ends after it (the lake must not hold rows the source may still roll back). Through `cdc run`, both
+readers, then `cdc verify` against the source.
+
+Real MariaDB + ZooKeeper: the fault suite's private pair (tests/faults/services.py), because an open prepared
+XA transaction holds back every pipeline reading that server's binlog. Merges on the warm merge server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc_core.cli import main
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
+
+
+@pytest.fixture
+def xa_case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    ps = private_services
+    db = "xa_" + uuid.uuid4().hex[:8]
+    conn = {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port,
+            "login": ps.mysql_user, "password": ps.mysql_password}
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_XA", json.dumps(conn))
+    root = ps.root_connect()
+    with root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute(f"INSERT INTO `{db}`.t VALUES (10, 'before')")  # before the start: not captured
+    root.close()
+    pipeline = {
+        "name": "xa_" + uuid.uuid4().hex[:6],
+        "source": {"conn_id": "cdc_source_xa"},
+        "tables": {"include": [f"{db}.*"]},
+        "start": ps.binlog_end(),
+        "snapshot": {"on_start": False},
+        "zookeeper": {"hosts": ps.zk_hosts, "root": "/cdc-xa-" + uuid.uuid4().hex[:8]},
+        "staging_root": str(tmp_path / "staging"),
+        "lake_root": str(tmp_path / "lake"),
+        "schedule": None,
+        "caps": {"max_transactions": 2},
+    }
+    config = tmp_path / "pipelines.yaml"
+    yield ps, db, pipeline, config
+    root = ps.root_connect()
+    with root.cursor() as cur:
+        cur.execute("XA RECOVER")
+        for _fmt, glen, _blen, data in cur.fetchall():  # a failed test's prepared transactions: roll them back
+            cur.execute(f"XA ROLLBACK X'{bytes(data[:glen]).hex()}',X'{bytes(data[glen:]).hex()}'")
+        cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    root.close()
+
+
+def verify(config: Path, capsys: pytest.CaptureFixture[str], name: str) -> bool:
+    code = main(["--config", str(config), "verify", name])
+    _, err = capsys.readouterr()
+    assert code in (0, 1), err
+    return code == 0
+
+
+def cdc(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    code = main(["--config", str(config), *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("decoder", ["columnar", "library"])
+def test_prepared_xa_transactions_land_at_their_commit_and_never_when_rolled_back(
+    xa_case: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, decoder: str
+) -> None:
+    ps, db, pipeline, config = xa_case
+    config.write_text(json.dumps({"pipelines": [{**pipeline, "decoder": decoder}]}))
+    name = pipeline["name"]
+    holder, other = ps.root_connect(db), ps.root_connect(db)
+    try:
+        with holder.cursor() as a, other.cursor() as b:
+            b.execute("INSERT INTO t VALUES (1, 'plain')")
+            b.execute("XA START 'gone'")  # prepared, then rolled back: its rows are in the binlog, not the table
+            b.execute("INSERT INTO t VALUES (3, 'rolled')")
+            b.execute("UPDATE t SET v = 'rolled' WHERE id = 1")
+            b.execute("XA END 'gone'")
+            b.execute("XA PREPARE 'gone'")
+            b.execute("XA ROLLBACK 'gone'")
+            a.execute("XA START 'open'")  # prepared and left open across a run
+            a.execute("INSERT INTO t VALUES (2, 'xa')")
+            a.execute("DELETE FROM t WHERE id = 10")
+            a.execute("XA END 'open'")
+            a.execute("XA PREPARE 'open'")
+            b.execute("INSERT INTO t VALUES (4, 'after')")  # committed after the open prepare
+            b.execute("XA START 'one'")
+            b.execute("INSERT INTO t VALUES (5, 'one')")
+            b.execute("XA END 'one'")
+            b.execute("XA COMMIT 'one' ONE PHASE")  # never prepared: an ordinary transaction
+
+            held = cdc(config, capsys, "run", name)
+            # Windows of at most 2 transactions. The first takes row 1 and the rolled-back group, and goes on past
+            # its cap to that group's outcome (3 transactions, 1 change); the next stops before the open one.
+            assert [(w["transactions"], w["changes"]) for w in held["windows"]] == [(3, 1), (0, 0)], held
+            why = [r.getMessage() for r in caplog.records if r.name == "cdc.plan"]
+            assert len(why) == 1 and "before an XA transaction prepared at" in why[0] and "XA RECOVER" in why[0], why
+            status = cdc(config, capsys, "status", name)
+            assert status["lag"]["bytes"] > 0, status
+            assert not verify(config, capsys, name)  # the lake holds row 1, not yet 4 and 5
+
+            a.execute("XA COMMIT 'open'")
+            b.execute("UPDATE t SET v = 'later' WHERE id = 2")
+        ran = cdc(config, capsys, "run", name)
+        # The open one's group, two ordinary transactions (4, 5) and its commit in one window (its two rows at
+        # the commit), then the update.
+        assert [(w["transactions"], w["changes"]) for w in ran["windows"]] == [(4, 4), (1, 1)], ran
+        assert verify(config, capsys, name)  # 1, 2 (its update after the commit), 4, 5; not 3, and 10 deleted
+    finally:
+        holder.close()
+        other.close()

@@ -1,0 +1,138 @@
+"""XA (two-phase) transactions, the pure parts (cdc_core.capture.binlog.xa): the outcome statements' xids, the
+boundaries' count of open XA transactions, windows that never end while one is open, and a slice that holds a
+prepared transaction's rows back until its XA COMMIT (and drops them at XA ROLLBACK). Against MariaDB:
+tests/integration/test_xa_mariadb.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cdc_core.capture import rowdecode
+from cdc_core.capture.binlog.stream import StreamEvent
+from cdc_core.capture.binlog.transactions import TxnAssembler
+from cdc_core.capture.binlog.xa import XA_COMMIT, XA_ROLLBACK, PreparedHold, xa_outcome, xid_name
+from cdc_core.capture.rowdecode.layout import ColumnLayout
+from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.positions import BinlogPosition, ServerIdentity
+from cdc_core.model.window_plan import KIND_BACKFILL, WindowCaps
+from cdc_core.model.windows import INFO_XA_OPEN, QuietTail, TxnBoundary, plan_window
+
+pytestmark = pytest.mark.unit
+
+MARIA = ServerIdentity("mariadb", 1)
+X1 = xid_name(1, b"x1", b"")
+
+
+@pytest.mark.parametrize(("query", "want"), [
+    ("XA COMMIT X'7831',X'',1", (XA_COMMIT, X1)),  # as MariaDB and MySQL log it
+    ("xa rollback 'x1'", (XA_ROLLBACK, X1)),
+    ("XA COMMIT 0x7831, '', 1;", (XA_COMMIT, X1)),
+    ("XA COMMIT 'a''b', 'q', 7", (XA_COMMIT, xid_name(7, b"a'b", b"q"))),
+    ("XA COMMIT 'x1' ONE PHASE", None),  # never prepared: an ordinary transaction
+    ("XA END 'x1'", None),
+    ("XA COMMIT garbage(", None),
+    ("COMMIT", None),
+])
+def test_outcome_statements_name_the_xid_as_the_prepare_event_does(query: str, want: Any) -> None:
+    assert xa_outcome(query) == want
+
+
+def feed(asm: TxnAssembler, events: list[tuple[Any, ...]]) -> list[TxnBoundary]:
+    out, offset = [], 4
+    for kind, size, *rest in events:
+        ev = StreamEvent(kind, "mysql-bin.000003", offset, offset + size, 100, **(rest[0] if rest else {}))
+        offset += size
+        b = asm.feed(ev)
+        if b is not None:
+            out.append(b)
+    return out
+
+
+def xa_group(xid: bytes) -> list[tuple[Any, ...]]:
+    name = xid_name(1, xid, b"")
+    return [("gtid", 42, {"gtid": "0-1-1"}), ("tablemap", 50), ("rows", 60),
+            ("query", 80, {"query": f"XA END X'{xid.hex()}',X'',1"}), ("xa_prepare", 38, {"query": name})]
+
+
+def outcome(verb: str, xid: bytes) -> list[tuple[Any, ...]]:
+    return [("gtid", 42, {"gtid": "0-1-2", "standalone": True}),
+            ("query", 90, {"query": f"XA {verb} X'{xid.hex()}',X'',1"})]
+
+
+def dml() -> list[tuple[Any, ...]]:
+    return [("gtid", 42, {"gtid": "0-1-3"}), ("tablemap", 50), ("rows", 60), ("commit", 31)]
+
+
+def test_boundaries_count_the_xa_transactions_open_after_them() -> None:
+    asm = TxnAssembler(MARIA, epoch=0, start_gtid=None)
+    got = feed(asm, [*xa_group(b"a"), *dml(), *xa_group(b"b"), *outcome("COMMIT", b"a"), *dml(),
+                     *outcome("ROLLBACK", b"b"), *outcome("COMMIT", b"zz"), *dml()])
+    assert [b.xa_open for b in got] == [1, 1, 2, 1, 1, 0, 0, 0]
+    assert [b.is_ddl for b in got] == [False] * 8  # XA statements are not DDL
+    assert [b.events for b in got[:2]] == [5, 4]
+
+
+def stream(xa_open: list[int]) -> tuple[BinlogPosition, list[TxnBoundary]]:
+    """One-event transactions of 100 bytes back to back, each leaving `xa_open[i]` XA transactions open."""
+    start = BinlogPosition("mysql-bin.000001", 100, MARIA, None, None)
+    out, offset = [], 100
+    for i, n in enumerate(xa_open):
+        end = BinlogPosition("mysql-bin.000001", offset + 100, MARIA, None, 1_700_000_000.0 + i)
+        out.append(TxnBoundary("mysql-bin.000001", offset, end, None, 1, 100, xa_open=n))
+        offset += 100
+    return start, out
+
+
+def test_a_window_never_ends_while_an_xa_transaction_is_open() -> None:
+    start, txns = stream([0, 1, 1, 2, 1, 0, 0])
+    caps = WindowCaps(max_transactions=2, max_events=1000, max_bytes=10**9)
+    # The cap is reached inside the open XA: the window goes on to its outcome (as a big transaction does).
+    w = plan_window("p", 1, start, txns, caps)
+    assert (w.transactions, w.end) == (6, txns[5].end) and w.info.get("capped") == "max_transactions"
+    assert INFO_XA_OPEN not in w.info
+    # The boundaries run out while it is open: the window ends before its prepared group, and says where that is.
+    start, txns = stream([0, 0, 1, 1])
+    tail = QuietTail(BinlogPosition("mysql-bin.000001", 900, MARIA, None, None))
+    w = plan_window("p", 1, start, [*txns, tail], WindowCaps(max_transactions=100))
+    assert (w.transactions, w.end) == (2, txns[1].end) and "capped" not in w.info
+    assert w.info[INFO_XA_OPEN] == {"prepared_at": "mysql-bin.000001:300", "open": 1}
+    # Opened by the first transaction: an empty window at its start, the next one starts there again.
+    start, txns = stream([1, 1])
+    w = plan_window("p", 1, start, txns, WindowCaps(max_transactions=1), kind=KIND_BACKFILL)
+    assert (w.transactions, w.end) == (0, start) and w.info[INFO_XA_OPEN]["prepared_at"] == "mysql-bin.000001:100"
+    # Without XA: the tail still ends a window that took every transaction.
+    start, txns = stream([0, 0])
+    assert plan_window("p", 1, start, [*txns, tail], WindowCaps(max_transactions=100)).end.offset == 900
+
+
+SHAPE = TableSchema("s", "t", (SourceColumn("id", "tinyint", False),), ("id",))
+SPEC = rowdecode.TableSpec(SHAPE, (ColumnLayout("id", 1, "int", 1, 0, False),))
+
+
+def test_a_slice_holds_a_prepared_transaction_until_its_commit_and_drops_a_rolled_back_one() -> None:
+    sl = rowdecode.Slice()
+    hold: PreparedHold[list[tuple[Any, ...]]] = PreparedHold("test")
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 100, b"\x00\x01", 0, 2)  # xa 'a': insert 1, update it
+    sl.add_rows(1, SPEC, rowdecode.EV_UPDATE, 110, b"\x00\x01\x00\x01", 0, 4)
+    hold.prepare("a", sl.park(), 90)
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 200, b"\x00\x02", 0, 2)  # xa 'b': insert 2
+    hold.prepare("b", sl.park(), 190)
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 300, b"\x00\x03", 0, 2)  # an ordinary transaction: insert 3
+    sl.commit(11.0, 290)
+    assert hold.outcome((XA_ROLLBACK, "b")) is None
+    events, txn = hold.outcome((XA_COMMIT, "a"))
+    sl.unpark(events)
+    sl.commit(12.0, txn)
+    assert hold.outcome((XA_COMMIT, "c")) is None and hold.left_open() == []  # prepared before: nothing held
+    (batch,) = rowdecode.finish_slice(rowdecode.decode_slice(sl.job(batch_rows=1000, vectorize=True)), base=0)
+    got = batch.batch.to_pydict()
+    assert [t.timestamp() for t in got.pop("_cdc_commit_ts")] == [11, 12, 12]  # the XA COMMIT's time for 'a'
+    assert got == {
+        "_cdc_op": ["I", "I", "U"],
+        "_cdc_version": [300, 100, 110],  # where each change is in the binlog (the prepared group's for 'a')
+        "_cdc_ordinal": [1, 2, 3],  # in commit order
+        "_cdc_txn": [290, 90, 90],
+        "id": [3, 1, 1],
+    }
