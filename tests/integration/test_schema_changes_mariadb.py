@@ -194,6 +194,17 @@ def test_refuse_mode_and_an_unparseable_statement_stop_the_window_until_skipped(
     run(p, capsys)
     assert lake_rows(p, "ok") == 6
 
+    # A session logging statements instead of rows: the rows it changed are in no row event.
+    sql(p, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO ok VALUES (101, 'stmt', 1)")
+    sql(p, "INSERT INTO ok VALUES (102, 'row', 1)")
+    code, err = run_fails(p, capsys)
+    assert code == 7 and "logged as a statement" in err and f"{p['db']}.ok" in err and "binlog_format" in err, err
+    logged = err.split("the statement at ", 1)[1].split(" ", 1)[0]
+    assert lake_rows(p, "ok") == 6  # nothing of the window landed
+    configure(p, schema_changes={"tables": {f"{p['db']}.r": "refuse"}, "skip": [position, logged]})
+    run(p, capsys)
+    assert lake_rows(p, "ok") == 7  # as told: row 102 landed, 101 is for the operator to repair (a snapshot)
+
     sql(p, "ALTER TABLE ok ADD SYSTEM VERSIONING")  # a statement the parser does not understand
     code, err = run_fails(p, capsys)
     assert code == 7 and "cannot be applied to the lake exactly" in err and "SYSTEM VERSIONING" in err, err

@@ -11,7 +11,6 @@ definitions against a real MariaDB.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -685,8 +684,7 @@ def test_table_ddl_that_is_not_understood_is_an_error_naming_what_the_tokens_sti
 
 
 NOTHING = [
-    "INSERT INTO t VALUES (1)", "UPDATE t SET a = 1", "DELETE FROM t", "REPLACE INTO t VALUES (1)",
-    "LOAD DATA INFILE 'x' INTO TABLE t", "SELECT 1", "BEGIN", "COMMIT", "ROLLBACK", "XA START 'x'", "XA END 'x'",
+    "SELECT 1", "BEGIN", "COMMIT", "ROLLBACK", "XA START 'x'", "XA END 'x'",
     "XA PREPARE 'x'", "XA COMMIT 'x'", "SAVEPOINT s", "RELEASE SAVEPOINT s", "SET @a = 1", "SET NAMES utf8mb4",
     "/*!40101 SET NAMES utf8 */", "FLUSH TABLES", "FLUSH TABLES t FOR EXPORT", "ANALYZE TABLE t", "OPTIMIZE TABLE t",
     "REPAIR TABLE t", "CHECK TABLE t", "GRANT SELECT ON *.* TO x", "REVOKE ALL ON db.* FROM x", "CREATE USER u",
@@ -710,11 +708,26 @@ def test_statements_that_change_no_table_give_nothing(query: str) -> None:
     assert parse(query) == ParsedStatement()
 
 
-def test_a_huge_dml_statement_is_dismissed_without_being_read() -> None:
-    query = "INSERT INTO t VALUES " + ",".join(["(1, 'x, y; /* z */')"] * 400_000)  # ~8 MB
-    start = time.perf_counter()
-    assert parse(query) == ParsedStatement()
-    assert time.perf_counter() - start < 1.0
+@pytest.mark.parametrize(("query", "tables"), [
+    ("INSERT INTO t VALUES (1)", T), ("insert ignore into db2.t2 (a) select a from u", (("db2", "t2"),)),
+    ("REPLACE t VALUES (1)", T), ("UPDATE t SET a = (SELECT max(b) FROM u)", T),
+    ("UPDATE LOW_PRIORITY t JOIN db.u AS x ON t.id = x.id SET t.a = x.a", ((DB, "t"), (DB, "u"))),
+    ("DELETE FROM t", T), ("DELETE QUICK IGNORE FROM `my t` ORDER BY id LIMIT 3", ((DB, "my t"),)),
+    ("DELETE t.* FROM t WHERE x IN (SELECT a FROM u)", T),
+    ("DELETE FROM t, u USING t INNER JOIN u INNER JOIN v", ((DB, "t"), (DB, "u"), (DB, "v"))),
+    ("LOAD DATA LOCAL INFILE '/x' REPLACE INTO TABLE t FIELDS TERMINATED BY ','", T),
+    ("/*!40000 DELETE FROM t */", T),
+])
+def test_row_changes_logged_as_statements_are_reported_with_the_tables_they_write(query: str, tables: Any) -> None:
+    """binlog_format STATEMENT or MIXED in a session, or a MEMORY table emptied at a restart: the rows are in no
+    row event, so the statement is refused like DDL that cannot be applied exactly (dml.py)."""
+    got = parse(query)
+    assert got.tables == tables and got.error is not None and "binlog_format" in got.error
+
+
+def test_a_huge_dml_statement_is_reported_by_its_head() -> None:
+    query = "INSERT INTO t VALUES " + ",".join(["(1, 'x, y; /* z */')"] * 400_000) + ", ('unterminated"  # ~8 MB
+    assert parse(query).tables == T
 
 
 # --------------------------------------------------------------------------------------- column types

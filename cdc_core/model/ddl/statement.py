@@ -14,10 +14,12 @@ import sqlglot.errors
 
 from cdc_core.model.ddl.alter import parse_alter
 from cdc_core.model.ddl.comments import first_word, scan
+from cdc_core.model.ddl.dml import DML_WORDS, parse_logged_dml
 from cdc_core.model.ddl.frame import NotUnderstood, Stmt, tokenize
 from cdc_core.model.ddl.tables import parse_create, parse_drop, parse_rename_table, parse_truncate
 from cdc_core.model.schema_changes import ParsedStatement
 
+_DML_HEAD = 8192
 _TABLE_DDL = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE", "IMPORT")
 
 
@@ -28,7 +30,10 @@ def parse_statement(query: str, default_schema: str, *, server_version: int | No
     `server_version`: the source's version as a number (101106 for MariaDB 10.11.6, 80400 for MySQL 8.4),
     which decides the versioned comments; None executes all of them. Never raises."""
     try:
-        if first_word(query, server_version) not in _TABLE_DDL:
+        word = first_word(query, server_version)
+        if word in DML_WORDS:
+            return _parse_dml(query, default_schema, server_version)
+        if word not in _TABLE_DDL:
             return ParsedStatement()
         return _parse(query, default_schema, server_version)
     except Exception as e:  # a bug here must not stop a reader: the statement is reported as not understood
@@ -60,6 +65,18 @@ def _parse(query: str, default_schema: str, server_version: int | None) -> Parse
         if not table_ddl:
             return ParsedStatement()
         return ParsedStatement(tables=tuple(st.tables), schemas=tuple(st.schemas), error=str(e))
+
+
+def _parse_dml(query: str, default_schema: str, server_version: int | None) -> ParsedStatement:
+    """A row change logged as a statement (dml.py): the tables it writes, with the error that says why. Only its
+    head is read (the tables come before the values; a logged INSERT can be megabytes)."""
+    sql, unterminated = scan(query[:_DML_HEAD], server_version)
+    if unterminated is not None:
+        sql = sql[:unterminated]
+    try:
+        return parse_logged_dml(Stmt(sql, tokenize(sql), default_schema))
+    except (sqlglot.errors.SqlglotError, NotUnderstood):
+        return ParsedStatement()
 
 
 def _is_table_ddl(st: Stmt) -> bool:
