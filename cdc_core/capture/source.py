@@ -28,6 +28,7 @@ from cdc_core.capture.connection import (
 from cdc_core.capture.tables import (
     SYSTEM_SCHEMAS,
     TableFilter,
+    check_cascades,
     column_attrs,
     describe_tables,
     normalise_column_type,
@@ -44,7 +45,9 @@ __all__ = [
     "SourceFacts",
     "SourceParams",
     "TableFilter",
+    "check_cascades",
     "check_cdc_ready",
+    "check_first_contact",
     "check_privileges",
     "column_attrs",
     "connect",
@@ -304,6 +307,14 @@ def _grant_covers(pattern: str, schema: str) -> bool:
         out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
         i += 1
     return re.fullmatch("".join(out), schema, re.S) is not None
+
+
+def check_first_contact(conn: Any, pipeline: str, table_filter: TableFilter, cascades_accepted: Iterable[str]) -> None:
+    """What a pipeline checks once when it first reaches its source: the capture user's grants (a missing one is
+    named, with the GRANT to run, before some statement fails with a bare "access denied" or information_schema
+    silently hides a table), and captured tables a cascade can change (`check_cascades`)."""
+    check_privileges(conn, pipeline, table_filter.literal_schemas() or ())
+    check_cascades(conn, table_filter, pipeline, cascades_accepted)
 
 
 def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> None:

@@ -21,7 +21,7 @@ import pymysql
 
 from cdc_core.capture.connection import conn_address
 from cdc_core.model.changes import SourceColumn, TableSchema
-from cdc_core.model.errors import ConfigError, MissingKey, UnknownTable
+from cdc_core.model.errors import CascadingForeignKey, ConfigError, MissingKey, UnknownTable
 from cdc_core.model.labels import parse_labels as parse_label_args
 from cdc_core.model.labels import quote_labels as quote_label_args
 from cdc_core.model.naming import NamePattern, parse_table_pattern, quote_mysql, table_id
@@ -266,3 +266,68 @@ def _mariadb_json_columns(cur: Any, schema: str) -> set[tuple[str, str]]:
         if m:
             out.add((str(table), m.group(1).replace("``", "`")))
     return out
+
+
+_CASCADING = ("CASCADE", "SET NULL", "SET DEFAULT")
+# A foreign key as SHOW CREATE TABLE prints it (server-made text): its name, parent and ON DELETE / ON UPDATE rules.
+_FOREIGN_KEY = re.compile(
+    r"^\s*CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY \(.*?\) REFERENCES (.+?) \(.*?\)"
+    r"(?: ON DELETE (CASCADE|SET NULL|SET DEFAULT|RESTRICT|NO ACTION))?"
+    r"(?: ON UPDATE (CASCADE|SET NULL|SET DEFAULT|RESTRICT|NO ACTION))?,?\s*$",
+    re.MULTILINE,
+)
+
+
+def cascading_keys(create_table: str, schema: str) -> list[str]:
+    """The foreign keys of a SHOW CREATE TABLE text (of a table in `schema`) whose rules cascade, as
+    `name: ON DELETE CASCADE ... from parent_schema.parent`."""
+    out = []
+    for m in _FOREIGN_KEY.finditer(create_table):
+        name, parent, on_delete, on_update = m.groups()
+        rules = [f"ON {verb} {rule}" for verb, rule in (("DELETE", on_delete), ("UPDATE", on_update))
+                 if rule in _CASCADING]
+        if rules:
+            names = [n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)+)`", parent)]
+            of = table_id(schema, names[0]) if len(names) == 1 else table_id(*names[:2])
+            out.append(f"{name.replace('``', '`')}: {' '.join(rules)} from {of}")
+    return out
+
+
+def check_cascades(conn: Any, table_filter: TableFilter, pipeline: str, accepted: Iterable[str] = ()) -> None:
+    """Refuse captured tables whose rows a foreign key's cascade can change (ON DELETE / ON UPDATE CASCADE, SET
+    NULL, SET DEFAULT), unless the configuration accepts them (`tables.cascading_foreign_keys`).
+
+    MariaDB and MySQL (before 9.x moved foreign keys out of InnoDB) write no row event for the rows InnoDB changes
+    by cascade: deleting a parent row logs that row only, so its child rows would stay in the lake. The rules are
+    read from SHOW CREATE TABLE of the captured tables that have foreign keys (KEY_COLUMN_USAGE names them):
+    information_schema.REFERENTIAL_CONSTRAINTS shows a replication user with SELECT nothing on MariaDB."""
+    accepted_filter = TableFilter(tuple(accepted)) if accepted else None
+    found = []
+    with conn.cursor() as cur:
+        schemas = table_filter.literal_schemas()
+        where = "REFERENCED_TABLE_NAME IS NOT NULL"
+        if schemas is not None:  # information_schema reads only these schemas' tables
+            where += f" AND TABLE_SCHEMA IN ({','.join(['%s'] * len(schemas))})"
+        cur.execute(
+            f"SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE {where} "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME",
+            list(schemas or ()),
+        )
+        children = [(str(s), str(t)) for s, t in cur.fetchall()]
+        for schema, table in children:
+            if not table_filter.matches(schema, table):
+                continue
+            if accepted_filter is not None and accepted_filter.matches(schema, table):
+                continue
+            cur.execute(f"SHOW CREATE TABLE {quote_mysql(schema)}.{quote_mysql(table)}")
+            found += [f"{table_id(schema, table)} ({c})" for c in cascading_keys(str(cur.fetchone()[1]), schema)]
+    if found:
+        raise CascadingForeignKey(
+            f"pipeline {pipeline!r}: captured tables have foreign keys whose cascades change their rows: "
+            f"{'; '.join(found[:20])}{' ...' if len(found) > 20 else ''}. The server writes no row event for a row a "
+            "cascade changes (deleting a parent row logs that row only), so the lake would keep child rows the "
+            "source deleted or changed. Either make the application change the child rows itself (ON DELETE / "
+            "ON UPDATE RESTRICT, then explicit DELETEs or UPDATEs), or exclude those tables (tables.exclude), or "
+            "accept it knowingly: list them under tables.cascading_foreign_keys, and repair with `cdc verify` and "
+            "`cdc snapshot` after cascades (docs/operations.md)"
+        )

@@ -56,6 +56,12 @@ class MissingKey(SourceError):
     """A captured table has neither a primary key nor a unique not-null key."""
 
 
+class CascadingForeignKey(SourceError):
+    """A captured table's rows can be changed by a foreign key's cascade, which the binlog does not record."""
+
+    retryable = False
+
+
 class UnsupportedType(SourceError):
     """A column type the type map cannot land exactly."""
 

@@ -36,7 +36,7 @@ from cdc_core.capture.source import (
     SourceParams,
     TableFilter,
     check_cdc_ready,
-    check_privileges,
+    check_first_contact,
     connect,
     describe_tables,
     inspect_source,
@@ -81,7 +81,7 @@ class Pipeline:
     _owns_client: bool = False
     _client: Any = None
     _facts: SourceFacts | None = field(default=None, repr=False)
-    _privileges_checked: bool = field(default=False, repr=False)
+    _first_contact_checked: bool = field(default=False, repr=False)
     # The object store's credentials (`object_store.conn_id`), None for local roots or ambient credentials.
     store: object_store.S3Credentials | None = field(default=None, repr=False)
     # ZooKeeper's digest identity as the caller resolved it (the Airflow glue, through Airflow); unset: read
@@ -226,11 +226,9 @@ class Pipeline:
         if self._facts is None or refresh:
             conn = connect(self.source)
             try:
-                if not self._privileges_checked:
-                    # First contact: name a missing grant (and the GRANT to run) before some statement
-                    # fails with a bare "access denied", or information_schema silently hides a table.
-                    check_privileges(conn, self.name, self.table_filter().literal_schemas() or ())
-                    self._privileges_checked = True
+                if not self._first_contact_checked:
+                    check_first_contact(conn, self.name, self.table_filter(), self.config.tables.cascading_foreign_keys)
+                    self._first_contact_checked = True
                 facts = inspect_source(conn)
                 check_cdc_ready(facts, self.name)
             finally:

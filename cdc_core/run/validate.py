@@ -1,12 +1,13 @@
-"""The facts `cdc validate` checks a pipeline's sources against (the rules: cdc_core.model.validation), and the
-one place a pipeline's capture filter is built (`capture_filter`: the run uses it too, Pipeline.table_filter).
+"""The facts `cdc validate` checks a pipeline's sources against (the rules: cdc_core.model.validation), and the one
+place a pipeline's capture filter is built (`capture_filter`: the run uses it too, Pipeline.table_filter).
 
 Offline (plain `cdc validate`) only the connections are read, from the environment as the CLI reads them
-(`AIRFLOW_CONN_<ID>`), for each source's host:port; a connection that is not defined there is simply not
-compared. With `--check-sources` every source is asked for its identity (MySQL's server_uuid) and describes
-the tables the pipeline captures there, as a run would (a literal include that does not exist, a table without
-a usable key, a transform rule that cannot apply to its table or whose hash key is missing, a history tracking a
-column the table does not land: the run's own errors): no ZooKeeper, no lake, nothing written.
+(`AIRFLOW_CONN_<ID>`), for each source's host:port; a connection that is not defined there is simply not compared.
+With `--check-sources` every source is asked for its identity (MySQL's server_uuid) and describes the tables the
+pipeline captures there, as a run would (a literal include that does not exist, a table without a usable key, a
+foreign key whose cascades the binlog would not show, a transform rule that cannot apply to its table or whose hash
+key is missing, a history tracking a column the table does not land: the run's own errors): no ZooKeeper, no lake,
+nothing written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cdc_core.capture.source import SourceParams, TableFilter, connect, describe_tables, inspect_source
+from cdc_core.capture.source import (
+    SourceParams,
+    TableFilter,
+    check_cascades,
+    connect,
+    describe_tables,
+    inspect_source,
+)
 from cdc_core.model import transforms
 from cdc_core.model.changes import TableSchema
 from cdc_core.model.config import PipelineConfig
@@ -87,6 +95,7 @@ def read_sources(
         try:
             identity = inspect_source(conn).identity
             described = describe_tables(conn, capture_filter(unit), unit.name, tuple(unit.tables.full_row_key))
+            check_cascades(conn, capture_filter(unit), unit.name, unit.tables.cascading_foreign_keys)
         finally:
             conn.close()
         check_transforms(unit, described.values())

@@ -156,3 +156,32 @@ def test_a_killed_run_does_not_block_the_next_one(
         finally:
             conn.close()
     assert diff.equal and diff.source_rows == diff.lake_rows == 50, diff.summary()
+
+
+def test_a_captured_table_that_a_cascade_can_change_is_refused_until_accepted(
+    services: Any, env: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A foreign key's cascade changes child rows without row events (MariaDB logs the parent's row only): the
+    run refuses such a captured table, naming the constraint and the ways out, until the configuration accepts
+    it (tables.cascading_foreign_keys)."""
+    db = env["db"]
+    root = services.root_connect(db)
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE parent (id INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE child (id INT PRIMARY KEY, pid INT, CONSTRAINT fk_child FOREIGN KEY (pid) "
+                    "REFERENCES parent (id) ON DELETE CASCADE ON UPDATE RESTRICT)")
+        cur.execute("CREATE TABLE plain (id INT PRIMARY KEY, pid INT, CONSTRAINT fk_plain FOREIGN KEY (pid) "
+                    "REFERENCES parent (id))")  # RESTRICT: the application deletes its rows itself
+    root.close()
+    code, out, err = cdc(env, capsys, "run", env["name"], "--once")
+    assert code == 3, (out, err)
+    assert f"{db}.child (fk_child: ON DELETE CASCADE from {db}.parent)" in err and "fk_plain" not in err, err
+    assert "tables.cascading_foreign_keys" in err and "tables.exclude" in err, err
+    code, _, err = cdc(env, capsys, "validate", "--check-sources")
+    assert code != 0 and "fk_child" in err, err
+
+    config = json.loads(Path(env["config"]).read_text())
+    config["pipelines"][0]["tables"]["cascading_foreign_keys"] = [f"{db}.child"]
+    Path(env["config"]).write_text(json.dumps(config))
+    code, _, err = cdc(env, capsys, "run", env["name"], "--once")
+    assert code == 0, err

@@ -142,3 +142,21 @@ def test_labels_round_trip_any_text(labels: list[str]) -> None:
 def test_mariadb_binlog_state_reduces_to_one_gtid_per_domain() -> None:
     assert str(mariadb_gtid_state("0-1-10,0-2-12,1-1-3")) == "0-2-12,1-1-3"
     assert str(mariadb_gtid_state("[]")) == ""
+
+
+def test_cascading_foreign_keys_are_read_from_show_create_table() -> None:
+    from cdc_core.capture.tables import cascading_keys
+
+    ddl = (
+        "CREATE TABLE `child` (\n  `id` int(11) NOT NULL,\n  `pid` int(11) DEFAULT NULL,\n  `o` int(11),\n"
+        "  PRIMARY KEY (`id`),\n"
+        "  CONSTRAINT `fk_plain` FOREIGN KEY (`o`) REFERENCES `other` (`id`),\n"
+        "  CONSTRAINT `fk``odd` FOREIGN KEY (`pid`, `o`) REFERENCES `shop`.`parent` (`id`, `x`) ON UPDATE SET NULL,\n"
+        "  CONSTRAINT `fk_both` FOREIGN KEY (`pid`) REFERENCES `parent` (`id`) ON DELETE CASCADE ON UPDATE RESTRICT,\n"
+        "  CONSTRAINT `fk_no` FOREIGN KEY (`o`) REFERENCES `p` (`id`) ON DELETE NO ACTION ON UPDATE NO ACTION\n"
+        ") ENGINE=InnoDB"
+    )
+    assert cascading_keys(ddl, "db") == [
+        "fk`odd: ON UPDATE SET NULL from shop.parent",
+        "fk_both: ON DELETE CASCADE from db.parent",
+    ]

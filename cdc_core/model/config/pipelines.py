@@ -207,8 +207,11 @@ class TablesConfig(StrictModel):
     exclude: list[str] = Field(default_factory=list)
     # Tables (patterns) without a primary or unique key that may use all columns as their key.
     full_row_key: list[str] = Field(default_factory=list)
+    # Tables (patterns) captured although a foreign key's cascade can change their rows, which the binlog does not
+    # record (cdc_core.capture.tables.check_cascades): refused unless listed here.
+    cascading_foreign_keys: list[str] = Field(default_factory=list)
 
-    @field_validator("include", "exclude", "full_row_key")
+    @field_validator("include", "exclude", "full_row_key", "cascading_foreign_keys")
     @classmethod
     def _patterns(cls, v: list[str]) -> list[str]:
         for p in v:
