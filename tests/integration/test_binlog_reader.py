@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from cdc_core.capture.binlog import BinlogScanner, read_changes
+from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_changes
 from cdc_core.capture.binlog.schema_events import SchemaChangeEvent
+from cdc_core.capture.binlog.table_maps import SEQUENCE_COLUMNS
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.model.changes import RowChange
 from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
@@ -285,6 +286,29 @@ def test_keys_without_a_primary_key(params: SourceParams, root: Any, source_db: 
     ]
     with pytest.raises(MissingKey, match=f"{source_db}.n"):
         changes(params, after, plan, source_db, schemas=None)
+
+
+def test_a_sequences_rows_are_not_data_and_do_not_land(params: SourceParams, root: Any, source_db: str) -> None:
+    """NEXTVAL logs a MariaDB SEQUENCE's row (a keyless table of fixed columns): both readers pass over it instead
+    of refusing it for its missing key; a keyless table of the same columns is still refused."""
+    run(root, "CREATE TABLE t (id INT PRIMARY KEY, v BIGINT)")
+    run(root, "CREATE SEQUENCE s CACHE 2")
+    before = facts_now(params)
+    run(root, "INSERT INTO t VALUES (1, NEXTVAL(s)), (2, NEXTVAL(s)), (3, NEXTVAL(s))")  # takes a second block
+    after = facts_now(params)
+    plan = whole_window(params, before, after)
+    assert [(c.op, c.values) for c in changes(params, after, plan, source_db)] == [
+        ("I", {"id": 1, "v": 1}), ("I", {"id": 2, "v": 2}), ("I", {"id": 3, "v": 3})]
+    batches = list(read_change_batches(params, after.identity, plan, TableFilter((f"{source_db}.*",))))
+    assert [b.table.table for b in batches] == ["t"] and batches[0].batch.num_rows == 3
+
+    columns = ", ".join(f"{c} BIGINT" for c in SEQUENCE_COLUMNS)
+    run(root, f"CREATE TABLE lookalike ({columns})")
+    before = facts_now(params)
+    run(root, f"INSERT INTO lookalike VALUES ({', '.join(['1'] * len(SEQUENCE_COLUMNS))})")
+    after = facts_now(params)
+    with pytest.raises(MissingKey, match=f"{source_db}.lookalike"):
+        changes(params, after, whole_window(params, before, after), source_db)
 
 
 def test_scanner_helpers(params: SourceParams, root: Any, source_db: str) -> None:

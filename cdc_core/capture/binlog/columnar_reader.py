@@ -143,8 +143,10 @@ def read_change_batches(
 
     ids = itertools.count(1)  # slice table ids: a new shape of a table gets a later id (staged after)
 
-    def table_spec(tm: Any) -> tuple[int, rowdecode.TableSpec]:
+    def table_spec(tm: Any) -> tuple[int, rowdecode.TableSpec] | None:
         shape = builder.build(tm)
+        if shape is None:  # a sequence: not data
+            return None
         wants = before_images is not None and before_images(shape.schema, shape.table)
         spec = rowdecode.TableSpec(shape, rowdecode.table_layout(tm), zero_dates, wants)
         name = (spec.shape.schema, spec.shape.table)

@@ -8,6 +8,7 @@ MariaDB's JSON columns, and the key of a table without a primary key.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +16,12 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_core.capture.binlog.compat import collation_charsets
-from cdc_core.capture.source import SourceParams, column_attrs, quote_labels
+from cdc_core.capture.source import SourceParams, column_attrs, connect, quote_labels
 from cdc_core.model.changes import SourceColumn, TableSchema
 from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
 from cdc_core.model.naming import table_id
+
+log = logging.getLogger("cdc.binlog")
 
 _INT_NAMES = {
     FIELD_TYPE.TINY: "tinyint",
@@ -98,6 +101,12 @@ def binlog_column_type(col: Any, flavor: str) -> tuple[str, str | None, tuple[st
     return f"unknown_binlog_type_{t}", charset, None
 
 
+# A MariaDB SEQUENCE is a table of these columns without a key, and NEXTVAL logs its rows when it takes a block of
+# values. Not data (snapshots, which read base tables, never see one either): its rows never land.
+SEQUENCE_COLUMNS = ("next_not_cached_value", "minimum_value", "maximum_value", "start_value", "increment",
+                    "cache_size", "cycle_option", "cycle_count")
+
+
 class SchemaBuilder:
     """TableSchemas from table-map events (FULL metadata), with the `schemas` callback as fallback."""
 
@@ -114,6 +123,26 @@ class SchemaBuilder:
         self.pipeline = pipeline
         self._lookups: dict[tuple[str, str], TableSchema | None] = {}
         self._interned: dict[TableSchema, TableSchema] = {}
+        self._sequences: dict[tuple[str, str], bool] = {}
+
+    def _is_sequence(self, schema: str, table: str) -> bool:
+        """A table of SEQUENCE_COLUMNS is a sequence unless information_schema says it is a base table (one
+        dropped since is taken for the sequence it looks like)."""
+        key = (schema, table)
+        if key not in self._sequences:
+            conn = connect(self.params)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                                "TABLE_NAME = %s", key)
+                    row = cur.fetchone()
+            finally:
+                conn.close()
+            self._sequences[key] = row is None or str(row[0]).upper() == "SEQUENCE"
+            if self._sequences[key]:
+                log.info("pipeline %r: %s is a SEQUENCE: the rows NEXTVAL logs for it are not data and do not land",
+                         self.pipeline, table_id(schema, table))
+        return self._sequences[key]
 
     def lookup(self, schema: str, table: str) -> TableSchema | None:
         key = (schema, table)
@@ -127,7 +156,8 @@ class SchemaBuilder:
             self._lookups[key] = found
         return self._lookups[key]
 
-    def build(self, ev: TableMapEvent) -> TableSchema:
+    def build(self, ev: TableMapEvent) -> TableSchema | None:
+        """The table's shape; None for a MariaDB SEQUENCE (its rows are the sequence's state, not data)."""
         schema, table = ev.schema, ev.table
         name = table_id(schema, table)
         names = [c.name for c in ev.columns]
@@ -166,6 +196,8 @@ class SchemaBuilder:
                     for c in columns
                 ]
         if not key:
+            if self.flavor == "mariadb" and tuple(names) == SEQUENCE_COLUMNS and self._is_sequence(schema, table):
+                return None
             known = self.lookup(schema, table)
             if known is not None and known.key and set(known.key) == set(known.column_names):
                 key = tuple(names)  # configured full-row key: all columns in force now
