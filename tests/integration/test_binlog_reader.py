@@ -311,6 +311,29 @@ def test_a_sequences_rows_are_not_data_and_do_not_land(params: SourceParams, roo
         changes(params, after, whole_window(params, before, after), source_db)
 
 
+def test_rows_undone_by_a_rollback_to_a_savepoint_the_binlog_kept_are_not_changes(
+    params: SourceParams, root: Any, source_db: str
+) -> None:
+    """A transaction that also changes a MyISAM table is logged whole, `SAVEPOINT` and `ROLLBACK TO` included,
+    with the rows the rollback undid: both readers drop them, as a replica would."""
+    run(root, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM")
+    before = facts_now(params)
+    run(root, "INSERT INTO m VALUES (1)", "INSERT INTO t VALUES (1, 1)", "SAVEPOINT `a b`",
+        "INSERT INTO t VALUES (2, 2)", "SAVEPOINT c", "UPDATE t SET v = 10 WHERE id = 1",
+        "ROLLBACK TO SAVEPOINT `a b`",  # undoes c's changes too, and c itself
+        "INSERT INTO t VALUES (3, 3)", "SAVEPOINT d", "DELETE FROM t WHERE id = 3", "RELEASE SAVEPOINT d",
+        txn=True)
+    after = facts_now(params)
+    plan = whole_window(params, before, after)
+    want = [("m", "I", 1), ("t", "I", 1), ("t", "I", 3), ("t", "D", 3)]
+    got = [c for c in changes(params, after, plan, source_db) if isinstance(c, RowChange)]
+    assert [(c.table.table, c.op, c.values["id"]) for c in got] == want
+    batches = list(read_change_batches(params, after.identity, plan, TableFilter((f"{source_db}.*",))))
+    staged = sorted((b.table.table, r["_cdc_ordinal"], r["_cdc_op"], r["id"]) for b in batches
+                    for r in b.batch.to_pylist())
+    assert [(t, op, i) for t, _, op, i in sorted(staged, key=lambda r: r[1])] == want
+
+
 def test_scanner_helpers(params: SourceParams, root: Any, source_db: str) -> None:
     run(root, "CREATE TABLE t (id INT PRIMARY KEY)")
     before = facts_now(params)

@@ -16,6 +16,7 @@ from contextlib import closing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from cdc_core.capture.binlog.savepoints import Savepoints
 from cdc_core.capture.binlog.schema_events import SchemaChangeEvent, ddl_typer
 from cdc_core.capture.binlog.stream import (
     FORGET_TABLES,
@@ -134,6 +135,7 @@ def read_change_batches(
     last_file = ""
     last_ts = float(plan.start.commit_ts or 0)
     prepared: PreparedHold[list[tuple[Any, ...]]] = PreparedHold(f"pipeline {plan.pipeline!r}: window {plan.label()}")
+    savepoints: Savepoints[Any] = Savepoints()
     use_native = rowdecode.native_available() if native is None else native
     nworkers = decode_workers(plan, use_native) if workers is None else workers
     decoder: Any = WorkerPool(nworkers) if nworkers > 0 else _InlineDecoder()
@@ -214,11 +216,14 @@ def read_change_batches(
                         )
                 elif kind == "gtid":
                     current.rollback()  # a transaction that never committed: its rows are dropped
+                    savepoints.clear()
                 elif kind == "tablemap":
                     tm = ev.raw
                     tables[tm.table_id] = table_spec(tm) if table_filter.matches(tm.schema, tm.table) else None
                 elif kind == "query":
-                    ddl = typer(ev)
+                    ddl = None
+                    if not (asm.in_txn and savepoints.statement(ev.query, current.savepoint, current.rollback_to)):
+                        ddl = typer(ev)
                     if ddl is not None:
                         current.add_ddl(replace(ddl, version=change_version(epoch, ev.file, ev.start)))
                 b = asm.feed(ev)
@@ -227,6 +232,7 @@ def read_change_batches(
                         last_end, last_file = (file_index, ev.end), file
                     continue
                 transactions += 1
+                savepoints.clear()
                 last_end, last_file = (file_index, b.end), file  # b is this event: the transaction's end
                 txn = fast_change_version(epoch, asm.closed_file, asm.closed_start)  # where the transaction began
                 if asm.closed_prepare is not None:  # changes once its XA COMMIT is read (xa)

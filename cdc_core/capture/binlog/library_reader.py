@@ -23,6 +23,7 @@ from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME2_RANGE as _
 from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME_RANGE as _NONE_ZERO_DATETIME
 from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
+from cdc_core.capture.binlog.savepoints import Savepoints
 from cdc_core.capture.binlog.schema_events import SchemaChangeEvent, ddl_typer
 from cdc_core.capture.binlog.stream import FORGET_TABLES, pos_key, random_replica_server_id, stream_events
 from cdc_core.capture.binlog.table_maps import SchemaBuilder
@@ -78,6 +79,7 @@ def read_changes(
     ordinal = 0
     commit_ts = float(plan.start.commit_ts or 0.0)
     prepared: PreparedHold[list[tuple[Any, ...]]] = PreparedHold(f"pipeline {plan.pipeline!r}: window {plan.label()}")
+    savepoints: Savepoints[int] = Savepoints()
     transactions = 0
     last_end: tuple[int, int] | None = None
     last_label = "nothing"
@@ -102,6 +104,7 @@ def read_changes(
                 break
             if ev.kind == "gtid":
                 pending.clear()
+                savepoints.clear()
             elif ev.kind == "tablemap":
                 tm = ev.raw
                 if table_filter.matches(tm.schema, tm.table):
@@ -122,9 +125,11 @@ def read_changes(
                     if zero_dates == "refuse":
                         _refuse_zero_dates(plan.pipeline, schema, rows_ev.rows)
             elif ev.kind == "query":
-                # DDL is a statement of its own, or opens a group (CREATE ... SELECT); DML statements
-                # (statement-based logging inside a transaction) name no DDL target and are skipped.
-                ddl = typer(ev)
+                # DDL is a statement of its own, or opens a group (CREATE ... SELECT); DML logged as a statement
+                # is refused (cdc_core.model.ddl.dml); a savepoint statement marks or drops pending changes.
+                ddl = None
+                if not (asm.in_txn and savepoints.statement(ev.query, lambda: len(pending), _truncate(pending))):
+                    ddl = typer(ev)
                 if ddl is not None:
                     pending.append(("DDL", replace(ddl, version=change_version(epoch, ev.file, ev.start)), None, 0))
             b = asm.feed(ev)
@@ -134,6 +139,7 @@ def read_changes(
                     last_label = f"up to {ev.file}:{ev.end}"
                 continue
             transactions += 1
+            savepoints.clear()
             last_end = pos_key(b.end.file, b.end.offset)
             last_label = f"up to {b.end.file}:{b.end.offset}"
             commit_ts = float(b.end.commit_ts or 0.0)
@@ -150,6 +156,13 @@ def read_changes(
     check_window_read(plan, params, reached_end=last_end == end_key, last_label=last_label, transactions=transactions)
     for held, txn in prepared.left_open():
         ordinal = yield from _committed(held, ordinal, commit_ts, txn)
+
+
+def _truncate(pending: list[tuple[Any, ...]]) -> Callable[[int], None]:
+    def truncate(mark: int) -> None:
+        del pending[mark:]
+
+    return truncate
 
 
 def _committed(

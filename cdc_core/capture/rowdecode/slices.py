@@ -103,6 +103,29 @@ class Slice:
         del self.order[self.committed[0] :]
         del self.ddl[self.committed[1] :]
 
+    def savepoint(self) -> tuple[int, int, dict[int, tuple[int, int]]]:
+        """A mark of the open transaction's changes so far (a SAVEPOINT), for `rollback_to`."""
+        return len(self.order), len(self.ddl), {tid: (len(self.tables[tid].buf), len(self.tables[tid].kinds))
+                                                for tid in self.touched}
+
+    def rollback_to(self, mark: tuple[int, int, dict[int, tuple[int, int]]]) -> None:
+        """Drop the open transaction's changes after `mark` (a ROLLBACK TO SAVEPOINT the binlog kept)."""
+        order, ddl, sizes = mark
+        for tid in list(self.touched):
+            t = self.tables[tid]
+            nbytes, nev = sizes.get(tid, self.touched[tid])
+            self.nbytes -= len(t.buf) - nbytes
+            del t.buf[nbytes:]
+            del t.kinds[nev:]
+            del t.versions[nev:]
+            del t.ends[nev:]
+            if tid not in sizes:  # first touched after the savepoint
+                del self.touched[tid]
+                if not t.kinds:
+                    del self.tables[tid]
+        del self.order[order:]
+        del self.ddl[ddl:]
+
     def park(self) -> list[tuple[Any, ...]]:
         """Take the open transaction out (an XA transaction prepared, its outcome not read yet): its events in
         binlog order, for `unpark` into this slice or a later one."""

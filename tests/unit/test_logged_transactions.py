@@ -1,7 +1,9 @@
-"""XA (two-phase) transactions, the pure parts (cdc_core.capture.binlog.xa): the outcome statements' xids, the
-boundaries' count of open XA transactions, windows that never end while one is open, and a slice that holds a
-prepared transaction's rows back until its XA COMMIT (and drops them at XA ROLLBACK). Against MariaDB:
-tests/integration/test_xa_mariadb.py."""
+"""Transactions the binlog logs in pieces, the pure parts. XA (two-phase, cdc_core.capture.binlog.xa): the
+outcome statements' xids, the boundaries' count of open XA transactions, windows that never end while one is
+open, and a slice that holds a prepared transaction's rows back until its XA COMMIT (and drops them at XA
+ROLLBACK); against MariaDB: tests/integration/test_xa_mariadb.py. Savepoints kept in the binlog
+(cdc_core.capture.binlog.savepoints): the rows a ROLLBACK TO undid are dropped; against MariaDB:
+tests/integration/test_binlog_reader.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from cdc_core.capture import rowdecode
+from cdc_core.capture.binlog.savepoints import Savepoints, savepoint_statement
 from cdc_core.capture.binlog.stream import StreamEvent
 from cdc_core.capture.binlog.transactions import TxnAssembler
 from cdc_core.capture.binlog.xa import XA_COMMIT, XA_ROLLBACK, PreparedHold, xa_outcome, xid_name
@@ -136,3 +139,34 @@ def test_a_slice_holds_a_prepared_transaction_until_its_commit_and_drops_a_rolle
         "_cdc_txn": [290, 90, 90],
         "id": [3, 1, 1],
     }
+
+
+@pytest.mark.parametrize(("query", "want"), [
+    ("SAVEPOINT `a`", ("savepoint", "a")), ("savepoint A", ("savepoint", "a")),
+    ("ROLLBACK TO `a b`", ("rollback", "a b")), ("ROLLBACK WORK TO SAVEPOINT x;", ("rollback", "x")),
+    ("RELEASE SAVEPOINT `x``y`", ("release", "x`y")), ("ROLLBACK", None), ("SAVEPOINTS", None),
+])
+def test_savepoint_statements(query: str, want: Any) -> None:
+    assert savepoint_statement(query) == want
+
+
+def test_a_rollback_to_a_savepoint_drops_the_rows_after_it_and_the_savepoints_set_after_it() -> None:
+    sl = rowdecode.Slice()
+    points: Savepoints[Any] = Savepoints()
+
+    def say(query: str) -> None:
+        assert points.statement(query, sl.savepoint, sl.rollback_to)
+
+    other = rowdecode.TableSpec(TableSchema("s", "u", SHAPE.columns, ("id",)), SPEC.layouts)
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 100, b"\x00\x01", 0, 2)
+    say("SAVEPOINT a")
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 110, b"\x00\x02", 0, 2)
+    say("SAVEPOINT b")
+    sl.add_rows(2, other, rowdecode.EV_WRITE, 120, b"\x00\x07", 0, 2)  # a table first touched after both
+    say("ROLLBACK TO a")  # drops 2 and u's 7, and savepoint b
+    say("ROLLBACK TO b")  # b is gone: nothing to do
+    sl.add_rows(1, SPEC, rowdecode.EV_WRITE, 130, b"\x00\x03", 0, 2)
+    assert not points.statement("INSERT INTO t VALUES (1)", sl.savepoint, sl.rollback_to)
+    sl.commit(5.0, 90)
+    (batch,) = rowdecode.finish_slice(rowdecode.decode_slice(sl.job(batch_rows=100, vectorize=True)), base=0)
+    assert batch.batch.to_pydict()["id"] == [1, 3] and batch.batch.to_pydict()["_cdc_ordinal"] == [1, 2]
