@@ -81,7 +81,7 @@ class LibraryEvents:
     def event(self, pkt: Any) -> Any:
         s, p = self.stream, self.private
         wrapper = BinLogPacketWrapper(
-            pkt, s.table_map, s._ctl_connection, s.mysql_version, p("use_checksum"),
+            pkt, s.table_map, s._ctl_connection, s.mysql_version, self.use_checksum,
             p("allowed_events_in_packet"), p("only_tables"), p("ignored_tables"), p("only_schemas"),
             p("ignored_schemas"), p("freeze_schema"), p("ignore_decode_errors"), p("verify_checksum"),
             p("optional_meta_data"), p("enable_logging"), p("use_column_name_cache"), p("post_header_lengths"),
@@ -90,6 +90,10 @@ class LibraryEvents:
         if wrapper.event_type == ROTATE_EVENT and wrapper.timestamp != 0:
             s.table_map = {}
         if wrapper.event_type == FORMAT_DESCRIPTION_EVENT and ev is not None:
+            # Each binlog file says in its Format_description whether its events end in a CRC32: a server whose
+            # binlog_checksum changed holds files of both kinds, and the library decides once, at connect time.
+            if ev.checksum_algorithm is not None:
+                self.use_checksum = ev.checksum_algorithm == 1
             s.mysql_version = ev.mysql_version
             setattr(s, "_BinLogStreamReader__post_header_lengths", ev.post_header_len)  # noqa: B010
             self._post_header_lengths = None
@@ -190,11 +194,18 @@ class NoSilentResume:
         self.stream_connects = 0
 
     def __call__(self, **kwargs: Any) -> Any:
-        if kwargs.get("db") != "information_schema":
-            self.stream_connects += 1
-            if self.stream_connects > 1:
-                raise StreamLost(2013, "lost the binlog connection in the middle of the stream")
-        return open_connection(**kwargs)
+        if kwargs.get("db") == "information_schema":
+            return open_connection(**kwargs)
+        self.stream_connects += 1
+        if self.stream_connects > 1:
+            raise StreamLost(2013, "lost the binlog connection in the middle of the stream")
+        conn = open_connection(**kwargs)
+        # Checksum-aware whatever binlog_checksum is now: the library says so only when it is CRC32 at connect
+        # time, and a server refuses to send files written with CRC32 to a reader that did not say so (after a
+        # switch to NONE). Each file's own setting is then read from its Format_description (LibraryEvents).
+        with conn.cursor() as cur:
+            cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+        return conn
 
 
 # ------------------------------------------------------------------------------ library-held metadata

@@ -1,10 +1,14 @@
-"""XA (two-phase) transactions land as the source commits them (cdc_core.capture.binlog.xa): a prepared one that
-is rolled back lands nothing, one committed later lands at its commit, and while one is prepared and open no
-window ends after it (the lake must not hold rows the source may still roll back). Through `cdc run`, both
-readers, then `cdc verify` against the source.
+"""What servers write to the binlog beyond plain transactions, through `cdc run` (both readers) and `cdc verify`.
 
-Real MariaDB + ZooKeeper: the fault suite's private pair (tests/faults/services.py), because an open prepared
-XA transaction holds back every pipeline reading that server's binlog. Merges on the warm merge server.
+- XA (two-phase) transactions land as the source commits them (cdc_core.capture.binlog.xa): a prepared one that
+  is rolled back lands nothing, one committed later lands at its commit, and while one is prepared and open no
+  window ends after it (the lake must not hold rows the source may still roll back).
+- A binlog_checksum switched (CRC32 -> NONE -> CRC32) leaves files of both kinds: each is read by its own
+  Format_description, whatever the setting when the reader connects.
+
+Real MariaDB + ZooKeeper: the fault suite's private pair (tests/faults/services.py), because both change what the
+whole server's binlog holds (an open prepared XA transaction holds back every pipeline reading it; the checksum
+is a global setting). Merges on the warm merge server.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 
 
 @pytest.fixture
-def xa_case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     ps = private_services
-    db = "xa_" + uuid.uuid4().hex[:8]
+    db = "quirk_" + uuid.uuid4().hex[:8]
     conn = {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port,
             "login": ps.mysql_user, "password": ps.mysql_password}
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_XA", json.dumps(conn))
@@ -35,12 +39,12 @@ def xa_case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         cur.execute(f"INSERT INTO `{db}`.t VALUES (10, 'before')")  # before the start: not captured
     root.close()
     pipeline = {
-        "name": "xa_" + uuid.uuid4().hex[:6],
+        "name": "quirk_" + uuid.uuid4().hex[:6],
         "source": {"conn_id": "cdc_source_xa"},
         "tables": {"include": [f"{db}.*"]},
         "start": ps.binlog_end(),
         "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": ps.zk_hosts, "root": "/cdc-xa-" + uuid.uuid4().hex[:8]},
+        "zookeeper": {"hosts": ps.zk_hosts, "root": "/cdc-quirk-" + uuid.uuid4().hex[:8]},
         "staging_root": str(tmp_path / "staging"),
         "lake_root": str(tmp_path / "lake"),
         "schedule": None,
@@ -53,15 +57,17 @@ def xa_case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         cur.execute("XA RECOVER")
         for _fmt, glen, _blen, data in cur.fetchall():  # a failed test's prepared transactions: roll them back
             cur.execute(f"XA ROLLBACK X'{bytes(data[:glen]).hex()}',X'{bytes(data[glen:]).hex()}'")
+        cur.execute("SET GLOBAL binlog_checksum = 'CRC32'")  # as the services run it
         cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
     root.close()
 
 
-def verify(config: Path, capsys: pytest.CaptureFixture[str], name: str) -> bool:
+def verify(config: Path, capsys: pytest.CaptureFixture[str], name: str) -> str:
+    """`cdc verify`: "" when the lake equals the source, else what differs."""
     code = main(["--config", str(config), "verify", name])
-    _, err = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code in (0, 1), err
-    return code == 0
+    return "" if code == 0 else out
 
 
 def cdc(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
@@ -73,9 +79,9 @@ def cdc(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
 
 @pytest.mark.parametrize("decoder", ["columnar", "library"])
 def test_prepared_xa_transactions_land_at_their_commit_and_never_when_rolled_back(
-    xa_case: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, decoder: str
+    case: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, decoder: str
 ) -> None:
-    ps, db, pipeline, config = xa_case
+    ps, db, pipeline, config = case
     config.write_text(json.dumps({"pipelines": [{**pipeline, "decoder": decoder}]}))
     name = pipeline["name"]
     holder, other = ps.root_connect(db), ps.root_connect(db)
@@ -107,7 +113,7 @@ def test_prepared_xa_transactions_land_at_their_commit_and_never_when_rolled_bac
             assert len(why) == 1 and "before an XA transaction prepared at" in why[0] and "XA RECOVER" in why[0], why
             status = cdc(config, capsys, "status", name)
             assert status["lag"]["bytes"] > 0, status
-            assert not verify(config, capsys, name)  # the lake holds row 1, not yet 4 and 5
+            assert verify(config, capsys, name)  # differs: the lake holds row 1, not yet 4 and 5
 
             a.execute("XA COMMIT 'open'")
             b.execute("UPDATE t SET v = 'later' WHERE id = 2")
@@ -115,7 +121,40 @@ def test_prepared_xa_transactions_land_at_their_commit_and_never_when_rolled_bac
         # The open one's group, two ordinary transactions (4, 5) and its commit in one window (its two rows at
         # the commit), then the update.
         assert [(w["transactions"], w["changes"]) for w in ran["windows"]] == [(4, 4), (1, 1)], ran
-        assert verify(config, capsys, name)  # 1, 2 (its update after the commit), 4, 5; not 3, and 10 deleted
+        assert not verify(config, capsys, name)  # 1, 2 (its update after the commit), 4, 5; not 3, and 10 deleted
     finally:
         holder.close()
         other.close()
+
+
+@pytest.mark.parametrize("decoder", ["columnar", "library"])
+def test_files_written_with_and_without_checksums_are_each_read_as_written(
+    case: Any, capsys: pytest.CaptureFixture[str], decoder: str
+) -> None:
+    ps, db, pipeline, config = case
+    config.write_text(json.dumps({"pipelines": [{**pipeline, "decoder": decoder}]}))
+    name = pipeline["name"]
+    conn = ps.root_connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1, 'crc32')")
+            cur.execute("SET GLOBAL binlog_checksum = 'NONE'")  # takes effect in a new file
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("INSERT INTO t VALUES (2, 'none')")
+            cur.execute("UPDATE t SET v = 'none too' WHERE id = 1")
+            cur.execute("DELETE FROM t WHERE id = 10")  # the row from before the start
+            cur.execute("ALTER TABLE t ADD COLUMN w INT DEFAULT 4")
+        # Connected while NONE is the setting, reading files of both kinds.
+        ran = cdc(config, capsys, "run", name)
+        assert sum(w["changes"] for w in ran["windows"]) == 4, ran
+        assert not verify(config, capsys, name)
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_checksum = 'CRC32'")
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("INSERT INTO t VALUES (3, 'crc again', 5)")
+            cur.execute("UPDATE t SET w = 6 WHERE id = 2")
+    finally:
+        conn.close()
+    ran = cdc(config, capsys, "run", name)
+    assert sum(w["changes"] for w in ran["windows"]) == 2, ran
+    assert not verify(config, capsys, name)
