@@ -5,10 +5,12 @@
   window ends after it (the lake must not hold rows the source may still roll back).
 - A binlog_checksum switched (CRC32 -> NONE -> CRC32) leaves files of both kinds: each is read by its own
   Format_description, whatever the setting when the reader connects.
+- With log_bin_compress, MariaDB writes long statements and row events compressed (cdc_core.capture.binlog.
+  compressed): they land like plain ones (they used to be passed over as unknown events).
 
 Real MariaDB + ZooKeeper: the fault suite's private pair (tests/faults/services.py), because both change what the
 whole server's binlog holds (an open prepared XA transaction holds back every pipeline reading it; the checksum
-is a global setting). Merges on the warm merge server.
+and compression are global settings). Merges on the warm merge server.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         cur.execute("XA RECOVER")
         for _fmt, glen, _blen, data in cur.fetchall():  # a failed test's prepared transactions: roll them back
             cur.execute(f"XA ROLLBACK X'{bytes(data[:glen]).hex()}',X'{bytes(data[glen:]).hex()}'")
-        cur.execute("SET GLOBAL binlog_checksum = 'CRC32'")  # as the services run it
+        cur.execute("SET GLOBAL binlog_checksum = 'CRC32'")  # as the services run them
+        cur.execute("SET GLOBAL log_bin_compress = OFF")
         cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
     root.close()
 
@@ -158,3 +161,31 @@ def test_files_written_with_and_without_checksums_are_each_read_as_written(
     ran = cdc(config, capsys, "run", name)
     assert sum(w["changes"] for w in ran["windows"]) == 2, ran
     assert not verify(config, capsys, name)
+
+
+@pytest.mark.parametrize("decoder", ["columnar", "library"])
+def test_compressed_statements_and_row_events_land_like_plain_ones(
+    case: Any, capsys: pytest.CaptureFixture[str], decoder: str
+) -> None:
+    ps, db, pipeline, config = case
+    config.write_text(json.dumps({"pipelines": [{**pipeline, "decoder": decoder, "caps": {}}]}))
+    conn = ps.root_connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL log_bin_compress_min_len = 10")  # (the default, 256, leaves short ones plain)
+            cur.execute("SET GLOBAL log_bin_compress = ON")
+            cur.execute("INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+            cur.execute("ALTER TABLE t ADD COLUMN body TEXT, ADD COLUMN n INT DEFAULT 7")  # a compressed statement
+            cur.execute("UPDATE t SET body = REPEAT('b', 3000) WHERE id = 2")
+            cur.execute("DELETE FROM t WHERE id = 10")
+            cur.execute("INSERT INTO t (id, v, body) SELECT seq, 'many', REPEAT('m', seq) FROM seq_100_to_600")
+            cur.execute("SET GLOBAL log_bin_compress = OFF")
+            cur.execute("SHOW MASTER STATUS")
+            cur.execute("SHOW BINLOG EVENTS IN %s", (cur.fetchone()[0],))
+            kinds = {str(row[2]) for row in cur.fetchall()}
+        assert {"Query_compressed", "Write_rows_compressed_v1", "Update_rows_compressed_v1"} <= kinds, kinds
+    finally:
+        conn.close()
+    ran = cdc(config, capsys, "run", pipeline["name"])
+    assert sum(w["changes"] for w in ran["windows"]) == 2 + 1 + 1 + 501, ran
+    assert not verify(config, capsys, pipeline["name"])

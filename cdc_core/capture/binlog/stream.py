@@ -41,6 +41,7 @@ from cdc_core.capture.binlog.compat import (
     packet_reader,
     previous_gtids_text,
 )
+from cdc_core.capture.binlog.compressed import COMPRESSED_EVENTS, plain_packet
 from cdc_core.capture.binlog.xa import xid_name
 from cdc_core.capture.source import SourceParams, source_error_from
 from cdc_core.model.errors import PositionPurged, SourceError
@@ -279,8 +280,13 @@ def stream_events(
             if data[0] != 0:
                 continue
             ts, etype, server, size, log_pos, _flags = header(data, 1)
+            plain = False
             if log_pos:
                 start = log_pos - size
+                if etype in COMPRESSED_EVENTS:  # log_bin_compress: read as the plain event (same position)
+                    data = plain_packet(data, lib.post_header_len, lib.use_checksum, f"{current}:{start}")
+                    ts, etype, server, size, log_pos, _flags = header(data, 1)
+                    plain = True
                 if etype == _MARIADB_GTID_EVENT:
                     seq_no, domain, gflags = _GTID_BODY.unpack_from(data, 20)
                     yield StreamEvent(
@@ -318,6 +324,8 @@ def stream_events(
                     yield StreamEvent("header", current, 0, 0, ts)
                 continue
             e2 = _classify(ev, current, flavor)
+            if plain:
+                e2.start = start  # where the compressed event was (its plain one is another size)
             if e2.kind in FORGET_TABLES:
                 stream.table_map.clear()
                 ignored.clear()

@@ -1,23 +1,30 @@
-"""Transactions the binlog logs in pieces, the pure parts. XA (two-phase, cdc_core.capture.binlog.xa): the
-outcome statements' xids, the boundaries' count of open XA transactions, windows that never end while one is
-open, and a slice that holds a prepared transaction's rows back until its XA COMMIT (and drops them at XA
-ROLLBACK); against MariaDB: tests/integration/test_xa_mariadb.py. Savepoints kept in the binlog
-(cdc_core.capture.binlog.savepoints): the rows a ROLLBACK TO undid are dropped; against MariaDB:
-tests/integration/test_binlog_reader.py."""
+"""What the binlog holds beyond plain transactions, the pure parts; against MariaDB:
+tests/integration/test_binlog_quirks_mariadb.py and test_binlog_reader.py.
+
+- Compressed events (log_bin_compress, cdc_core.capture.binlog.compressed) rebuilt as the plain ones.
+- XA (two-phase) transactions (cdc_core.capture.binlog.xa): the outcome statements' xids, the boundaries' count
+  of open XA transactions, windows that never end while one is open, and a slice that holds a prepared
+  transaction's rows back until its XA COMMIT (and drops them at XA ROLLBACK).
+- Savepoints kept in the binlog (cdc_core.capture.binlog.savepoints): the rows a ROLLBACK TO undid are dropped.
+"""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from typing import Any
 
 import pytest
 
 from cdc_core.capture import rowdecode
+from cdc_core.capture.binlog.compressed import decompress, plain_packet
 from cdc_core.capture.binlog.savepoints import Savepoints, savepoint_statement
 from cdc_core.capture.binlog.stream import StreamEvent
 from cdc_core.capture.binlog.transactions import TxnAssembler
 from cdc_core.capture.binlog.xa import XA_COMMIT, XA_ROLLBACK, PreparedHold, xa_outcome, xid_name
 from cdc_core.capture.rowdecode.layout import ColumnLayout
 from cdc_core.model.changes import SourceColumn, TableSchema
+from cdc_core.model.errors import SourceError
 from cdc_core.model.positions import BinlogPosition, ServerIdentity
 from cdc_core.model.window_plan import KIND_BACKFILL, WindowCaps
 from cdc_core.model.windows import INFO_XA_OPEN, QuietTail, TxnBoundary, plan_window
@@ -170,3 +177,32 @@ def test_a_rollback_to_a_savepoint_drops_the_rows_after_it_and_the_savepoints_se
     sl.commit(5.0, 90)
     (batch,) = rowdecode.finish_slice(rowdecode.decode_slice(sl.job(batch_rows=100, vectorize=True)), base=0)
     assert batch.batch.to_pydict()["id"] == [1, 3] and batch.batch.to_pydict()["_cdc_ordinal"] == [1, 2]
+
+
+def _compressed(raw: bytes) -> bytes:
+    packed = zlib.compress(raw)
+    return bytes([0x80 | 2]) + len(raw).to_bytes(2, "big") + packed
+
+
+def _packet(etype: int, body: bytes, checksum: bool) -> bytes:
+    size = 19 + len(body) + (4 if checksum else 0)
+    return b"\x00" + struct.pack("<IBIIIH", 100, etype, 1, size, 5000, 0) + body + (b"\xaa" * 4 if checksum else b"")
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_compressed_events_are_rebuilt_as_the_plain_ones_at_the_same_position(checksum: bool) -> None:
+    lengths = lambda etype, default: default  # noqa: E731 - the Format_description's post-header lengths
+    images = b"\x00\x01\x00\x00\x00" * 50  # 50 rows of one INT column
+    head = (7).to_bytes(6, "little") + b"\x01\x00" + bytes([1]) + b"\xff"  # table id, flags, 1 column, bitmap
+    rows = plain_packet(_packet(166, head + _compressed(images), checksum), lengths, checksum, "f:1")
+    want = _packet(0x17, head + images, checksum)
+    assert rows == (want[:-4] + b"\x00" * 4 if checksum else want)  # a CRC32 is not checked: zeros
+    post = (9).to_bytes(4, "little") + (0).to_bytes(4, "little") + bytes([2]) + b"\x00\x00" + (3).to_bytes(2, "little")
+    sql = b"ALTER TABLE t ADD COLUMN c INT"
+    query = plain_packet(_packet(165, post + b"\x01\x02\x03" + b"db\x00" + _compressed(sql), checksum), lengths,
+                         checksum, "f:2")
+    want = _packet(2, post + b"\x01\x02\x03" + b"db\x00" + sql, checksum)
+    assert query == (want[:-4] + b"\x00" * 4 if checksum else want)
+    with pytest.raises(SourceError, match=r"f:3.*damaged"):
+        plain_packet(_packet(167, head + b"\xff" + _compressed(images)[1:], checksum), lengths, checksum, "f:3")
+    assert decompress(_compressed(b"")) == b""
