@@ -139,7 +139,15 @@ def test_columnar_decoder_stages_exactly_what_the_library_decodes(
     with db.cursor() as cur:
         cur.execute(EDGE)
         cur.execute("CREATE TABLE other (id BIGINT PRIMARY KEY, v VARCHAR(10), n INT)")
+        # Over 250 columns: a rows event's column count takes three bytes (it used to read as a partial image).
+        cur.execute(f"CREATE TABLE wide (id INT PRIMARY KEY, {', '.join(f'c{i} INT' for i in range(300))}, "
+                    "s VARCHAR(10))")
     before = facts_now(params)
+    with db.cursor() as cur:
+        values = ", ".join(str(i) for i in range(300))
+        cur.execute(f"INSERT INTO wide VALUES (1, {values}, 'a'), (2, {values}, NULL)")
+        cur.execute("UPDATE wide SET c299 = NULL, s = 'b' WHERE id = 1")
+        cur.execute("DELETE FROM wide WHERE id = 2")
     for row in ROWS:
         insert(db, "edge", row)
     with db.cursor() as cur:
@@ -187,6 +195,8 @@ def test_columnar_decoder_stages_exactly_what_the_library_decodes(
     other = reference.table(f"{source_db}.other")
     assert len(other.files) == 2 and (other.inserts, other.updates, other.deletes) == (3001, 1000, 1001)
     assert len(reference.ddl) == 1
+    wide = reference.table(f"{source_db}.wide")
+    assert (wide.inserts, wide.updates, wide.deletes) == (2, 1, 1)
     for name, got in (("vector", fast), ("python-walk", python_walk), ("per-value", per_value), ("worker", worker)):
         for t in reference.tables:
             want = staging.read_table_changes(str(tmp_path / "library"), reference, t.name)

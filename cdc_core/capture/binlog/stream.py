@@ -189,9 +189,14 @@ def _raw_rows(lib: LibraryEvents, data: bytes, event_type: int, size: int) -> Ra
         extra = int.from_bytes(data[28:30], "little")
         pos += max(0, extra - 2)
     ncols = data[pos]
-    if ncols >= 251:
-        return None  # over 250 columns: a longer length code; let the library do it
-    pos += 1
+    if ncols < 251:
+        pos += 1
+    elif ncols in (0xFC, 0xFD):  # over 250 columns: the count takes 2 (or 3) more bytes
+        width = 2 if ncols == 0xFC else 3
+        ncols = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
+        pos += 1 + width
+    else:
+        return None
     nbytes = (ncols + 7) // 8
     full = (1 << ncols) - 1
     for _ in range(2 if kind == "update" else 1):
