@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from cdc_core.cli import main
+from tests.support.cli import private_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 
@@ -31,27 +32,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]
 def case(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     ps = private_services
     db = "quirk_" + uuid.uuid4().hex[:8]
-    conn = {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port,
-            "login": ps.mysql_user, "password": ps.mysql_password}
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_XA", json.dumps(conn))
     root = ps.root_connect()
     with root.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
         cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute(f"INSERT INTO `{db}`.t VALUES (10, 'before')")  # before the start: not captured
     root.close()
-    pipeline = {
-        "name": "quirk_" + uuid.uuid4().hex[:6],
-        "source": {"conn_id": "cdc_source_xa"},
-        "tables": {"include": [f"{db}.*"]},
-        "start": ps.binlog_end(),
-        "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": ps.zk_hosts, "root": "/cdc-quirk-" + uuid.uuid4().hex[:8]},
-        "staging_root": str(tmp_path / "staging"),
-        "lake_root": str(tmp_path / "lake"),
-        "schedule": None,
-        "caps": {"max_transactions": 2},
-    }
+    pipeline = private_pipeline(ps, db, tmp_path, monkeypatch, prefix="quirk", caps={"max_transactions": 2})
     config = tmp_path / "pipelines.yaml"
     yield ps, db, pipeline, config
     root = ps.root_connect()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cdc_core.cli import main
+from tests.support.cli import private_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_merges")]  # windows merge on a warm server
 
@@ -47,27 +48,13 @@ def _wait_settled(ps: Any, timeout: float = 30) -> None:
 def quiet(private_services: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     ps = private_services
     db = "q_" + uuid.uuid4().hex[:8]
-    name = "quiet_" + uuid.uuid4().hex[:6]
-    conn = {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port,
-            "login": ps.mysql_user, "password": ps.mysql_password}
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE_QUIET", json.dumps(conn))
     root = ps.root_connect()
     with root.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
         cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
     root.close()
-    pipeline = {
-        "name": name,
-        "source": {"conn_id": "cdc_source_quiet"},
-        "tables": {"include": [f"{db}.*"]},
-        "start": ps.binlog_end(),
-        "snapshot": {"on_start": False},
-        "zookeeper": {"hosts": ps.zk_hosts, "root": "/cdc-quiet-" + uuid.uuid4().hex[:8]},
-        "staging_root": str(tmp_path / "staging"),
-        "lake_root": str(tmp_path / "lake"),
-        "schedule": None,
-        "alerts": {"max_lag_seconds": 1},
-    }
+    pipeline = private_pipeline(ps, db, tmp_path, monkeypatch, prefix="quiet", alerts={"max_lag_seconds": 1})
+    name = pipeline["name"]
     config = tmp_path / "pipelines.yaml"
     config.write_text(json.dumps({"pipelines": [pipeline]}))
     yield {"name": name, "config": str(config), "db": db}

@@ -53,3 +53,19 @@ def write(services: Any, db: str, *statements: str) -> None:
             cur.execute(s)
     conn.commit()
     conn.close()
+
+
+def private_pipeline(ps: Any, db: str, tmp_path: Path, monkeypatch: Any, *, prefix: str,
+                     **settings: Any) -> dict[str, Any]:
+    """A pipeline over `db` on the private server pair (tests/faults/services.py) for the in-process CLI, starting
+    at the binlog's end, with `settings` on top: its connection in this process's environment (`monkeypatch`)."""
+    conn_id = f"cdc_source_{prefix}"
+    conn = {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port, "login": ps.mysql_user,
+            "password": ps.mysql_password}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+    return {
+        "name": f"{prefix}_{uuid.uuid4().hex[:6]}", "source": {"conn_id": conn_id}, "tables": {"include": [f"{db}.*"]},
+        "start": ps.binlog_end(), "snapshot": {"on_start": False},
+        "zookeeper": {"hosts": ps.zk_hosts, "root": f"/cdc-{prefix}-{uuid.uuid4().hex[:8]}"},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None, **settings,
+    }
