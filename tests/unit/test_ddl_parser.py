@@ -719,7 +719,7 @@ def test_statements_that_change_no_table_give_nothing(query: str) -> None:
     ("/*!40000 DELETE FROM t */", T),
 ])
 def test_row_changes_logged_as_statements_are_reported_with_the_tables_they_write(query: str, tables: Any) -> None:
-    """binlog_format STATEMENT or MIXED in a session, or a MEMORY table emptied at a restart: the rows are in no
+    """binlog_format STATEMENT or MIXED in a session, or a MEMORY table emptied by a DELETE at a restart: no
     row event, so the statement is refused like DDL that cannot be applied exactly (dml.py)."""
     got = parse(query)
     assert got.tables == tables and got.error is not None and "binlog_format" in got.error

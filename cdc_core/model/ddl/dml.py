@@ -2,10 +2,11 @@
 
 With `binlog_format=ROW` the server writes the rows a statement changed, and a query event holds DDL only. A
 session that sets `binlog_format` to STATEMENT or MIXED (it needs a privilege) gets its DML written as the
-statement's text instead, and MariaDB empties a MEMORY table after a restart by a logged `DELETE`: the rows
-these change are in no row event, so a reader that skipped them would leave the lake silently different. They
-are reported like table DDL that cannot be applied exactly (`ParsedStatement.error`), with the tables they
-write (for a multi-table UPDATE or DELETE: every table they name outside subqueries, a superset).
+statement's text instead, and so do servers that empty a MEMORY table after a restart with a logged `DELETE`
+(MariaDB 10.11 logs a `TRUNCATE TABLE`, which lands as one). The rows these change are in no row event, so a
+reader that skipped them would leave the lake silently different. They are reported like table DDL that
+cannot be applied exactly (`ParsedStatement.error`), with the tables they write (for a multi-table UPDATE or
+DELETE: every table they name outside subqueries, a superset).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ DML_WORDS = ("INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD")
 
 ROWS_AS_STATEMENT = (
     "a row change logged as a statement, not as row images: the session that ran it had binlog_format STATEMENT "
-    "or MIXED (or the server emptied a MEMORY table at its start), so the rows it changed are not in the binlog. "
+    "or MIXED (or the server emptied a MEMORY table at its start with a DELETE), so the rows it changed are not in "
+    "the binlog. "
     "Every session writing captured tables must log rows (binlog_format=ROW; SET SESSION binlog_format needs a "
     "privilege applications seldom need)"
 )
