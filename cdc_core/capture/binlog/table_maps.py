@@ -206,8 +206,10 @@ class SchemaBuilder:
             else:
                 raise MissingKey(
                     f"pipeline {self.pipeline!r}: table {name} has no primary key in the binlog and no usable "
-                    "UNIQUE NOT NULL key in information_schema; add a primary key, list the table under "
-                    "tables.full_row_key, or exclude it"
+                    "UNIQUE NOT NULL key in information_schema. Add a primary key (or a UNIQUE key on NOT NULL "
+                    "columns) at the source: the window reads it from information_schema at its next try. Listing "
+                    "the table under tables.full_row_key, or excluding it, applies to the windows planned after "
+                    "this one (a planned window replays with the tables and keys it was planned with)"
                 )
         built = TableSchema(schema=schema, table=table, columns=tuple(columns), key=key)
         # One object per distinct shape: every transaction re-sends the table map, and consumers
