@@ -55,8 +55,10 @@ def plain_packet(data: bytes, post_header_len: Callable[[int, int], int], checks
         cut, plain = _BODY + fixed + status_len + db_len + 1, QUERY_EVENT
     else:
         plain = ROWS_COMPRESSED_EVENTS[etype]
-        cut = _rows_data_offset(data, post_header_len(etype, 8), plain >= 0x1E, update=plain in (0x18, 0x1F))
+        cut = -1
     try:
+        if cut < 0:
+            cut = _rows_data_offset(data, post_header_len(etype, 8), plain >= 0x1E, update=plain in (0x18, 0x1F))
         body = data[_BODY:cut] + decompress(data[cut:end])
     except (ValueError, zlib.error) as e:
         raise SourceError(f"the compressed binlog event at {where} cannot be read ({e}); it may be damaged") from None
@@ -64,16 +66,22 @@ def plain_packet(data: bytes, post_header_len: Callable[[int, int], int], checks
     return b"\x00" + _HEADER.pack(ts, plain, server, size, log_pos, flags) + body + (b"\x00" * 4 if checksum else b"")
 
 
-def _rows_data_offset(data: bytes, fixed: int, v2: bool, *, update: bool) -> int:
-    """Where a rows event's row images start: after the post-header, a v2 event's extra data, the column count
-    and the column bitmap(s)."""
+def rows_columns(data: bytes, fixed: int, v2: bool) -> tuple[int, int]:
+    """A rows event's column count, and where its column bitmap(s) start: after the post-header (`fixed` bytes)
+    and a v2 event's extra data. The count is a length-encoded integer (three bytes over 250 columns)."""
     pos = _BODY + fixed
     if v2:
         pos += max(0, int.from_bytes(data[_BODY + fixed - 2 : _BODY + fixed], "little") - 2)
     first = data[pos]
     if first < 251:
-        ncols, pos = first, pos + 1
-    else:
-        width = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
-        ncols, pos = int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
+        return first, pos + 1
+    width = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+    if width is None:
+        raise ValueError(f"a column count cannot start with byte {first:#x}")
+    return int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
+
+
+def _rows_data_offset(data: bytes, fixed: int, v2: bool, *, update: bool) -> int:
+    """Where a rows event's row images start: after its column bitmap(s)."""
+    ncols, pos = rows_columns(data, fixed, v2)
     return pos + (ncols + 7) // 8 * (2 if update else 1)

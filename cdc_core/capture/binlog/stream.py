@@ -41,7 +41,7 @@ from cdc_core.capture.binlog.compat import (
     packet_reader,
     previous_gtids_text,
 )
-from cdc_core.capture.binlog.compressed import COMPRESSED_EVENTS, plain_packet
+from cdc_core.capture.binlog.compressed import COMPRESSED_EVENTS, plain_packet, rows_columns
 from cdc_core.capture.binlog.xa import xid_name
 from cdc_core.capture.source import SourceParams, source_error_from
 from cdc_core.model.errors import PositionPurged, SourceError
@@ -183,20 +183,10 @@ def _raw_rows(lib: LibraryEvents, data: bytes, event_type: int, size: int) -> Ra
     kind, v2 = _ROWS_EVENTS[event_type]
     table_id = int.from_bytes(data[20:26], "little")
     end = 1 + size - (4 if lib.use_checksum else 0)
-    known = 10 if v2 else 8
-    pos = 20 + lib.post_header_len(event_type, known)
-    if v2:
-        extra = int.from_bytes(data[28:30], "little")
-        pos += max(0, extra - 2)
-    ncols = data[pos]
-    if ncols < 251:
-        pos += 1
-    elif ncols in (0xFC, 0xFD):  # over 250 columns: the count takes 2 (or 3) more bytes
-        width = 2 if ncols == 0xFC else 3
-        ncols = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
-        pos += 1 + width
-    else:
-        return None
+    try:
+        ncols, pos = rows_columns(data, lib.post_header_len(event_type, 10 if v2 else 8), v2)
+    except ValueError:
+        return None  # let the library read it
     nbytes = (ncols + 7) // 8
     full = (1 << ncols) - 1
     for _ in range(2 if kind == "update" else 1):

@@ -66,9 +66,9 @@ class TxnAssembler:
         self.prev_commit_ts = prev_commit_ts
         # Where the transaction `feed` last closed began (its GTID or BEGIN event): its changes' `_cdc_txn`.
         self.closed_file, self.closed_start = "", 0
-        # XA transactions prepared since the start and not yet committed or rolled back: xid -> where the prepared
-        # group began (see `xa`). Of the group `feed` last closed: the xid it prepared, or the outcome it logged.
-        self.xa_open: dict[str, tuple[str, int]] = {}
+        # XA transactions prepared since the start and not yet committed or rolled back (their xids; see `xa`). Of
+        # the group `feed` last closed: the xid it prepared, or the outcome it logged.
+        self.xa_open: set[str] = set()
         self.closed_prepare: str | None = None
         self.closed_outcome: tuple[str, str] | None = None
         self._reset()
@@ -95,9 +95,9 @@ class TxnAssembler:
         self.closed_file, self.closed_start = self.t_file, self.t_start
         self.closed_prepare, self.closed_outcome = prepared, outcome
         if prepared is not None:
-            self.xa_open[prepared] = (self.t_file, self.t_start)
+            self.xa_open.add(prepared)
         elif outcome is not None:
-            self.xa_open.pop(outcome[1], None)
+            self.xa_open.discard(outcome[1])
         if not self.boundaries:
             self._reset()
             return ev
