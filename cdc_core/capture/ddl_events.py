@@ -64,12 +64,14 @@ def typed_statement(
     policy: SchemaPolicy,
     pipeline: str,
     server_version: int | None = None,
+    strict: bool = True,
 ) -> DdlStatement | None:
     """The statement's typed changes of captured tables, placed at `version`; None when it concerns no captured
-    table. `position` (`file:offset`) names the statement in errors and in `schema_changes.skip`."""
+    table. `position` (`file:offset`) names the statement in errors and in `schema_changes.skip`; `strict`: it ran
+    under a strict sql_mode (`cdc_core.model.ddl.conversions`)."""
     from cdc_core.model.ddl import parse_statement
 
-    parsed = parse_statement(query, default_schema, server_version=server_version)
+    parsed = parse_statement(query, default_schema, server_version=server_version, strict=strict)
 
     def relevant(schema: str, table: str) -> bool:
         if captured(schema, table):

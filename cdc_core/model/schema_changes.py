@@ -142,6 +142,7 @@ class SchemaChange:
     replace: bool = False  # create_table: CREATE OR REPLACE
     if_not_exists: bool = False  # create_table(_like), add_column: IF NOT EXISTS (a no-op when it exists)
     as_select: bool = False  # create_table ... SELECT: columns unknown here, the rows follow as row events
+    reason: str | None = None  # replace_rows: why the rows changed without row events (for the re-read's log)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -191,6 +192,7 @@ class SchemaChange:
             "replace": self.replace or None,
             "if_not_exists": self.if_not_exists or None,
             "as_select": self.as_select or None,
+            "reason": self.reason,
         }
         d.update({k: v for k, v in optional.items() if v is not None})
         return d
@@ -220,6 +222,7 @@ class SchemaChange:
             replace=bool(d.get("replace", False)),
             if_not_exists=bool(d.get("if_not_exists", False)),
             as_select=bool(d.get("as_select", False)),
+            reason=d.get("reason"),
         )
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdc_core.model.ddl.conversions import ValueCheck, value_check
 from cdc_core.model.errors import SchemaConflict
 from cdc_core.model.schema_changes import (
     ADD_COLUMN,
@@ -312,6 +313,9 @@ class PlanContext:
     zero_dates: str = "refuse"
     lineage: tuple[tuple[str, str], ...] = ()  # the rows a change applies to in a routed table
     routed: bool = False  # the lake table holds several source tables' rows
+    # Whether the lake table holds a value of a column that a conversion changes (cdc_core.model.ddl.conversions);
+    # None: the plan cannot look, and a redefinition that may have converted values re-reads the table.
+    lake_holds: Callable[[LakeColumn, ValueCheck], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -397,7 +401,7 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         return OpPlan(change, None, (), marked(state, change)), cols, None
     if kind in REREAD_KINDS:
         return (OpPlan(change, None, (), marked(state, change)), cols,
-                f"{change.describe()}: its rows changed without row events")
+                f"{change.describe()}: {change.reason or 'its rows changed without row events'}")
     # The floor is the state's, and a routed lake table keeps one state per source table (its app id names the
     # source table): it drops that table's older changes only, among them the window's own before the statement.
     if kind == TRUNCATE_TABLE:
@@ -484,6 +488,7 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         new_type = delta_type_of(change.column, ctx.table) if kind == MODIFY_COLUMN else existing.delta_type  # type: ignore[arg-type]
         if not exact_cast(existing.delta_type, new_type):
             return _incompatible(ctx, cols, state, change, existing, new_type, rename_to=new)
+        why = _converted(ctx, existing, change) if kind == MODIFY_COLUMN else None
         ops = [ColumnOp(v, H_RENAME, existing.name, new_name=new)]
         if normalise_delta_type(new_type) != normalise_delta_type(existing.delta_type):
             ops.append(ColumnOp(v, H_CAST, new, delta_type=new_type))
@@ -496,12 +501,12 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
             # Older images keep `old` too (lenient), and take its value in the new column.
             lenient_ops = (ColumnOp(v, H_COPY, existing.name, new_name=new, delta_type=new_type),)
             return (OpPlan(change, structure, rows, marked(state, change, *lenient_ops), note=note),
-                    cols, None)
+                    cols, why)
         retyped = normalise_delta_type(new_type) != normalise_delta_type(existing.delta_type)
         casts = ((new, new_type),) if retyped else ()
         structure = Structure(S_REWRITE, renames=((existing.name, new),), casts=casts)
         cols = [LakeColumn(new, new_type) if c is existing else c for c in cols]
-        return OpPlan(change, structure, (), marked(state, change, *ops)), cols, None
+        return OpPlan(change, structure, (), marked(state, change, *ops)), cols, why
     if kind == MODIFY_COLUMN:
         assert change.column is not None and change.name is not None
         existing = _find(cols, change.name)
@@ -510,14 +515,25 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
             op = ColumnOp(v, H_CAST, change.name, delta_type=new_type)
             return OpPlan(change, None, (), marked(state, change, op)), cols, None
         if normalise_delta_type(existing.delta_type) == normalise_delta_type(new_type):
-            return OpPlan(change, None, (), marked(state, change)), cols, None  # same lake type (varchar(10) -> (20))
+            # The same lake type (varchar(10) -> (20), datetime(6) -> datetime): values may still have changed.
+            return OpPlan(change, None, (), marked(state, change)), cols, _converted(ctx, existing, change)
         if exact_cast(existing.delta_type, new_type):
+            why = _converted(ctx, existing, change)
             op = ColumnOp(v, H_CAST, existing.name, delta_type=new_type)
             cols = [LakeColumn(existing.name, new_type) if c is existing else c for c in cols]
             return (OpPlan(change, Structure(S_REWRITE, casts=((existing.name, new_type),)), (),
-                           marked(state, change, op)), cols, None)
+                           marked(state, change, op)), cols, why)
         return _incompatible(ctx, cols, state, change, existing, new_type)
     raise ValueError(f"no lake plan for {kind}")
+
+
+def _converted(ctx: PlanContext, existing: LakeColumn, change: SchemaChange) -> str | None:
+    """Why the table must be re-read after a redefinition of `existing` whose lake type stays or widens: the server
+    converted stored values the lake holds (cdc_core.model.ddl.conversions.value_check), or None."""
+    check = value_check(change.column) if change.column is not None else None
+    if check is None or (ctx.lake_holds is not None and not ctx.lake_holds(existing, check)):
+        return None
+    return f"column {existing.name!r} was redefined as {change.column.mysql_type}: {check.reason}"  # type: ignore[union-attr]
 
 
 def _incompatible(  # noqa: PLR0917

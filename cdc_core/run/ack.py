@@ -91,8 +91,11 @@ def ack(p: PipelineContext, grant: LeaseGrant, seq: int) -> AckResult:
     renames = [(c.table_name, c.target_name, c.version) for c in manifest.schema_changes
                if c.kind == RENAME_TABLE and c.target_name is not None]
     cursor = p.coordinator.ack_window(grant, seq, result, rereads, renames)
+    # Why, where the capture knew it (cdc_core.model.ddl.conversions); the merge report has every table's reason.
+    reasons = {c.table_name: c.reason for c in manifest.schema_changes if c.reason}
     for r in rereads:
-        p.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below)
+        why = {"reason": reasons[r.table]} if r.table in reasons else {}
+        p.log_event("window.schema_reread", grant, seq=seq, table=r.table, change_version=r.sweep_below, **why)
     label = cursor.position.label() if cursor.position else None
     # The newest change the lake now holds: how long after its commit on the source it became visible.
     commit_ts = cursor.position.commit_ts if cursor.position else None

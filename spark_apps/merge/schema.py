@@ -164,6 +164,7 @@ class SchemaChanges(RunBase):
             table=label, app_id=key, delete_mode=self.delete_mode,
             mode=self.schema_policy.mode_for(table_id(*lc.lake), label), zero_dates=self.zero_dates,
             lineage=tuple(where.columns), routed=bool(where.columns),
+            lake_holds=functools.partial(schema_steps.lake_holds, self.spark, uri),
         )
         ops, _, rereads = plan_change(
             ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,

@@ -33,6 +33,7 @@ from pyspark.sql.types import DataType, StructType
 from cdc_core.lake import small_writer
 from cdc_core.lake.object_store import Storage
 from cdc_core.model import faults
+from cdc_core.model.ddl.conversions import FRACTION, SHORT_BINARY, TRAILING_SPACE, ValueCheck
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.logfmt import kv
 from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
@@ -127,6 +128,25 @@ def read_lake_table(spark: SparkSession, uri: str, *, storage: Storage) -> LakeT
         dict(detail.get("properties") or {}),
         tuple(detail.get("partitionColumns") or ()),
     )
+
+
+def lake_holds(spark: SparkSession, uri: str, column: LakeColumn, check: ValueCheck) -> bool:
+    """Whether the lake table holds a value of `column` that the server's conversion `check` changed (a fraction
+    beyond the new precision, a trailing space, a value shorter than BINARY(n)); True when the lake's type is not
+    one the check knows (the table is then re-read)."""
+    c = quote_spark(column.name)
+    lake_type = column.delta_type.lower()
+    if check.kind == FRACTION and lake_type.startswith("timestamp"):
+        where = f"(EXTRACT(SECOND FROM {c}) * 1000000) % {10 ** (6 - check.size)} <> 0"
+    elif check.kind == FRACTION and lake_type in ("bigint", "long"):  # TIME: signed microseconds
+        where = f"{c} % {10 ** (6 - check.size)} <> 0"
+    elif check.kind == TRAILING_SPACE and lake_type == "string":
+        where = f"RIGHT({c}, 1) = ' '"
+    elif check.kind == SHORT_BINARY and lake_type == "binary":
+        where = f"OCTET_LENGTH({c}) < {check.size}"
+    else:
+        return True
+    return bool(spark.read.format("delta").load(uri).where(where).limit(1).count())
 
 
 # ------------------------------------------------------------------------------------------ steps

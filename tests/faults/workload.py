@@ -53,6 +53,10 @@ U64_MAX = 2**64 - 1
 # default has neither NO_ZERO_DATE nor NO_ZERO_IN_DATE). Every value the generator makes is in range, so
 # nothing is silently clipped. The shadow replays under the same mode.
 SQL_MODE = "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'"
+# Column redefinitions run strict, as the servers' default sql_mode has it: without a strict mode the server may
+# convert values without row events, so the pipeline re-reads the table after any MODIFY / CHANGE
+# (cdc_core.model.ddl.conversions), which the oracle's comparison at each window cannot follow (see DDL_DECK).
+STRICT_SQL_MODE = "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION'"
 _WIDE = Context(prec=100)
 
 
@@ -552,7 +556,14 @@ class Workload:
     def _ddl(self, cur: Any, table: str, sql: str, *, kind: str | None = None,
              touched: tuple[str, ...] | None = None) -> None:
         cur.execute(f"USE `{self.database}`")
-        cur.execute(sql)
+        redefines = " MODIFY COLUMN " in sql or " CHANGE COLUMN " in sql
+        if redefines:
+            cur.execute(STRICT_SQL_MODE)
+        try:
+            cur.execute(sql)
+        finally:
+            if redefines:
+                cur.execute(SQL_MODE)
         cur.execute("SELECT @@last_gtid")
         seq = int(str(cur.fetchone()[0]).rsplit("-", 1)[1])
         self.history.append(Txn(seq, (Stmt(table, sql),), ddl=True, touched=(table,) if touched is None else touched))

@@ -177,6 +177,55 @@ def test_changes_the_statement_cannot_tell_are_re_read_from_the_source(
     assert lake_rows(p, "part") == 11  # the truncated partition's rows are gone (not only not live)
 
 
+def test_redefinitions_that_convert_stored_values_re_read_the_table(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Column redefinitions whose lake type stays but after which the server holds other values, with no row
+    event (cdc_core.model.ddl.conversions): fractional seconds cut, trailing spaces stripped into CHAR, a stored
+    generated column computed again, duplicates deleted by ALTER IGNORE TABLE ... ADD UNIQUE, and, in a session
+    without a strict sql_mode, strings cut and NULLs turned into NOT NULL's default. Each re-reads its table; a
+    widening in strict mode does not, nor a redefinition whose conversion the lake shows changed nothing."""
+    p = pipe
+    sql(p, "CREATE TABLE conv (id INT PRIMARY KEY, d DATETIME(6), tm TIME(6), b VARCHAR(10), a INT, "
+           "g INT AS (a + 1) STORED, s VARCHAR(20), nn INT, w VARCHAR(20), d0 DATETIME(6), ch CHAR(5)) "
+           "DEFAULT CHARSET utf8mb4",
+        "CREATE TABLE dup (id INT PRIMARY KEY, a INT)",
+        "CREATE TABLE lax (id INT PRIMARY KEY, s VARCHAR(20), nn INT)")
+    run(p, capsys)
+    sql(p, "INSERT INTO conv (id, d, tm, b, a, s, nn, w, d0, ch) VALUES "
+           "(1, '2020-01-01 10:00:00.999999', '10:00:00.999999', 'ab  ', 1, 'long value', NULL, 'w', "
+           "'2020-01-01 10:00:01', 'x'), (2, NULL, NULL, NULL, NULL, NULL, 2, NULL, NULL, NULL)",
+        "INSERT INTO dup VALUES (1, 10), (2, 10), (3, 30)",
+        "INSERT INTO lax VALUES (1, 'a long value', NULL), (2, 'ok', 2)")
+    run(p, capsys)
+    assert_lake_equals_source(p)
+
+    # A widening, and redefinitions the lake shows converted nothing (whole seconds, no trailing space): no re-read
+    sql(p, "ALTER TABLE conv MODIFY w VARCHAR(50), MODIFY d0 DATETIME, CHANGE ch ch2 CHAR(5) DEFAULT 'y'")
+    out = run(p, capsys)
+    assert not any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
+    assert_lake_equals_source(p)
+
+    # The lake holds values these changed (a fraction, a trailing space): the merge looks, and re-reads
+    sql(p, "ALTER TABLE conv MODIFY d DATETIME, MODIFY tm TIME(2), MODIFY b CHAR(10)")
+    out = run(p, capsys)
+    assert any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
+    assert_lake_equals_source(p)
+
+    # These re-read whatever the lake holds (the capture says so): an expression, ALTER IGNORE, no strict mode
+    sql(p, "ALTER TABLE conv MODIFY g INT AS (a * 10) STORED",
+        "ALTER IGNORE TABLE dup ADD UNIQUE KEY (a)")
+    conn = p["services"].root_connect(p["db"])
+    with conn.cursor() as cur:  # one session without a strict mode
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("ALTER TABLE lax MODIFY s VARCHAR(3), MODIFY nn INT NOT NULL")
+    conn.close()
+    out = run(p, capsys)
+    assert any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
+    assert_lake_equals_source(p)
+    assert lake_rows(p, "dup") == 2  # the duplicate ALTER IGNORE deleted is gone from the lake too
+
+
 def test_refuse_mode_and_an_unparseable_statement_stop_the_window_until_skipped(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

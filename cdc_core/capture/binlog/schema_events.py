@@ -14,6 +14,7 @@ from cdc_core.capture.binlog.stream import StreamEvent
 from cdc_core.capture.binlog.table_maps import SchemaBuilder
 from cdc_core.capture.ddl_events import DdlStatement, typed_statement
 from cdc_core.capture.source import TableFilter
+from cdc_core.model.ddl.conversions import is_strict
 from cdc_core.model.schema_changes import SchemaChange
 from cdc_core.model.schema_policy import SchemaPolicy
 
@@ -54,7 +55,7 @@ def ddl_typer(
         found = typed_statement(
             ev.query, ev.schema or "", version=0, commit_ts=float(ev.timestamp or 0), position=f"{ev.file}:{ev.start}",
             captured=table_filter.matches, schema_captured=table_filter.may_match_schema, policy=active,
-            pipeline=pipeline,
+            pipeline=pipeline, strict=is_strict(getattr(ev.raw, "sql_mode", None)),
         )
         if found is None or not found.tables:
             return found

@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from cdc_core.model.ddl.column_types import charset_name
 from cdc_core.model.ddl.columns import read_column, read_default
+from cdc_core.model.ddl.conversions import with_value_rereads
 from cdc_core.model.ddl.frame import (
     NAME,
     PUNCT,
@@ -49,7 +50,9 @@ from cdc_core.model.schema_changes import (
 
 def parse_alter(st: Stmt) -> ParsedStatement:
     i = 1
+    ignore = False
     while st.at(i, "ONLINE|OFFLINE|IGNORE"):
+        ignore = ignore or st.at(i, "IGNORE")
         i += 1
     if st.at(i, "DATABASE|SCHEMA"):
         i += 1
@@ -74,7 +77,7 @@ def parse_alter(st: Stmt) -> ParsedStatement:
     if len(renames) > 1:
         raise NotUnderstood("ALTER TABLE renames the table more than once")
     _check_sequential(changes)
-    return parsed(st, changes + renames)
+    return parsed(st, with_value_rereads(changes, target, strict=st.strict, ignore=ignore) + renames)
 
 
 _PARTITION_LISTS = "TRUNCATE|DROP|ANALYZE|CHECK|OPTIMIZE|REBUILD|REPAIR|DISCARD|IMPORT|REORGANIZE"

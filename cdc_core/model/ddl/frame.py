@@ -97,8 +97,9 @@ def quote_name(name: str) -> str:
 class Stmt:
     """The tokens of one statement, with the helpers that read its frame."""
 
-    def __init__(self, sql: str, toks: list[Tok], default_schema: str) -> None:
+    def __init__(self, sql: str, toks: list[Tok], default_schema: str, *, strict: bool = True) -> None:
         self.sql = sql
+        self.strict = strict  # the statement ran under a strict sql_mode (conversions.py)
         self.toks = toks
         self.n = len(toks)
         self.default_schema = default_schema

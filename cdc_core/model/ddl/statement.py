@@ -23,24 +23,27 @@ _DML_HEAD = 8192
 _TABLE_DDL = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE", "IMPORT")
 
 
-def parse_statement(query: str, default_schema: str, *, server_version: int | None = None) -> ParsedStatement:
+def parse_statement(
+    query: str, default_schema: str, *, server_version: int | None = None, strict: bool = True
+) -> ParsedStatement:
     """What one statement of the binlog does to tables (the package docstring).
 
     `default_schema`: the query event's current database ("" when none), for unqualified names.
     `server_version`: the source's version as a number (101106 for MariaDB 10.11.6, 80400 for MySQL 8.4),
-    which decides the versioned comments; None executes all of them. Never raises."""
+    which decides the versioned comments; None executes all of them. `strict`: the statement ran under a strict
+    sql_mode (conversions.py: without one, a column redefinition re-reads the table). Never raises."""
     try:
         word = first_word(query, server_version)
         if word in DML_WORDS:
             return _parse_dml(query, default_schema, server_version)
         if word not in _TABLE_DDL:
             return ParsedStatement()
-        return _parse(query, default_schema, server_version)
+        return _parse(query, default_schema, server_version, strict)
     except Exception as e:  # a bug here must not stop a reader: the statement is reported as not understood
         return ParsedStatement(error=f"the DDL parser failed on this statement ({type(e).__name__}: {e})")
 
 
-def _parse(query: str, default_schema: str, server_version: int | None) -> ParsedStatement:
+def _parse(query: str, default_schema: str, server_version: int | None, strict: bool) -> ParsedStatement:
     sql, unterminated = scan(query, server_version)
     problem = None
     if unterminated is not None:
@@ -50,7 +53,7 @@ def _parse(query: str, default_schema: str, server_version: int | None) -> Parse
         toks = tokenize(sql)
     except sqlglot.errors.SqlglotError as e:
         toks, problem = [], problem or f"cannot split it into tokens ({e})"
-    st = Stmt(sql, toks, default_schema)
+    st = Stmt(sql, toks, default_schema, strict=strict)
     table_ddl = _is_table_ddl(st)
     try:
         if problem is not None:
