@@ -29,6 +29,7 @@ from cdc_core.capture.tables import (
     SYSTEM_SCHEMAS,
     TableFilter,
     check_cascades,
+    check_system_versioned,
     column_attrs,
     describe_tables,
     normalise_column_type,
@@ -48,6 +49,7 @@ __all__ = [
     "check_cascades",
     "check_cdc_ready",
     "check_first_contact",
+    "check_system_versioned",
     "check_privileges",
     "column_attrs",
     "connect",
@@ -312,9 +314,11 @@ def _grant_covers(pattern: str, schema: str) -> bool:
 def check_first_contact(conn: Any, pipeline: str, table_filter: TableFilter, cascades_accepted: Iterable[str]) -> None:
     """What a pipeline checks once when it first reaches its source: the capture user's grants (a missing one is
     named, with the GRANT to run, before some statement fails with a bare "access denied" or information_schema
-    silently hides a table), and captured tables a cascade can change (`check_cascades`)."""
+    silently hides a table), captured tables a cascade can change (`check_cascades`) and system-versioned ones
+    (`check_system_versioned`)."""
     check_privileges(conn, pipeline, table_filter.literal_schemas() or ())
     check_cascades(conn, table_filter, pipeline, cascades_accepted)
+    check_system_versioned(conn, table_filter, pipeline)
 
 
 def check_privileges(conn: Any, pipeline: str, schemas: Iterable[str] = ()) -> None:

@@ -21,7 +21,7 @@ import pymysql
 
 from cdc_core.capture.connection import conn_address
 from cdc_core.model.changes import SourceColumn, TableSchema
-from cdc_core.model.errors import CascadingForeignKey, ConfigError, MissingKey, UnknownTable
+from cdc_core.model.errors import CascadingForeignKey, ConfigError, MissingKey, SystemVersionedTable, UnknownTable
 from cdc_core.model.labels import parse_labels as parse_label_args
 from cdc_core.model.labels import quote_labels as quote_label_args
 from cdc_core.model.naming import NamePattern, parse_table_pattern, quote_mysql, table_id
@@ -291,6 +291,32 @@ def cascading_keys(create_table: str, schema: str) -> list[str]:
             of = table_id(schema, names[0]) if len(names) == 1 else table_id(*names[:2])
             out.append(f"{name.replace('``', '`')}: {' '.join(rules)} from {of}")
     return out
+
+
+def check_system_versioned(conn: Any, table_filter: TableFilter, pipeline: str) -> None:
+    """Refuse captured system-versioned tables (MariaDB's WITH SYSTEM VERSIONING).
+
+    Such a table keeps every updated or deleted row as a history row (hidden row_start / row_end columns, which
+    are part of its primary key), and the binlog logs each as a row change: a DELETE is an UPDATE of row_end, an
+    UPDATE also inserts the old version. The lake would hold every version as a live row where the source's
+    SELECT shows the current ones. (A CREATE or ALTER that makes a captured table system-versioned later is refused
+    by the DDL parser.)"""
+    schemas = table_filter.literal_schemas()
+    where = "TABLE_TYPE = 'SYSTEM VERSIONED'"
+    if schemas is not None:
+        where += f" AND TABLE_SCHEMA IN ({','.join(['%s'] * len(schemas))})"
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE {where} "
+                    "ORDER BY TABLE_SCHEMA, TABLE_NAME", list(schemas or ()))
+        found = [table_id(str(s), str(t)) for s, t in cur.fetchall() if table_filter.matches(str(s), str(t))]
+    if found:
+        raise SystemVersionedTable(
+            f"pipeline {pipeline!r}: captured tables are system-versioned (WITH SYSTEM VERSIONING): "
+            f"{', '.join(found[:20])}{' ...' if len(found) > 20 else ''}. The server keeps each updated or deleted row "
+            "as a history row and logs it as a row change, so the lake would show every past version as a live row. "
+            "Exclude them (tables.exclude), or make them plain tables at the source (ALTER TABLE ... DROP SYSTEM "
+            "VERSIONING, which drops their history)"
+        )
 
 
 def check_cascades(conn: Any, table_filter: TableFilter, pipeline: str, accepted: Iterable[str] = ()) -> None:

@@ -62,6 +62,12 @@ class CascadingForeignKey(SourceError):
     retryable = False
 
 
+class SystemVersionedTable(SourceError):
+    """A captured table is system-versioned: its history rows are row changes in the binlog, not deletes."""
+
+    retryable = False
+
+
 class UnsupportedType(SourceError):
     """A column type the type map cannot land exactly."""
 

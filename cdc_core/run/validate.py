@@ -19,6 +19,7 @@ from cdc_core.capture.source import (
     SourceParams,
     TableFilter,
     check_cascades,
+    check_system_versioned,
     connect,
     describe_tables,
     inspect_source,
@@ -96,6 +97,7 @@ def read_sources(
             identity = inspect_source(conn).identity
             described = describe_tables(conn, capture_filter(unit), unit.name, tuple(unit.tables.full_row_key))
             check_cascades(conn, capture_filter(unit), unit.name, unit.tables.cascading_foreign_keys)
+            check_system_versioned(conn, capture_filter(unit), unit.name)
         finally:
             conn.close()
         check_transforms(unit, described.values())
