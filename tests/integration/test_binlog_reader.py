@@ -17,8 +17,9 @@ from cdc_core.capture.binlog import BinlogScanner, read_change_batches, read_cha
 from cdc_core.capture.binlog.schema_events import SchemaChangeEvent
 from cdc_core.capture.binlog.table_maps import SEQUENCE_COLUMNS
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
+from cdc_core.model import types
 from cdc_core.model.changes import RowChange
-from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
+from cdc_core.model.errors import MissingKey, SourceError, UnknownTable, UnsupportedType
 from cdc_core.model.positions import BinlogPosition, binlog_file_index, change_version
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import TxnBoundary, plan_window
@@ -255,6 +256,45 @@ def test_types_from_the_binlog_match_information_schema(params: SourceParams, ro
     assert types["j"] == "json" and types["e"] == "enum('a','it''s','x\\\\y')"
     assert dict(described.columns[types_index(described, "e")].attrs)["labels"] == ("a", "it's", "x\\y")
     assert got[0].values["id"] == 18446744073709551615 and got[0].values["e"] == "it's"
+
+
+def test_mariadb_uuid_and_inet_columns_are_refused_not_landed_as_their_bytes(
+    params: SourceParams, root: Any, source_db: str
+) -> None:
+    """A table map shows MariaDB's UUID and INET6 as BINARY(16), INET4 as BINARY(4) (probed: they landed as raw
+    bytes, which SELECT never shows). The readers take the type information_schema knows, as for JSON, so the type
+    map refuses them with what to do, as the snapshot does; a real BINARY(16) stays one."""
+    run(root, "CREATE TABLE t (id INT PRIMARY KEY, u UUID, i6 INET6, i4 INET4, bn BINARY(16), b4 BINARY(4))")
+    before = facts_now(params)
+    run(root, "INSERT INTO t VALUES (1, UUID(), '::1', '10.0.0.1', 'x', 'y')")
+    after = facts_now(params)
+    plan = whole_window(params, before, after)
+    conn = connect(params)
+    try:
+        described = describe_tables(conn, TableFilter((f"{source_db}.t",)), "t")[f"{source_db}.t"]
+    finally:
+        conn.close()
+    (got,) = changes(params, after, plan, source_db, schemas=lambda s, t: described)  # staging maps the types
+    assert {c.name: c.mysql_type for c in got.table.columns} == {
+        "id": "int", "u": "uuid", "i6": "inet6", "i4": "inet4", "bn": "binary(16)", "b4": "binary(4)"}
+    with pytest.raises(UnsupportedType, match=r"column 'u' has type 'uuid'.*CHAR\(36\)"):
+        [types.resolve(c, "t") for c in got.table.columns]
+    with pytest.raises(UnsupportedType, match="column 'u' has type 'uuid'"):
+        list(read_change_batches(params, after.identity, plan, TableFilter((f"{source_db}.*",)),
+                                 lambda s, t: described))
+
+    run(root, "CREATE TABLE b (id INT PRIMARY KEY, bn BINARY(16), b4 BINARY(4))")
+    before = facts_now(params)
+    run(root, "INSERT INTO b VALUES (1, 'x', 'y')")
+    after = facts_now(params)
+    conn = connect(params)
+    try:
+        plain = describe_tables(conn, TableFilter((f"{source_db}.b",)), "t")[f"{source_db}.b"]
+    finally:
+        conn.close()
+    (got,) = changes(params, after, whole_window(params, before, after), source_db, schemas=lambda s, t: plain)
+    assert [c.mysql_type for c in got.table.columns] == ["int", "binary(16)", "binary(4)"]
+    assert (got.values["bn"], got.values["b4"]) == (b"x", b"y")  # the binlog drops the padding; staging adds it
 
 
 def types_index(schema: Any, name: str) -> int:

@@ -107,6 +107,12 @@ SEQUENCE_COLUMNS = ("next_not_cached_value", "minimum_value", "maximum_value", "
                     "cache_size", "cycle_option", "cycle_count")
 
 
+# MariaDB types a table map shows as the type they are stored as: JSON is a LONGTEXT with a json_valid CHECK (it
+# lands as JSON text), UUID and INET6 are BINARY(16), INET4 is BINARY(4) (the type map refuses those three with
+# what to do, as the snapshot does: landed as the bytes, they silently differed from what SELECT shows).
+_MARIADB_STORED_AS = {"longtext": ("json",), "binary(16)": ("uuid", "inet6"), "binary(4)": ("inet4",)}
+
+
 class SchemaBuilder:
     """TableSchemas from table-map events (FULL metadata), with the `schemas` callback as fallback."""
 
@@ -184,14 +190,14 @@ class SchemaBuilder:
         om = ev.optional_metadata
         key_idx = list(om.simple_primary_key_list or []) or list((om.primary_keys_with_prefix or {}).keys())
         key = tuple(names[i] for i in key_idx if 0 <= i < len(names))
-        if self.flavor == "mariadb" and any(c.mysql_type == "longtext" for c in columns):
-            # MariaDB's JSON is a LONGTEXT with a json_valid CHECK: only information_schema knows.
+        if self.flavor == "mariadb" and any(c.mysql_type in _MARIADB_STORED_AS for c in columns):
+            # Types the binlog shows as their storage: only information_schema knows (_MARIADB_STORED_AS).
             known = self.lookup(schema, table)
             if known is not None:
-                json_cols = {c.name for c in known.columns if c.mysql_type == "json"}
+                real = {c.name: c.mysql_type for c in known.columns}
                 columns = [
-                    SourceColumn(c.name, "json", c.nullable, ())
-                    if c.mysql_type == "longtext" and c.name in json_cols
+                    SourceColumn(c.name, real[c.name], c.nullable, ())
+                    if real.get(c.name) in _MARIADB_STORED_AS.get(c.mysql_type, ())
                     else c
                     for c in columns
                 ]
