@@ -404,7 +404,7 @@ UNSUPPORTED_TYPES: tuple[tuple[str, str], ...] = (
     ("GEOMETRY, POINT, LINESTRING, POLYGON, MULTI*, GEOMETRYCOLLECTION",
      "no spatial type in Delta; exclude the table, or store the value as WKB in a VARBINARY column"),
     ("UUID, INET4, INET6 (MariaDB)",
-     "stored in a server-specific binary layout; exclude the table, or use CHAR(36) / VARCHAR(39)"),
+     "stored in a server-specific binary layout; exclude the table, or use CHAR(36) (UUID) / VARCHAR(39) (INET)"),
     ("VECTOR (MariaDB 11.7+, MySQL 9)", "exclude the table"),
     ("text in another character set (cp1256, cp866, greek, hebrew, koi8u, tis620, armscii8, dec8, geostd8, hp8, "
      "keybcs2, swe7, big5, cp932, eucjpms, euckr, gb2312, gbk, sjis, ujis)",
@@ -461,10 +461,8 @@ def resolve(col: SourceColumn, table: str | None = None) -> tuple[TypeRule, Mapp
         pass
     if base.startswith(("geometry", "point", "linestring", "polygon", "multi")):
         raise _unsupported(col, table, "spatial types have no Delta equivalent")
-    if base in ("uuid", "inet4", "inet6"):
-        raise _unsupported(col, table, "MariaDB stores it in a binary layout of its own, which the binlog carries; "
-                                       "CHAR(36) for UUID, VARCHAR(39) for INET4 / INET6 land as text")
-    raise _unsupported(col, table, f"unknown type {base!r}")
+    why = dict(UNSUPPORTED_TYPES)["UUID, INET4, INET6 (MariaDB)"] if base in ("uuid", "inet4", "inet6") else None
+    raise _unsupported(col, table, why or f"unknown type {base!r}")
 
 
 def _resolve(p: ParsedType, col: SourceColumn) -> tuple[TypeRule, Mapped]:
