@@ -19,7 +19,7 @@ from cdc_core.capture.binlog.table_maps import SEQUENCE_COLUMNS
 from cdc_core.capture.source import SourceFacts, SourceParams, TableFilter, connect, describe_tables
 from cdc_core.model import types
 from cdc_core.model.changes import RowChange
-from cdc_core.model.errors import MissingKey, SourceError, UnknownTable, UnsupportedType
+from cdc_core.model.errors import MissingKey, SourceError, StagingError, UnknownTable, UnsupportedType
 from cdc_core.model.positions import BinlogPosition, binlog_file_index, change_version
 from cdc_core.model.window_plan import WindowCaps, WindowPlan
 from cdc_core.model.windows import TxnBoundary, plan_window
@@ -295,6 +295,29 @@ def test_mariadb_uuid_and_inet_columns_are_refused_not_landed_as_their_bytes(
     (got,) = changes(params, after, whole_window(params, before, after), source_db, schemas=lambda s, t: plain)
     assert [c.mysql_type for c in got.table.columns] == ["int", "binary(16)", "binary(4)"]
     assert (got.values["bn"], got.values["b4"]) == (b"x", b"y")  # the binlog drops the padding; staging adds it
+
+
+@pytest.mark.parametrize("image", ["MINIMAL", "NOBLOB"])
+def test_a_session_logging_partial_row_images_is_refused_by_both_readers(
+    params: SourceParams, root: Any, source_db: str, image: str
+) -> None:
+    """binlog_row_image is also a session variable: a session with MINIMAL (or NOBLOB, for an update that leaves
+    a BLOB alone) logs rows events without every column. The library reads the missing columns as NULL (probed:
+    the library decoder landed a row with a NULL key and lost the update); both readers refuse the event, naming
+    it."""
+    run(root, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b BLOB)")
+    run(root, "INSERT INTO t VALUES (1, 1, 'x'), (2, 2, 'y')")
+    before = facts_now(params)
+    with root.cursor() as cur:
+        cur.execute(f"SET SESSION binlog_row_image = {image}")
+        cur.execute("UPDATE t SET a = 5 WHERE id = 1")
+        cur.execute("SET SESSION binlog_row_image = FULL")
+    after = facts_now(params)
+    plan = whole_window(params, before, after)
+    with pytest.raises(StagingError, match=f"{source_db}.t at mysql-bin.* does not carry full row images"):
+        changes(params, after, plan, source_db)
+    with pytest.raises(StagingError, match=f"{source_db}.t at mysql-bin.* does not carry full row images"):
+        list(read_change_batches(params, after.identity, plan, TableFilter((f"{source_db}.*",))))
 
 
 def types_index(schema: Any, name: str) -> int:

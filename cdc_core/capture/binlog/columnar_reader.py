@@ -24,6 +24,7 @@ from cdc_core.capture.binlog.stream import (
     RawRows,
     cached_file_index,
     fast_change_version,
+    partial_images_error,
     pos_key,
     random_replica_server_id,
     stream_events,
@@ -34,7 +35,7 @@ from cdc_core.capture.binlog.xa import PreparedHold
 from cdc_core.capture.ddl_events import DdlStatement
 from cdc_core.capture.source import SourceParams, TableFilter
 from cdc_core.model.changes import RowBatch, TableSchema
-from cdc_core.model.errors import StagingError, UnsupportedType
+from cdc_core.model.errors import UnsupportedType
 from cdc_core.model.positions import ServerIdentity, change_version
 from cdc_core.model.schema_policy import SchemaPolicy
 from cdc_core.model.window_plan import WindowPlan
@@ -205,11 +206,7 @@ def read_change_batches(
                     found = tables.get(raw.table_id) if raw is not None else None
                     if found is not None:
                         if raw.__class__ is not RawRows:
-                            raise StagingError(
-                                f"pipeline {plan.pipeline!r}: a rows event of {found[1].shape.name} at "
-                                f"{ev.file}:{ev.start} does not carry full row images; the source must log full "
-                                "row images (binlog_row_image=FULL, binlog_row_metadata=FULL)"
-                            )
+                            raise partial_images_error(plan.pipeline, found[1].shape.name, ev.file, ev.start)
                         current.add_rows(
                             found[0], found[1], _EV_KIND[raw.kind], fast_change_version(epoch, ev.file, ev.start),
                             raw.data, raw.start, raw.end,

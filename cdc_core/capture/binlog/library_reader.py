@@ -21,11 +21,18 @@ from pymysqlreplication.constants.NONE_SOURCE import EMPTY_SET as _NONE_EMPTY_SE
 from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATE_RANGE as _NONE_ZERO_DATE
 from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME2_RANGE as _NONE_ZERO_DATETIME2
 from pymysqlreplication.constants.NONE_SOURCE import OUT_OF_DATETIME_RANGE as _NONE_ZERO_DATETIME
-from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.capture.binlog.savepoints import Savepoints
 from cdc_core.capture.binlog.schema_events import SchemaChangeEvent, ddl_typer
-from cdc_core.capture.binlog.stream import FORGET_TABLES, pos_key, random_replica_server_id, stream_events
+from cdc_core.capture.binlog.stream import (
+    FORGET_TABLES,
+    full_images,
+    partial_images_error,
+    pos_key,
+    random_replica_server_id,
+    stream_events,
+)
 from cdc_core.capture.binlog.table_maps import SchemaBuilder
 from cdc_core.capture.binlog.transactions import TxnAssembler, check_window_read, verify_identity, with_pipeline
 from cdc_core.capture.binlog.xa import PreparedHold
@@ -119,6 +126,8 @@ def read_changes(
                 rows_ev = ev.raw
                 schema = tables.get(rows_ev.table_id)
                 if schema is not None:
+                    if not full_images(rows_ev.number_of_columns, *_column_bitmaps(rows_ev)):
+                        raise partial_images_error(plan.pipeline, schema.name, ev.file, ev.start)
                     version = change_version(epoch, ev.file, ev.start)
                     _row_changes(rows_ev, schema, version, pending,
                                  with_before=rows_ev.table_id in with_before)
@@ -225,6 +234,13 @@ def _refuse_zero_dates(pipeline: str, schema: TableSchema, rows: list[dict[str, 
                     if vals.get(name) in _ZERO_TIMESTAMPS:
                         err = zero_date_error(schema.name, name, "timestamp", "0000-00-00 00:00:00")
                         raise with_pipeline(pipeline, err)
+
+
+def _column_bitmaps(rows_ev: Any) -> list[bytes]:
+    """A rows event's column bitmaps: one, an update's two (before and after image)."""
+    if isinstance(rows_ev, UpdateRowsEvent):
+        return [rows_ev.columns_present_bitmap, rows_ev.columns_present_bitmap2]
+    return [rows_ev.columns_present_bitmap]
 
 
 def _row_changes(ev: Any, schema: TableSchema, version: int, out: list[tuple[Any, ...]], *,

@@ -44,7 +44,7 @@ from cdc_core.capture.binlog.compat import (
 from cdc_core.capture.binlog.compressed import COMPRESSED_EVENTS, plain_packet, rows_columns
 from cdc_core.capture.binlog.xa import xid_name
 from cdc_core.capture.source import SourceParams, source_error_from
-from cdc_core.model.errors import PositionPurged, SourceError
+from cdc_core.model.errors import PositionPurged, SourceError, StagingError
 from cdc_core.model.positions import binlog_file_index, change_version
 
 _ANONYMOUS_GTID_EVENT = 0x22
@@ -178,6 +178,22 @@ class RawRows:
     end: int
 
 
+def full_images(ncols: int, *bitmaps: bytes) -> bool:
+    """Whether a rows event's column bitmaps (one; an update's two) name every column: a session with
+    binlog_row_image MINIMAL or NOBLOB leaves columns out, which python-mysql-replication reads as NULL."""
+    full = (1 << ncols) - 1
+    return all(int.from_bytes(b, "little") & full == full for b in bitmaps)
+
+
+def partial_images_error(pipeline: str, table: str, file: str, start: int) -> StagingError:
+    return StagingError(
+        f"pipeline {pipeline!r}: a rows event of {table} at {file}:{start} does not carry full row images (a session "
+        "with binlog_row_image MINIMAL or NOBLOB wrote it): its missing columns are unknown, so none of it can land. "
+        "The source must log full row images (binlog_row_image=FULL, binlog_row_metadata=FULL, and no session "
+        "setting binlog_row_image otherwise)"
+    )
+
+
 def _raw_rows(lib: LibraryEvents, data: bytes, event_type: int, size: int) -> RawRows | None:
     """The row images of a rows event of a known table, or None when the library must decode it."""
     kind, v2 = _ROWS_EVENTS[event_type]
@@ -188,12 +204,10 @@ def _raw_rows(lib: LibraryEvents, data: bytes, event_type: int, size: int) -> Ra
     except ValueError:
         return None  # let the library read it
     nbytes = (ncols + 7) // 8
-    full = (1 << ncols) - 1
-    for _ in range(2 if kind == "update" else 1):
-        if int.from_bytes(data[pos : pos + nbytes], "little") & full != full:
-            return None  # not a full row image: the library decodes it, staging reports what is missing
-        pos += nbytes
-    return RawRows(kind, table_id, data, pos, end)
+    images = 2 if kind == "update" else 1
+    if not full_images(ncols, *(data[pos + k * nbytes : pos + (k + 1) * nbytes] for k in range(images))):
+        return None  # not a full row image: left to the library, whose reader refuses it (partial_images_error)
+    return RawRows(kind, table_id, data, pos + images * nbytes, end)
 
 
 def stream_events(
