@@ -212,17 +212,22 @@ class SchemaChanges(RunBase):
     def first_shape(self, target: LakeTarget) -> list[tuple[str, DataType]]:
         """The columns of the window's oldest staged change of the target: a lake table the window creates starts
         with the shape the source table had then, and the window's schema changes take it from there."""
-        oldest: tuple[int, StagedTable, tuple[str, ...]] | None = None
+        oldest: tuple[int, StagedTable, Any] | None = None
         for member, _ in target.members:
             spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
             for f, span in zip(member.files, spans, strict=True):
                 if span is not None and (oldest is None or span[0] < oldest[0]):
-                    oldest = (span[0], member, f.columns)
+                    oldest = (span[0], member, f)
         if oldest is None:
             return target.columns()[len(target.lineage_columns):]
-        _, member, names = oldest
+        _, member, first = oldest
         types = {c.name: c.delta_type for c in member.columns}
-        return [(n, parse_type(types[n], f"table {member.name} column {n!r}")) for n in names]
+        shape = [(n, parse_type(types[n], f"table {member.name} column {n!r}")) for n in first.columns]
+        # The manifest has each column's newest type; a column whose type a schema change of the window made
+        # incompatible (VARCHAR -> INT) holds the older type in the older file, which the change then takes on.
+        held = {x.name.lower(): x.dataType for x in
+                self.spark.read.parquet(f"{self.window_dir.rstrip('/')}/{first.path}").schema.fields}
+        return [(n, t if can_widen(held.get(n.lower(), t), t) else held[n.lower()]) for n, t in shape]
 
     def created_columns(self, target: LakeTarget, reserved: Sequence[str], change: SchemaChange) -> Any:
         """The columns of a table created LIKE another (that table's lake columns, when the lake has it) or AS
