@@ -237,7 +237,8 @@ def test_a_type_change_between_rows_of_a_tables_first_window_lands(
     sql(p, "CREATE TABLE first (id INT PRIMARY KEY, v VARCHAR(10), d DATETIME)")
     configure(p, start=p["services"].binlog_end())  # its CREATE is before the pipeline's start
     sql(p, "INSERT INTO first VALUES (1, '12', '2020-01-01 10:00:00'), (2, NULL, NULL)",
-        "ALTER TABLE first MODIFY v INT", "SET SESSION time_zone = '+05:00'", "ALTER TABLE first MODIFY d TIMESTAMP NULL",
+        "ALTER TABLE first MODIFY v INT", "SET SESSION time_zone = '+05:00'",
+        "ALTER TABLE first MODIFY d TIMESTAMP NULL",
         "INSERT INTO first VALUES (3, 5, '2020-01-01 10:00:00')")
     out = run(p, capsys)
     assert any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
