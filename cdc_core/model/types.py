@@ -332,17 +332,13 @@ R_DECIMAL = TypeRule(
     ("decimal(10,2)", "decimal(38,10)", "decimal(20,0) unsigned"),
 )
 R_DECIMAL_WIDE = TypeRule(
-    "DECIMAL(p,s), p > 38", "string", "STRING",
-    "Spark's DECIMAL stops at 38 digits: exact plain text with exactly s fraction digits, "
-    "as SELECT prints it (e.g. `-12.500`, no exponent)",
-    ("decimal(65,30)",),
+    "DECIMAL(p,s), p > 38", "string", "STRING", "Spark's DECIMAL stops at 38 digits: exact plain text with exactly "
+    "s fraction digits, as SELECT prints it (e.g. `-12.500`, no exponent)", ("decimal(65,30)",),
 )
 R_FLOAT = TypeRule("FLOAT", "float", "FLOAT", "4-byte IEEE, exact", ("float",))
 R_DOUBLE = TypeRule("DOUBLE", "double", "DOUBLE", "8-byte IEEE, exact", ("double",))
-R_DATE = TypeRule(
-    "DATE", "date32[day]", "DATE",
-    "zero/partial dates (`0000-00-00`, `2024-00-10`): refused, or NULL with `zero_dates: null`", ("date",),
-)
+R_DATE = TypeRule("DATE", "date32[day]", "DATE", "zero/partial dates (`0000-00-00`, `2024-00-10`): refused, or "
+                  "NULL with `zero_dates: null`", ("date",))
 R_DATETIME = TypeRule(
     "DATETIME(fsp)", "timestamp[us]", "TIMESTAMP_NTZ",
     "wall-clock value as stored, no time zone; zero dates: refused, or NULL with `zero_dates: null`",
@@ -406,6 +402,8 @@ UNSUPPORTED_TYPES: tuple[tuple[str, str], ...] = (
     ("UUID, INET4, INET6 (MariaDB)",
      "stored in a server-specific binary layout; exclude the table, or use CHAR(36) (UUID) / VARCHAR(39) (INET)"),
     ("VECTOR (MariaDB 11.7+, MySQL 9)", "exclude the table"),
+    ("COMPRESSED columns (MariaDB)", "the binlog carries them compressed, in a table map the reader refuses by "
+     "name; exclude the table, or MODIFY the columns without COMPRESSED"),
     ("text in another character set (cp1256, cp866, greek, hebrew, koi8u, tis620, armscii8, dec8, geostd8, hp8, "
      "keybcs2, swe7, big5, cp932, eucjpms, euckr, gb2312, gbk, sjis, ujis)",
      "the binlog's bytes cannot be decoded exactly as the server does; convert the column to utf8mb4 "

@@ -19,12 +19,15 @@ Why each shim exists:
   resume after a lost connection, which can drop rows without a word.
 - `previous_gtids_text`: MySQL's Previous_gtids event from the library's private `_gtids` list.
 - `collation_charsets`: the library's charset table (`charsets._by_id`), collation name -> charset name.
+- `UnreadTableMap`: a table map the library fails on (MariaDB's COMPRESSED columns), its names read from the
+  packet (pymysql's `_data`), so that it stops only a pipeline that captures the table.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pymysql
@@ -80,12 +83,18 @@ class LibraryEvents:
 
     def event(self, pkt: Any) -> Any:
         s, p = self.stream, self.private
-        wrapper = BinLogPacketWrapper(
-            pkt, s.table_map, s._ctl_connection, s.mysql_version, self.use_checksum,
-            p("allowed_events_in_packet"), p("only_tables"), p("ignored_tables"), p("only_schemas"),
-            p("ignored_schemas"), p("freeze_schema"), p("ignore_decode_errors"), p("verify_checksum"),
-            p("optional_meta_data"), p("enable_logging"), p("use_column_name_cache"), p("post_header_lengths"),
-        )
+        try:
+            wrapper = BinLogPacketWrapper(
+                pkt, s.table_map, s._ctl_connection, s.mysql_version, self.use_checksum,
+                p("allowed_events_in_packet"), p("only_tables"), p("ignored_tables"), p("only_schemas"),
+                p("ignored_schemas"), p("freeze_schema"), p("ignore_decode_errors"), p("verify_checksum"),
+                p("optional_meta_data"), p("enable_logging"), p("use_column_name_cache"), p("post_header_lengths"),
+            )
+        except Exception as e:
+            data = pkt._data
+            if len(data) > 5 and data[5] == TABLE_MAP_EVENT:
+                return UnreadTableMap.read(data, self.post_header_len(TABLE_MAP_EVENT, 8), e)
+            raise
         ev = wrapper.event
         if wrapper.event_type == ROTATE_EVENT and wrapper.timestamp != 0:
             s.table_map = {}
@@ -110,6 +119,33 @@ class LibraryEvents:
         if not 0 < event_type <= len(lengths):
             return default
         return int(lengths[event_type - 1])
+
+
+class UnreadTableMap:
+    """A table map the library cannot read: MariaDB's COMPRESSED columns have types it does not know (their
+    metadata then throws the rest of its reading off). Its table id and names are read here from the packet, so a
+    table no pipeline captures costs nothing and a captured one is refused by name (table_maps.SchemaBuilder)."""
+
+    __slots__ = ("error", "packet", "schema", "table", "table_id")
+
+    def __init__(self, table_id: int, schema: str, table: str, error: str, packet: Any) -> None:
+        self.table_id, self.schema, self.table, self.error = table_id, schema, table, error
+        self.packet = packet  # timestamp, event_size, log_pos: as the library's packet has them
+
+    @classmethod
+    def read(cls, data: bytes, post_header_len: int, error: Exception) -> UnreadTableMap:
+        pos = 20  # the OK byte and the 19-byte event header
+        width = 4 if post_header_len == 6 else 6
+        table_id = int.from_bytes(data[pos : pos + width], "little")
+        pos += post_header_len
+        schema_len = data[pos]
+        schema = data[pos + 1 : pos + 1 + schema_len].decode("utf-8", "replace")
+        pos += 2 + schema_len  # the length, the name, its NUL
+        table = data[pos + 1 : pos + 1 + data[pos]].decode("utf-8", "replace")
+        header = SimpleNamespace(timestamp=int.from_bytes(data[1:5], "little"),
+                                 event_size=int.from_bytes(data[10:14], "little"),
+                                 log_pos=int.from_bytes(data[14:18], "little"))
+        return cls(table_id, schema, table, f"{type(error).__name__}: {error}", header)
 
 
 # ------------------------------------------------------------------------------------------ packets

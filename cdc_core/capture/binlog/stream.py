@@ -38,6 +38,7 @@ from cdc_core.capture.binlog.compat import (
     LibraryEvents,
     NoSilentResume,
     StreamLost,
+    UnreadTableMap,
     packet_reader,
     previous_gtids_text,
 )
@@ -139,7 +140,7 @@ def _classify(ev: Any, file: str, flavor: str) -> StreamEvent:
         if word in ("COMMIT", "ROLLBACK"):
             return StreamEvent("commit", file, start, end, ts, query=q, schema=schema)
         return StreamEvent("query", file, start, end, ts, query=q, schema=schema, raw=ev)
-    if isinstance(ev, TableMapEvent):
+    if isinstance(ev, (TableMapEvent, UnreadTableMap)):
         return StreamEvent("tablemap", file, start, end, ts, raw=ev)
     if isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
         return StreamEvent("rows", file, start, end, ts, raw=ev)

@@ -15,10 +15,10 @@ from typing import Any
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import TableMapEvent
 
-from cdc_core.capture.binlog.compat import collation_charsets
+from cdc_core.capture.binlog.compat import UnreadTableMap, collation_charsets
 from cdc_core.capture.source import SourceParams, column_attrs, connect, quote_labels
 from cdc_core.model.changes import SourceColumn, TableSchema
-from cdc_core.model.errors import MissingKey, SourceError, UnknownTable
+from cdc_core.model.errors import MissingKey, SourceError, UnknownTable, UnsupportedType
 from cdc_core.model.naming import table_id
 
 log = logging.getLogger("cdc.binlog")
@@ -162,10 +162,17 @@ class SchemaBuilder:
             self._lookups[key] = found
         return self._lookups[key]
 
-    def build(self, ev: TableMapEvent) -> TableSchema | None:
+    def build(self, ev: TableMapEvent | UnreadTableMap) -> TableSchema | None:
         """The table's shape; None for a MariaDB SEQUENCE (its rows are the sequence's state, not data)."""
         schema, table = ev.schema, ev.table
         name = table_id(schema, table)
+        if isinstance(ev, UnreadTableMap):
+            raise UnsupportedType(
+                f"pipeline {self.pipeline!r}: the binlog's table map of {name} cannot be read ({ev.error}); MariaDB "
+                "writes one when the table has COMPRESSED columns, whose values the binlog carries compressed. "
+                f"Exclude the table (tables.exclude: ['{name}']) or store the columns uncompressed (ALTER TABLE ... "
+                "MODIFY the column without COMPRESSED); changes written before cannot be read: re-snapshot the table"
+            )
         names = [c.name for c in ev.columns]
         if any(n is None or str(n).startswith("UNKNOWN_COL") for n in names) or not names:
             raise SourceError(
