@@ -245,6 +245,24 @@ def test_a_type_change_between_rows_of_a_tables_first_window_lands(
     assert_lake_equals_source(p)
 
 
+def test_application_time_period_tables_land(pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """MariaDB's application-time periods (probed: the CREATE stopped the window, UnsupportedDdl, "primary key
+    part 'p without overlaps' is not a column"): the key is the id and the period's columns, a DELETE or UPDATE
+    FOR PORTION OF splits rows (row events), and adding or dropping a period changes no row."""
+    p = pipe
+    sql(p, "CREATE TABLE price (id INT, s DATE, e DATE, v INT, PERIOD FOR p (s, e), "
+           "PRIMARY KEY (id, p WITHOUT OVERLAPS))",
+        "CREATE TABLE plain_p (id INT PRIMARY KEY, s DATE, e DATE)",
+        "INSERT INTO price VALUES (1, '2020-01-01', '2020-12-31', 1), (2, '2020-01-01', '2021-01-01', 2)",
+        "DELETE FROM price FOR PORTION OF p FROM '2020-03-01' TO '2020-04-01' WHERE id = 1",
+        "UPDATE price FOR PORTION OF p FROM '2020-06-01' TO '2020-07-01' SET v = 5",
+        "ALTER TABLE plain_p ADD PERIOD FOR q (s, e)", "INSERT INTO plain_p VALUES (1, '2020-01-01', '2020-02-01')",
+        "ALTER TABLE plain_p DROP PERIOD FOR q")
+    run(p, capsys)
+    assert_lake_equals_source(p)
+    assert lake_rows(p, "price") == 7  # id 1: two pieces after the delete, the later one in three after the update
+
+
 def test_refuse_mode_and_an_unparseable_statement_stop_the_window_until_skipped(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

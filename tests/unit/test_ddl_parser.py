@@ -1087,3 +1087,16 @@ def test_every_change_round_trips_through_its_dict() -> None:
         for c in (change, placed):
             d = json.loads(json.dumps(c.to_dict()))
             assert SchemaChange.from_dict(d) == c
+
+
+def test_application_time_periods() -> None:
+    """MariaDB's application-time periods: a PERIOD FOR clause defines no column, a key part `p WITHOUT OVERLAPS`
+    stands for the period's end and start columns (the server's index order, as information_schema shows it), and
+    adding or dropping a period changes no column or row. SYSTEM_TIME is system versioning: refused."""
+    (create,) = parse("CREATE TABLE t (id INT, `s s` DATE, e DATE, v INT, PERIOD FOR p (`s s`, e), "
+                      "PRIMARY KEY (id, p WITHOUT OVERLAPS))").changes
+    assert create.key == ("id", "e", "s s") and [c.name for c in create.columns] == ["id", "s s", "e", "v"]
+    assert parse("CREATE TABLE t (id INT, s DATE, e DATE, PRIMARY KEY (id, q WITHOUT OVERLAPS))").error is not None
+    assert parse("ALTER TABLE t ADD PERIOD FOR p (s, e)") == ParsedStatement(tables=T)
+    assert parse("ALTER TABLE t DROP PERIOD FOR p") == ParsedStatement(tables=T)
+    assert parse("ALTER TABLE t ADD PERIOD FOR SYSTEM_TIME (s, e)").error is not None

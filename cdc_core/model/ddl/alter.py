@@ -359,6 +359,12 @@ def _alter_clause_tokens(st: Stmt, lo: int, hi: int, target: tuple[str, str]) ->
         return [SchemaChange(PRIMARY_KEY, *target, key=())] if index.upper() == "PRIMARY" else []
     if st.at(i, "DROP", "FOREIGN", "KEY") or st.at(i, "DROP", "CHECK"):
         return []
+    if st.at(i, "ADD|DROP", "PERIOD"):
+        j = i + 2
+        while st.at(j, "IF|NOT|EXISTS"):
+            j += 1
+        if st.at(j, "FOR") and not st.at(j + 1, "SYSTEM_TIME"):
+            return []  # an application-time period: a constraint on two columns, no column or row changes
     if st.at(i, "ADD"):
         j = i + 1
         if st.at(j, "CONSTRAINT"):

@@ -227,6 +227,7 @@ def _create_table(st: Stmt, i: int, replace_: bool) -> ParsedStatement:
         raise NotUnderstood(f"CREATE TABLE: expected a column list, LIKE or a query at {st.snippet(i)}")
     columns: list[ColumnSpec] = []
     keys: list[list[str]] = []  # each PRIMARY KEY the statement declares (the server allows one)
+    periods = _periods(st, st.split(*body) if body else [])
     for lo, hi in st.split(*body) if body else []:
         if lo == hi:
             raise NotUnderstood("CREATE TABLE: an empty item in the column list")
@@ -236,7 +237,7 @@ def _create_table(st: Stmt, i: int, replace_: bool) -> ParsedStatement:
             if inline_key:
                 keys.append([column.name])
         elif _is_index_item(st, lo):
-            table_key = _table_key(st, lo, hi)
+            table_key = _table_key(st, lo, hi, periods)
             if table_key is not None:
                 keys.append(table_key)
         else:
@@ -306,7 +307,18 @@ def _is_column_item(st: Stmt, lo: int) -> bool:
     return lo < st.n and st.toks[lo].kind in (NAME, WORD) and not _is_index_item(st, lo)
 
 
-def _table_key(st: Stmt, lo: int, hi: int) -> list[str] | None:
+def _periods(st: Stmt, items: list[tuple[int, int]]) -> dict[str, tuple[str, str]]:
+    """The application-time periods a CREATE TABLE defines (`PERIOD FOR p (start, end)`), by name (casefolded)."""
+    found = {}
+    for lo, hi in items:
+        if st.at(lo, "PERIOD", "FOR") and st.punct(lo + 3, "(") and st.close(lo + 3) == hi - 1:
+            bounds = [st.name(a, "a period's column")[0] for a, _ in st.split(lo + 4, hi - 1)]
+            if len(bounds) == 2 and st.is_name(lo + 2):
+                found[st.toks[lo + 2].text.casefold()] = (bounds[0], bounds[1])
+    return found
+
+
+def _table_key(st: Stmt, lo: int, hi: int, periods: dict[str, tuple[str, str]]) -> list[str] | None:
     """The primary key columns of a CREATE TABLE item (None for other indexes and constraints)."""
     i = lo
     if st.at(i, "CONSTRAINT"):
@@ -315,6 +327,8 @@ def _table_key(st: Stmt, lo: int, hi: int) -> list[str] | None:
             i += 1  # the constraint's name
     if not st.at(i, "PRIMARY", "KEY"):
         return None  # indexes, unique / foreign keys, checks, periods: no effect on columns or the key
+    if any(st.at(j, "WITHOUT", "OVERLAPS") for j in range(i, hi)):
+        return key_tokens(st, i + 2, hi, periods)
     tree = parse_tree(f"CREATE TABLE _x ({st.text(i, hi)})")
     if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema):
         items = tree.this.expressions
@@ -332,9 +346,10 @@ def key_names(pk: exp.PrimaryKey) -> list[str] | None:
     return [part.name for part in pk.expressions]
 
 
-def key_tokens(st: Stmt, i: int, hi: int) -> list[str]:
+def key_tokens(st: Stmt, i: int, hi: int, periods: dict[str, tuple[str, str]] | None = None) -> list[str]:
     """Key columns from the tokens: the first parenthesised list after the key's optional name and USING
-    (key parts may carry a prefix length `a(10)` or ASC / DESC)."""
+    (key parts may carry a prefix length `a(10)` or ASC / DESC; `p WITHOUT OVERLAPS` stands for the end and start
+    columns of a period of `periods`, in the server's index order)."""
     while i < hi and not st.punct(i, "("):
         i += 1
     if i >= hi:
@@ -346,6 +361,10 @@ def key_tokens(st: Stmt, i: int, hi: int) -> list[str]:
             j = st.close(j) + 1
         if st.at(j, "ASC|DESC"):
             j += 1
+        if st.at(j, "WITHOUT", "OVERLAPS") and j + 2 == end and name.casefold() in (periods or {}):
+            start, stop = (periods or {})[name.casefold()]
+            names += [stop, start]
+            continue
         if j != end:
             raise NotUnderstood(f"primary key part {st.snippet(lo, end)} is not a column")
         names.append(name)
