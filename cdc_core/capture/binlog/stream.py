@@ -152,6 +152,7 @@ FORGET_TABLES = frozenset({"rotate", "header", "query"})
 
 # Event types handled without building the library's event objects (the hot ones: every transaction).
 _XID_EVENT = 0x10
+_EXECUTE_LOAD_QUERY_EVENT = 0x12
 _TABLE_MAP_EVENT = 0x13
 _MARIADB_GTID_EVENT = 0xA2
 _ROWS_EVENTS = {
@@ -177,6 +178,17 @@ class RawRows:
     data: bytes
     start: int
     end: int
+
+
+def _load_query(lib: LibraryEvents, data: bytes, size: int) -> tuple[str, str]:
+    """An Execute_load_query event's default database and statement (`LOAD DATA ... INTO TABLE ...`), which the
+    library does not read: a query event's layout with 13 more post-header bytes."""
+    schema_len = data[28]
+    status_len = int.from_bytes(data[31:33], "little")
+    pos = 20 + lib.post_header_len(_EXECUTE_LOAD_QUERY_EVENT, 26) + status_len
+    end = 1 + size - (4 if lib.use_checksum else 0)
+    schema = data[pos : pos + schema_len].decode("utf-8", "replace")
+    return schema, data[pos + schema_len + 1 : end].decode("utf-8", "replace").strip()
 
 
 def full_images(ncols: int, *bitmaps: bytes) -> bool:
@@ -306,6 +318,10 @@ def stream_events(
                     continue
                 if etype == _XID_EVENT:
                     yield StreamEvent("commit", current, start, log_pos, ts)
+                    continue
+                if etype == _EXECUTE_LOAD_QUERY_EVENT:  # LOAD DATA logged as a statement: refused as one (dml.py)
+                    schema, query = _load_query(lib, data, size)
+                    yield StreamEvent("query", current, start, log_pos, ts, query=query, schema=schema)
                     continue
                 if etype == _TABLE_MAP_EVENT:
                     table_id = int.from_bytes(data[20:26], "little")
