@@ -10,6 +10,7 @@ password never appears in any message, repr or log line.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,12 +41,15 @@ from cdc_core.model.errors import SourceError
 from cdc_core.model.naming import quote_mysql
 from cdc_core.model.positions import BinlogFile, MariadbGtidList, ServerIdentity, SourceEnd
 
+log = logging.getLogger("cdc.source")
+
 __all__ = [
     "SYSTEM_SCHEMAS",
     "SourceConnection",
     "SourceFacts",
     "SourceParams",
     "TableFilter",
+    "check_binlog_filters",
     "check_cascades",
     "check_cdc_ready",
     "check_first_contact",
@@ -83,6 +87,10 @@ class SourceFacts:
     binlog_row_metadata: str | None  # None on servers too old to have the setting
     address: str = ""
     server_time: float | None = None
+    # The server's binlog filters (binlog_do_db / binlog_ignore_db, SHOW MASTER STATUS): databases whose row
+    # changes it never logs.
+    binlog_do_db: tuple[str, ...] = ()
+    binlog_ignore_db: tuple[str, ...] = ()
 
     @property
     def flavor(self) -> str:
@@ -218,6 +226,8 @@ def inspect_source(conn: Any) -> SourceFacts:
             f"cannot read binlog facts from the source at {address}: {e.args[-1]} (error {e.args[0]}). "
             "The capture user needs REPLICATION CLIENT (MySQL) / BINLOG MONITOR (MariaDB) and SELECT"
         ) from None
+    filters = status[2:4] if status is not None and len(status) > 3 else ("", "")
+    do_db, ignore_db = _db_list(filters[0]), _db_list(filters[1])
     # A binlog file appears in SHOW BINARY LOGS with its size when the statement ran; the end may be later.
     if end is not None and binlogs and binlogs[-1].name == end.file and binlogs[-1].size < end.offset:
         binlogs = (*binlogs[:-1], BinlogFile(end.file, end.offset))
@@ -234,7 +244,13 @@ def inspect_source(conn: Any) -> SourceFacts:
         binlog_row_metadata=binlog_row_metadata,
         address=address,
         server_time=server_time,
+        binlog_do_db=do_db,
+        binlog_ignore_db=ignore_db,
     )
+
+
+def _db_list(value: Any) -> tuple[str, ...]:
+    return tuple(d for d in str(value or "").split(",") if d)
 
 
 def _mariadb_purged(cur: Any, binlogs: tuple[BinlogFile, ...]) -> str | None:
@@ -252,6 +268,33 @@ def _mariadb_purged(cur: Any, binlogs: tuple[BinlogFile, ...]) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------- readiness
+
+
+def check_binlog_filters(facts: SourceFacts, table_filter: TableFilter, pipeline: str) -> None:
+    """Refuse a source whose binlog filters (binlog_do_db / binlog_ignore_db) leave out a captured schema: its row
+    changes are never logged, so nothing would land and nothing would say so. Any filter at all is warned about:
+    the server filters DDL by the statement's *default* database, so it can drop a captured table's DDL too."""
+    if not facts.binlog_do_db and not facts.binlog_ignore_db:
+        return
+    schemas = table_filter.literal_schemas()
+    left_out = [d for d in facts.binlog_ignore_db if table_filter.may_match_schema(d)]
+    if facts.binlog_do_db and schemas is not None:
+        left_out += [d for d in schemas if d not in facts.binlog_do_db]
+    elif facts.binlog_do_db:
+        log.warning("pipeline %r: the source logs only the databases %s (binlog_do_db), and the include patterns "
+                    "name no schema literally: captured tables elsewhere would land nothing", pipeline,
+                    ", ".join(facts.binlog_do_db))
+    if left_out:
+        raise SourceError(
+            f"pipeline {pipeline!r}: the source at {facts.address or str(facts.identity)} does not log the row "
+            f"changes of captured schemas {', '.join(sorted(set(left_out)))} (binlog_do_db / binlog_ignore_db), so "
+            "nothing of them would land. Remove the filter from my.cnf and restart the server (changes written "
+            "before cannot be captured: re-snapshot those tables), or stop capturing those schemas"
+        )
+    log.warning("pipeline %r: the source filters its binlog (binlog_do_db=%s, binlog_ignore_db=%s); the server "
+                "filters DDL by the statement's default database, so a captured table's DDL run from a filtered "
+                "database is not logged, and the lake would not follow it", pipeline,
+                ",".join(facts.binlog_do_db) or "-", ",".join(facts.binlog_ignore_db) or "-")
 
 
 def check_cdc_ready(facts: SourceFacts, pipeline: str) -> None:

@@ -35,6 +35,7 @@ from cdc_core.capture.source import (
     SourceFacts,
     SourceParams,
     TableFilter,
+    check_binlog_filters,
     check_cdc_ready,
     check_first_contact,
     connect,
@@ -231,6 +232,7 @@ class Pipeline:
                     self._first_contact_checked = True
                 facts = inspect_source(conn)
                 check_cdc_ready(facts, self.name)
+                check_binlog_filters(facts, self.table_filter(), self.name)
             finally:
                 conn.close()
             self._facts = facts

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from cdc_core.capture.source import (
     SourceParams,
     TableFilter,
+    check_binlog_filters,
     check_cascades,
     check_system_versioned,
     connect,
@@ -94,7 +95,9 @@ def read_sources(
         unit = config.for_source(server.source)
         conn = connect(params_for(server.source))
         try:
-            identity = inspect_source(conn).identity
+            facts = inspect_source(conn)
+            identity = facts.identity
+            check_binlog_filters(facts, capture_filter(unit), unit.name)
             described = describe_tables(conn, capture_filter(unit), unit.name, tuple(unit.tables.full_row_key))
             check_cascades(conn, capture_filter(unit), unit.name, unit.tables.cascading_foreign_keys)
             check_system_versioned(conn, capture_filter(unit), unit.name)

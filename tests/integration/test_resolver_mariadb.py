@@ -107,6 +107,7 @@ def test_inspect_source_reads_consistent_facts(params: SourceParams, root: Any) 
     before = facts_now(params)
     assert before.flavor == "mariadb" and before.identity.server_id == 1 and before.identity.server_uuid is None
     assert (before.binlog_format, before.binlog_row_image, before.binlog_row_metadata) == ("ROW", "FULL", "FULL")
+    assert (before.binlog_do_db, before.binlog_ignore_db) == ((), ())  # SHOW MASTER STATUS's filter columns
     assert before.log_bin and before.binlogs and before.end is not None
     assert before.end.file == before.binlogs[-1].name and before.binlogs[-1].size >= before.end.offset
     check_cdc_ready(before, "orders")

@@ -13,6 +13,7 @@ from cdc_core.capture.source import (
     SourceFacts,
     SourceParams,
     TableFilter,
+    check_binlog_filters,
     check_cdc_ready,
     column_attrs,
     mariadb_gtid_state,
@@ -160,3 +161,27 @@ def test_cascading_foreign_keys_are_read_from_show_create_table() -> None:
         "fk`odd: ON UPDATE SET NULL from shop.parent",
         "fk_both: ON DELETE CASCADE from db.parent",
     ]
+
+
+@pytest.mark.parametrize(("filters", "include", "refused"), [
+    ({"binlog_ignore_db": ("shop",)}, ("shop.*",), "shop"),
+    ({"binlog_ignore_db": ("shop",)}, ("*.orders",), "shop"),  # a pattern that may match it
+    ({"binlog_do_db": ("other",)}, ("shop.orders", "other.t"), "shop"),
+    ({"binlog_ignore_db": ("other",)}, ("shop.*",), None),
+    ({"binlog_do_db": ("shop",)}, ("shop.*",), None),
+    ({"binlog_do_db": ("shop",)}, ("*.orders",), None),  # warned: the patterns name no schema
+    ({}, ("shop.*",), None),
+])
+def test_a_binlog_filter_that_leaves_out_a_captured_schema_is_refused(
+    filters: dict[str, tuple[str, ...]], include: tuple[str, ...], refused: str | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    facts = replace(READY, **filters)  # type: ignore[arg-type]
+    if refused is None:
+        check_binlog_filters(facts, TableFilter(include), "orders")
+        assert ("filters its binlog" in caplog.text) == bool(filters)
+        return
+    with pytest.raises(SourceError) as e:
+        check_binlog_filters(facts, TableFilter(include), "orders")
+    assert f"captured schemas {refused} (binlog_do_db / binlog_ignore_db)" in str(e.value)
+    assert "Remove the filter from my.cnf" in str(e.value)
