@@ -88,6 +88,15 @@ def changes(params: SourceParams, facts: SourceFacts, plan: WindowPlan, db: str,
     return list(read_changes(params, facts.identity, plan, TableFilter((f"{db}.*",)), schemas))
 
 
+def describe_one(params: SourceParams, db: str, table: str) -> Any:
+    """The table as information_schema describes it (the readers' `schemas` callback in a pipeline)."""
+    conn = connect(params)
+    try:
+        return describe_tables(conn, TableFilter((f"{db}.{table}",)), "t")[f"{db}.{table}"]
+    finally:
+        conn.close()
+
+
 def rows(items: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(c.op, c.values) for c in items if isinstance(c, RowChange)]
 
@@ -240,11 +249,7 @@ def test_types_from_the_binlog_match_information_schema(params: SourceParams, ro
     run(root, "INSERT INTO t (id, k2, e, s, j) VALUES (18446744073709551615, 1, 'it''s', 'p,q', '{\"a\": 1}')")
     after = facts_now(params)
     plan = whole_window(params, before, after)
-    conn = connect(params)
-    try:
-        described = describe_tables(conn, TableFilter((f"{source_db}.t",)), "t")[f"{source_db}.t"]
-    finally:
-        conn.close()
+    described = describe_one(params, source_db, "t")
     got = changes(params, after, plan, source_db, schemas=lambda s, t: described)
     assert len(got) == 1
     from_binlog = got[0].table
@@ -269,11 +274,7 @@ def test_mariadb_uuid_and_inet_columns_are_refused_not_landed_as_their_bytes(
     run(root, "INSERT INTO t VALUES (1, UUID(), '::1', '10.0.0.1', 'x', 'y')")
     after = facts_now(params)
     plan = whole_window(params, before, after)
-    conn = connect(params)
-    try:
-        described = describe_tables(conn, TableFilter((f"{source_db}.t",)), "t")[f"{source_db}.t"]
-    finally:
-        conn.close()
+    described = describe_one(params, source_db, "t")
     (got,) = changes(params, after, plan, source_db, schemas=lambda s, t: described)  # staging maps the types
     assert {c.name: c.mysql_type for c in got.table.columns} == {
         "id": "int", "u": "uuid", "i6": "inet6", "i4": "inet4", "bn": "binary(16)", "b4": "binary(4)"}
@@ -287,11 +288,7 @@ def test_mariadb_uuid_and_inet_columns_are_refused_not_landed_as_their_bytes(
     before = facts_now(params)
     run(root, "INSERT INTO b VALUES (1, 'x', 'y')")
     after = facts_now(params)
-    conn = connect(params)
-    try:
-        plain = describe_tables(conn, TableFilter((f"{source_db}.b",)), "t")[f"{source_db}.b"]
-    finally:
-        conn.close()
+    plain = describe_one(params, source_db, "b")
     (got,) = changes(params, after, whole_window(params, before, after), source_db, schemas=lambda s, t: plain)
     assert [c.mysql_type for c in got.table.columns] == ["int", "binary(16)", "binary(4)"]
     assert (got.values["bn"], got.values["b4"]) == (b"x", b"y")  # the binlog drops the padding; staging adds it

@@ -180,9 +180,7 @@ def test_a_captured_table_that_a_cascade_can_change_is_refused_until_accepted(
     code, _, err = cdc(env, capsys, "validate", "--check-sources")
     assert code != 0 and "fk_child" in err, err
 
-    config = json.loads(Path(env["config"]).read_text())
-    config["pipelines"][0]["tables"]["cascading_foreign_keys"] = [f"{db}.child"]
-    Path(env["config"]).write_text(json.dumps(config))
+    tables_setting(env, "cascading_foreign_keys", [f"{db}.child"])
     code, _, err = cdc(env, capsys, "run", env["name"], "--once")
     assert code == 0, err
 
@@ -210,8 +208,13 @@ def test_a_captured_system_versioned_table_is_refused_until_excluded(
     code, _, err = cdc(env, capsys, "validate", "--check-sources")
     assert code != 0 and f"{db}.audited" in err, err
 
-    config = json.loads(Path(env["config"]).read_text())
-    config["pipelines"][0]["tables"]["exclude"] = [f"{db}.audited"]
-    Path(env["config"]).write_text(json.dumps(config))
+    tables_setting(env, "exclude", [f"{db}.audited"])
     code, _, err = cdc(env, capsys, "run", env["name"], "--once")
     assert code == 0, err
+
+
+def tables_setting(env: dict[str, Any], key: str, value: Any) -> None:
+    """Set one `tables.<key>` of the test pipeline's configuration file."""
+    config = json.loads(Path(env["config"]).read_text())
+    config["pipelines"][0]["tables"][key] = value
+    Path(env["config"]).write_text(json.dumps(config))
