@@ -1099,4 +1099,8 @@ def test_application_time_periods() -> None:
     assert parse("CREATE TABLE t (id INT, s DATE, e DATE, PRIMARY KEY (id, q WITHOUT OVERLAPS))").error is not None
     assert parse("ALTER TABLE t ADD PERIOD FOR p (s, e)") == ParsedStatement(tables=T)
     assert parse("ALTER TABLE t DROP PERIOD FOR p") == ParsedStatement(tables=T)
+    assert parse("ALTER TABLE t ADD PERIOD IF NOT EXISTS FOR p (s, e)") == ParsedStatement(tables=T)
+    assert parse("ALTER TABLE t DROP PERIOD IF EXISTS FOR p") == ParsedStatement(tables=T)
+    assert [c.kind for c in parse("ALTER TABLE t ADD period INT").changes] == [ADD_COLUMN]  # a column named so
+    assert [c.kind for c in parse("ALTER TABLE t DROP period").changes] == [DROP_COLUMN]
     assert parse("ALTER TABLE t ADD PERIOD FOR SYSTEM_TIME (s, e)").error is not None

@@ -134,7 +134,7 @@ def _names_column(st: Stmt, i: int) -> bool:
     if not st.is_name(i) or st.toks[i].kind == NAME:
         return st.is_name(i)
     return not (
-        st.word(i) in _NOT_A_COLUMN or st.at(i, "PERIOD", "FOR") or st.at(i, "SYSTEM", "VERSIONING")
+        st.word(i) in _NOT_A_COLUMN or st.at(i, "PERIOD", "FOR|IF") or st.at(i, "SYSTEM", "VERSIONING")
         or st.at(i, "VECTOR", "INDEX|KEY")
     )
 
