@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from cdc_core.model.ddl.conversions import ValueCheck
 from cdc_core.model.layout import base_uri, table_uri
 from cdc_core.model.manifest import (
     StagedTable,
@@ -164,7 +165,7 @@ class SchemaChanges(RunBase):
             table=label, app_id=key, delete_mode=self.delete_mode,
             mode=self.schema_policy.mode_for(table_id(*lc.lake), label), zero_dates=self.zero_dates,
             lineage=tuple(where.columns), routed=bool(where.columns),
-            lake_holds=functools.partial(schema_steps.lake_holds, self.spark, uri),
+            lake_holds=functools.partial(self.holds_converted, uri, target, lc.change.version),
         )
         ops, _, rereads = plan_change(
             ctx, table.source_columns(reserved), SchemaState.from_properties(table.properties, key), lc,
@@ -208,6 +209,24 @@ class SchemaChanges(RunBase):
         self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options,
                           small=self.starts_small(target, uri))
         return True
+
+    def holds_converted(
+        self, uri: str, target: LakeTarget, version: int, column: LakeColumn, check: ValueCheck
+    ) -> bool:
+        """Whether the lake table or the window's rows from before the change at `version` hold a value the
+        server's conversion `check` of `column` changed (schema_steps.holds_converted)."""
+        staged = self.staged_before(target, version)
+        return schema_steps.holds_converted(self.spark, uri, staged, column, check)
+
+    def staged_before(self, target: LakeTarget, version: int) -> list[str]:
+        """The window's staged files of the target with changes older than `version`: rows of the table as it was
+        before a schema change at `version`, which land after the schema phase."""
+        out = []
+        for member, _ in target.members:
+            spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
+            out += [f"{self.window_dir.rstrip('/')}/{f.path}" for f, span in zip(member.files, spans, strict=True)
+                    if span is not None and span[0] < version]
+        return out
 
     def first_shape(self, target: LakeTarget) -> list[tuple[str, DataType]]:
         """The columns of the window's oldest staged change of the target: a lake table the window creates starts

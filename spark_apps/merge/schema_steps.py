@@ -130,23 +130,33 @@ def read_lake_table(spark: SparkSession, uri: str, *, storage: Storage) -> LakeT
     )
 
 
-def lake_holds(spark: SparkSession, uri: str, column: LakeColumn, check: ValueCheck) -> bool:
-    """Whether the lake table holds a value of `column` that the server's conversion `check` changed (a fraction
-    beyond the new precision, a trailing space, a value shorter than BINARY(n)); True when the lake's type is not
-    one the check knows (the table is then re-read)."""
+def holds_converted(
+    spark: SparkSession, uri: str, staged: Sequence[str], column: LakeColumn, check: ValueCheck
+) -> bool:
+    """Whether the lake table, or one of the window's `staged` files written before the change (their rows land
+    after the schema phase), holds a value of `column` that the server's conversion `check` changed (a fraction
+    beyond the new precision, a trailing space, a value shorter than BINARY(n)); True when a type is not one the
+    check knows, or a staged file lacks the column (the table is then re-read)."""
     c = quote_spark(column.name)
-    lake_type = column.delta_type.lower()
-    if check.kind == FRACTION and lake_type.startswith("timestamp"):
-        where = f"(EXTRACT(SECOND FROM {c}) * 1000000) % {10 ** (6 - check.size)} <> 0"
-    elif check.kind == FRACTION and lake_type in ("bigint", "long"):  # TIME: signed microseconds
-        where = f"{c} % {10 ** (6 - check.size)} <> 0"
-    elif check.kind == TRAILING_SPACE and lake_type == "string":
-        where = f"RIGHT({c}, 1) = ' '"
-    elif check.kind == SHORT_BINARY and lake_type == "binary":
-        where = f"OCTET_LENGTH({c}) < {check.size}"
-    else:
-        return True
-    return bool(spark.read.format("delta").load(uri).where(where).limit(1).count())
+    frames = [spark.read.format("delta").load(uri), *(spark.read.parquet(f) for f in staged)]
+    for df in frames:
+        field = next((f for f in df.schema.fields if f.name.lower() == column.name.lower()), None)
+        where = _converted_where(c, field.dataType.simpleString(), check) if field is not None else None
+        if where is None or df.where(where).limit(1).count():
+            return True
+    return False
+
+
+def _converted_where(c: str, spark_type: str, check: ValueCheck) -> str | None:
+    if check.kind == FRACTION and spark_type.startswith("timestamp"):
+        return f"(EXTRACT(SECOND FROM {c}) * 1000000) % {10 ** (6 - check.size)} <> 0"
+    if check.kind == FRACTION and spark_type == "bigint":  # TIME: signed microseconds
+        return f"{c} % {10 ** (6 - check.size)} <> 0"
+    if check.kind == TRAILING_SPACE and spark_type == "string":
+        return f"RIGHT({c}, 1) = ' '"
+    if check.kind == SHORT_BINARY and spark_type == "binary":
+        return f"OCTET_LENGTH({c}) < {check.size}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ steps
