@@ -9,7 +9,8 @@
 # (for several servers side by side, each a distinct source): CDC_MARIADB_SERVER_ID (default 1),
 # CDC_MARIADB_GTID_DOMAIN_ID (default 0). Shard i (1..N) lives in $CDC_SERVICES_DIR/shard-<i> on port
 # ${CDC_SHARD_BASE_PORT:-13440}+i with server_id 100+i and GTID domain i, so no shard shares the identity (13440: never the test fixture's shard ports, 13340 + 10 N + i)
-# of the default server (server_id 1, domain 0) or of another shard.
+# of the default server (server_id 1, domain 0) or of another shard. CDC_MARIADB_BASEDIR: run another MariaDB
+# release than Debian's, unpacked there by scripts/mariadb_release.sh (its bin/mariadbd, scripts/, share/).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,8 @@ SHARD_BASE_PORT="${CDC_SHARD_BASE_PORT:-13440}"
 CDC_USER="${CDC_MARIADB_USER:-cdc}"
 CDC_PASSWORD="${CDC_MARIADB_PASSWORD:-cdc-local-only}"
 ROOT_PASSWORD="${CDC_MARIADB_ROOT_PASSWORD:-root-local-only}"
+BASEDIR="${CDC_MARIADB_BASEDIR:-}"
+MARIADBD="${BASEDIR:+$BASEDIR/bin/}mariadbd"
 
 M="$DIR/mariadb"
 Z="$DIR/zookeeper"
@@ -47,7 +50,7 @@ launch_mariadb() {
   for attempt in 1 2 3 4 5 6; do
     rm -f "$M/mariadb.sock"
     lines=$(wc -l <"$M/error.log" 2>/dev/null || echo 0)
-    nohup mariadbd --defaults-file="$M/my.cnf" >>"$M/stdout.log" 2>&1 &
+    nohup "$MARIADBD" --defaults-file="$M/my.cnf" >>"$M/stdout.log" 2>&1 &
     pid=$!
     local deadline=$((SECONDS + 60))
     until [ -S "$M/mariadb.sock" ]; do
@@ -72,7 +75,7 @@ mariadb_query() {
 }
 
 mariadb_start() {
-  command -v mariadbd >/dev/null || { log "mariadbd not found: run scripts/setup.sh (apt-get install mariadb-server)"; return 1; }
+  command -v "$MARIADBD" >/dev/null || { log "$MARIADBD not found: run scripts/setup.sh"; return 1; }
   if alive "$M/mariadb.pid"; then log "mariadb already running (pid $(cat "$M/mariadb.pid"), port $MARIADB_PORT)"; return 0; fi
   # Checked here rather than by mariadbd: a typo would otherwise land in my.cnf and surface as a failed start.
   [[ "$SERVER_ID" =~ ^[1-9][0-9]{0,9}$ ]] || { log "CDC_MARIADB_SERVER_ID must be 1-4294967295, not '$SERVER_ID'"; return 1; }
@@ -80,8 +83,12 @@ mariadb_start() {
   # A tmpdir of its own: a starting mariadbd deletes every #sql* file in its tmpdir, so servers sharing /tmp
   # delete each other's temporary tables (mariadb-install-db side by side fails on it).
   mkdir -p "$M/data" "$M/binlog" "$M/tmp"
+  local release=""
+  [ -z "$BASEDIR" ] || release="basedir=$BASEDIR
+lc-messages-dir=$BASEDIR/share"
   cat > "$M/my.cnf" <<CNF
 [mariadbd]
+$release
 datadir=$M/data
 socket=$M/mariadb.sock
 pid-file=$M/mariadb.pid
@@ -109,7 +116,7 @@ CNF
   local fresh=0
   if [ ! -d "$M/data/mysql" ]; then
     fresh=1
-    mariadb-install-db --defaults-file="$M/my.cnf" --datadir="$M/data" --user=root \
+    ${BASEDIR:+"$BASEDIR/scripts/"}mariadb-install-db --defaults-file="$M/my.cnf" ${BASEDIR:+--basedir="$BASEDIR"} --datadir="$M/data" --user=root \
       --auth-root-authentication-method=normal --skip-test-db >"$M/install.log" 2>&1
   fi
   launch_mariadb || { log "mariadb did not start; see $M/error.log"; return 1; }

@@ -6,7 +6,8 @@
 #      pyproject.toml exists and the venv's package points at this checkout. Then (2b) the compiled row
 #      walk of the binlog decoder (setup.py: cdc_core/capture/_rowscan.c; needs gcc and Python's headers).
 #   3. The Delta Lake jars into .cache/ivy and Hadoop's S3A connector into .cache/ivy-s3a
-#      (scripts/fetch_jars.sh), and S3Proxy into .cache/jars (scripts/object_store.sh fetch); all from Maven
+#      (scripts/fetch_jars.sh), S3Proxy into .cache/jars (scripts/object_store.sh fetch), and MariaDB 11.4 for
+#      the tests of a newer source (scripts/mariadb_release.sh fetch, into .cache/mariadb); all from Maven
 #      Central, cached after the first run.
 # Works from a fresh `git clone`. Each step prints how long it took.
 #
@@ -131,5 +132,6 @@ fi
 t=$(now)
 PYTHON="$VENV/bin/python" "$ROOT/scripts/fetch_jars.sh"
 "$ROOT/scripts/object_store.sh" fetch
+"$ROOT/scripts/mariadb_release.sh" fetch
 log "jars: ready ($(took "$t"))"
 log "done. Use: export PATH=$VENV/bin:\$PATH SPARK_LOCAL_IP=127.0.0.1"

@@ -46,6 +46,7 @@ class PrivateServices:
     server_id: int | None = None
     gtid_domain_id: int | None = None
     with_zookeeper: bool = True  # False: MariaDB only (zk_port unused, zk_hosts an error)
+    basedir: Path | None = None  # another MariaDB release (scripts/mariadb_release.sh); None: Debian's
     # What to change when check_ownership finds another process on our port.
     ports_env: str = "CDC_PRIVATE_MARIADB_PORT / CDC_PRIVATE_ZK_PORT"
     started: set[str] = field(default_factory=set)
@@ -65,6 +66,9 @@ class PrivateServices:
         }
         if self.with_zookeeper:
             env["CDC_ZK_PORT"] = str(self.zk_port)
+        env.pop("CDC_MARIADB_BASEDIR", None)
+        if self.basedir is not None:
+            env["CDC_MARIADB_BASEDIR"] = str(self.basedir)
         # The identity comes from here only (else the script's defaults): a restart must not take one from
         # whatever the caller's environment happens to hold.
         identity = {"CDC_MARIADB_SERVER_ID": self.server_id, "CDC_MARIADB_GTID_DOMAIN_ID": self.gtid_domain_id}

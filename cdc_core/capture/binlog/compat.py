@@ -16,9 +16,12 @@ Why each shim exists:
 - `Packets`: reads the dump's packets off the library's pymysql connection (`_stream_connection`, pymysql's
   `_rfile`, `_next_seq_id`, `_force_close`, ...) without a packet object per event.
 - `NoSilentResume`: the library's connection factory hook (`pymysql_wrapper`) used to refuse its silent
-  resume after a lost connection, which can drop rows without a word.
+  resume after a lost connection, which can drop rows without a word, and, on MariaDB 11.4+, to ask for the
+  Annotate_rows events the stream needs to place events the server wrote without a position
+  (`_request_annotate_rows`, in the dump packet pymysql's `_write_bytes` sends).
 - `previous_gtids_text`: MySQL's Previous_gtids event from the library's private `_gtids` list.
-- `collation_charsets`: the library's charset table (`charsets._by_id`), collation name -> charset name.
+- `collation_charsets`: the library's charset table (`charsets._by_id`), collation name -> charset name;
+  `learn_collations` adds the server's collation ids it lacks.
 - `UnreadTableMap`: a table map the library fails on (MariaDB's COMPRESSED columns), its names read from the
   packet (pymysql's `_data`), so that it stops only a pipeline that captures the table.
 """
@@ -33,6 +36,7 @@ from typing import Any
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
+from pymysqlreplication.constants.CHARSET import Charset
 from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
 from pymysqlreplication.event import PreviousGtidsEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
@@ -241,7 +245,36 @@ class NoSilentResume:
         # switch to NONE). Each file's own setting is then read from its Format_description (LibraryEvents).
         with conn.cursor() as cur:
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+            cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_legacy_event_pos'")
+            leaves_positions_out = cur.fetchone() is not None
+            learn_collations(cur, "mariadb" if "mariadb" in conn.get_server_info().lower() else "mysql")
+        if leaves_positions_out:
+            _request_annotate_rows(conn)
         return conn
+
+
+_COM_BINLOG_DUMP = 0x12
+_BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
+
+
+def _request_annotate_rows(conn: Any) -> None:
+    """Ask the server for its Annotate_rows events (which the library's file-position dump never asks for).
+
+    MariaDB 11.4+ (binlog_legacy_event_pos=OFF, its default) writes the events inside a transaction with an
+    end_log_pos of 0. The stream then places each of them right after the one before (stream.EventPositions),
+    which is exact only if no event of the file is left out of the dump: unasked, the server leaves out the
+    Annotate_rows event that precedes each statement's rows (binlog_annotate_row_events, on by default). The flag
+    is set in the COM_BINLOG_DUMP packet the library writes: its flags are the two bytes after the command byte
+    and the 4-byte position."""
+    write = conn._write_bytes
+
+    def write_dump(data: bytes) -> None:
+        if len(data) > 11 and data[4] == _COM_BINLOG_DUMP:
+            flags = int.from_bytes(data[9:11], "little") | _BINLOG_SEND_ANNOTATE_ROWS_EVENT
+            data = data[:9] + flags.to_bytes(2, "little") + data[11:]
+        write(data)
+
+    conn._write_bytes = write_dump
 
 
 # ------------------------------------------------------------------------------ library-held metadata
@@ -263,3 +296,26 @@ def previous_gtids_text(ev: PreviousGtidsEvent) -> str:
 def collation_charsets(dbms: str) -> dict[str, str]:
     """Collation name -> charset name of a server flavor ("mariadb", "mysql"), from the library's table."""
     return {c.collation: c.name for c in _library_charsets._by_id.get(dbms, {}).values()}
+
+
+def learn_collations(cur: Any, dbms: str) -> None:
+    """Add the server's collation ids that the library's table lacks (MariaDB 11's uca1400 family, 2048 and up; a
+    newer server's). Unknown to the library, a table map's character column has no collation, and its text would
+    land as bytes. Read from information_schema: COLLATIONS, and on MariaDB 10.10+ the collation-charset pairs
+    (`utf8mb4_uca1400_ai_ci` is one collation, uca1400_ai_ci, applied to utf8mb4), which COLLATIONS does not list."""
+    known = _library_charsets._by_id[dbms]
+    cur.execute("SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS WHERE ID IS NOT NULL")
+    rows = list(cur.fetchall())
+    try:
+        cur.execute("SELECT ID, CHARACTER_SET_NAME, FULL_COLLATION_NAME FROM "
+                    "information_schema.COLLATION_CHARACTER_SET_APPLICABILITY WHERE ID IS NOT NULL")
+        rows += cur.fetchall()
+    except pymysql.err.OperationalError as e:
+        if e.args[0] != _UNKNOWN_COLUMN:
+            raise
+    for cid, charset, collation in rows:
+        if int(cid) not in known and charset and collation:
+            _library_charsets.add(Charset(int(cid), str(charset), str(collation), dbms=dbms))
+
+
+_UNKNOWN_COLUMN = 1054

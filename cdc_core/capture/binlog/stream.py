@@ -105,9 +105,8 @@ def fast_change_version(epoch: int, file: str, offset: int) -> int:
 # ------------------------------------------------------------------------------------------- events
 
 
-def _classify(ev: Any, file: str, flavor: str) -> StreamEvent:
-    pk = ev.packet
-    start, end, ts = pk.log_pos - pk.event_size, pk.log_pos, pk.timestamp
+def _classify(ev: Any, file: str, start: int, end: int) -> StreamEvent:
+    ts = ev.packet.timestamp
     if isinstance(ev, RotateEvent):
         return StreamEvent("rotate", file, start, end, ts, query=ev.next_binlog, raw=ev)
     if isinstance(ev, FormatDescriptionEvent):
@@ -120,7 +119,7 @@ def _classify(ev: Any, file: str, flavor: str) -> StreamEvent:
         )
     if isinstance(ev, GtidEvent):
         return StreamEvent("gtid", file, start, end, ts, gtid=ev.gtid)
-    if isinstance(ev, NotImplementedEvent) and pk.event_type == _ANONYMOUS_GTID_EVENT:
+    if isinstance(ev, NotImplementedEvent) and ev.packet.event_type == _ANONYMOUS_GTID_EVENT:
         return StreamEvent("gtid", file, start, end, ts)
     if isinstance(ev, MariadbGtidListEvent):
         return StreamEvent("gtid_list", file, start, end, ts, gtid=",".join(g.gtid for g in ev.gtid_list))
@@ -151,7 +150,9 @@ def _classify(ev: Any, file: str, flavor: str) -> StreamEvent:
 FORGET_TABLES = frozenset({"rotate", "header", "query"})
 
 # Event types handled without building the library's event objects (the hot ones: every transaction).
+_ARTIFICIAL_WHEN_UNPLACED = frozenset({0x04, 0x0F})  # Rotate, Format_description: a dump's own, not the file's
 _XID_EVENT = 0x10
+_ANNOTATE_ROWS_EVENT = 0xA0  # MariaDB: the statement of the rows events that follow (asked for on 11.4+ only)
 _EXECUTE_LOAD_QUERY_EVENT = 0x12
 _TABLE_MAP_EVENT = 0x13
 _MARIADB_GTID_EVENT = 0xA2
@@ -277,6 +278,7 @@ def stream_events(
         freeze_schema=True,
     )
     current = file
+    next_start = offset  # where the next event begins: events without a position are placed from it
     ignored: set[int] = set()  # table ids whose table map the library filtered out (only_schemas)
     try:
         try:
@@ -304,13 +306,19 @@ def stream_events(
             if data[0] != 0:
                 continue
             ts, etype, server, size, log_pos, _flags = header(data, 1)
-            plain = False
+            if log_pos:
+                next_start = log_pos
+            elif etype not in _ARTIFICIAL_WHEN_UNPLACED:
+                # MariaDB 11.4+ (binlog_legacy_event_pos=OFF) writes a transaction's events without their end_log_pos.
+                # They follow each other in the file, and the dump leaves none out (compat._request_annotate_rows).
+                log_pos = next_start = next_start + size
             if log_pos:
                 start = log_pos - size
+                if etype == _ANNOTATE_ROWS_EVENT:
+                    continue
                 if etype in COMPRESSED_EVENTS:  # log_bin_compress: read as the plain event (same position)
                     data = plain_packet(data, lib.post_header_len, lib.use_checksum, f"{current}:{start}")
-                    ts, etype, server, size, log_pos, _flags = header(data, 1)
-                    plain = True
+                    ts, etype, server, size, _log_pos, _flags = header(data, 1)
                 if etype == _MARIADB_GTID_EVENT:
                     seq_no, domain, gflags = _GTID_BODY.unpack_from(data, 20)
                     yield StreamEvent(
@@ -351,9 +359,7 @@ def stream_events(
                 else:
                     yield StreamEvent("header", current, 0, 0, ts)
                 continue
-            e2 = _classify(ev, current, flavor)
-            if plain:
-                e2.start = start  # where the compressed event was (its plain one is another size)
+            e2 = _classify(ev, current, start, log_pos)  # start: where a compressed event was, not its plain one's
             if e2.kind in FORGET_TABLES:
                 stream.table_map.clear()
                 ignored.clear()
