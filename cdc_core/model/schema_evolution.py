@@ -275,7 +275,8 @@ def _find(columns: Sequence[LakeColumn], name: str) -> LakeColumn | None:
 
 
 def structure_done(structure: Structure, columns: Sequence[LakeColumn]) -> bool:  # noqa: PLR0911
-    """Whether the lake table's columns already show `structure` applied (a crash after its commit, before the mark)."""
+    """Whether the lake table's source columns (not the product's own) already show `structure` applied (a crash
+    after its commit, before the mark)."""
     if structure.kind == S_ADD_COLUMNS:
         return all(_find(columns, n) is not None for n, _ in structure.columns)
     if structure.kind == S_REWRITE:
@@ -296,8 +297,8 @@ def structure_done(structure: Structure, columns: Sequence[LakeColumn]) -> bool:
         return False  # only the mark tells (the copy is repeated after a crash before it: same rows)
     if structure.kind == S_RESET:
         want = {n.lower(): normalise_delta_type(t) for n, t in structure.columns}
-        have = {c.name.lower(): normalise_delta_type(c.delta_type) for c in columns if c.name.lower() in want}
-        return have == want
+        have = {c.name.lower(): normalise_delta_type(c.delta_type) for c in columns}
+        return have == want  # every column: a column the old table had and the new one has not must go
     raise ValueError(structure.kind)
 
 

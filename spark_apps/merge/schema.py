@@ -201,6 +201,8 @@ class SchemaChanges(RunBase):
                 return False
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
             cols = [(x.name, spark_type(x.delta_type)) for x in src.columns if x.name.lower() not in low]
+        elif own_rows := [m for m in target.renamed_rows if (m.schema, m.table) == lc.lake]:
+            cols = self.first_shape(target, own_rows)  # the table as its rows had it, before the rename took them
         elif any(m.files for m, _ in target.members):
             cols = self.first_shape(target)
         else:
@@ -222,17 +224,18 @@ class SchemaChanges(RunBase):
         """The window's staged files of the target with changes older than `version`: rows of the table as it was
         before a schema change at `version`, which land after the schema phase."""
         out = []
-        for member, _ in target.members:
+        for member in [*(m for m, _ in target.members), *target.renamed_rows]:  # renamed: they land in its new name
             spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
             out += [f"{self.window_dir.rstrip('/')}/{f.path}" for f, span in zip(member.files, spans, strict=True)
                     if span is not None and span[0] < version]
         return out
 
-    def first_shape(self, target: LakeTarget) -> list[tuple[str, DataType]]:
-        """The columns of the window's oldest staged change of the target: a lake table the window creates starts
-        with the shape the source table had then, and the window's schema changes take it from there."""
+    def first_shape(self, target: LakeTarget, members: Sequence[StagedTable] = ()) -> list[tuple[str, DataType]]:
+        """The columns of the window's oldest staged change of the target (or of `members`): a lake table the window
+        creates starts with the shape the source table had then, and the window's schema changes take it from
+        there."""
         oldest: tuple[int, StagedTable, Any] | None = None
-        for member, _ in target.members:
+        for member in members or [m for m, _ in target.members]:
             spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
             for f, span in zip(member.files, spans, strict=True):
                 if span is not None and (oldest is None or span[0] < oldest[0]):

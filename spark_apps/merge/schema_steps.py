@@ -168,7 +168,8 @@ def apply_op(run: Runner, uri: str, label: str, op: OpPlan, *, app_id: str, dele
     spark = run.spark
     if op.structure is not None:
         table = read_lake_table(spark, uri, storage=run.storage)
-        if not structure_done(op.structure, table.columns):
+        reserved = [*(n for n, _ in metadata_columns(delete_mode)), *(c for c, _ in lineage)]
+        if not structure_done(op.structure, table.source_columns(reserved)):
             run.fence()
             _structure(run, uri, label, op.structure, table=table, delete_mode=delete_mode,
                        column_mapping=column_mapping)

@@ -74,6 +74,10 @@ class LakeTarget:
     # Per member: the change versions [since, until) of its rows that land here (a renamed table's rows before
     # the rename land in the table it became: cdc_core.model.schema_window). Empty: every row of every member.
     bounds: tuple[tuple[int | None, int | None], ...] = ()
+    # Members whose rows all land elsewhere (a rename's source: in the table it became), as staged, uncut: a table
+    # the lake never had takes the shape of those rows when a schema change of the window acts on it before the
+    # rename (ADD COLUMN, then RENAME TABLE), so the change has a table to act on and the rename one to carry.
+    renamed_rows: tuple[StagedTable, ...] = ()
 
     @property
     def name(self) -> str:
@@ -242,7 +246,7 @@ def members_by_their_rows(
         if not target.bounds:
             out.append(target)
             continue
-        members = []
+        members, elsewhere = [], []
         for i, (staged, where) in enumerate(target.members):
             since, until = target.bound(i)
             kept = [
@@ -250,7 +254,9 @@ def members_by_their_rows(
                 if span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
             ]
             members.append((staged.with_files(kept), where))
-        out.append(replace(target, members=tuple(members)))
+            if staged.files and not kept:
+                elsewhere.append(staged)
+        out.append(replace(target, members=tuple(members), renamed_rows=tuple(elsewhere)))
     return out
 
 

@@ -212,6 +212,10 @@ def test_structure_steps_are_recognised_as_done_by_the_columns() -> None:
     assert not structure_done(rename, COLS)
     assert structure_done(rename, [COLS[0], LakeColumn("label", "string"), COLS[2]])
     assert structure_done(Structure(S_REWRITE, casts=(("n", "BIGINT"),)), [LakeColumn("n", "long")])
+    # A table created again with fewer columns (DROP TABLE, CREATE TABLE): the old table's other columns must go.
+    reset = Structure(S_RESET, columns=(("id", "INT"),))
+    assert not structure_done(reset, [LakeColumn("id", "int"), LakeColumn("v", "int")])
+    assert structure_done(reset, [LakeColumn("ID", "int")])
 
 
 def test_older_images_are_translated_through_later_changes_only() -> None:
