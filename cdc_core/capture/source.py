@@ -270,17 +270,22 @@ def _mariadb_purged(cur: Any, binlogs: tuple[BinlogFile, ...]) -> str | None:
 # ----------------------------------------------------------------------------------------- readiness
 
 
+_FILTERS_WARNED: set[tuple[object, ...]] = set()  # (pipeline, filters, patterns) this process has warned about
+
+
 def check_binlog_filters(facts: SourceFacts, table_filter: TableFilter, pipeline: str) -> None:
     """Refuse a source whose binlog filters (binlog_do_db / binlog_ignore_db) leave out a captured schema: its row
-    changes are never logged, so nothing would land and nothing would say so. Any filter at all is warned about:
+    changes are never logged, so nothing would land and nothing would say so. Any filter at all is warned about,
+    once per process and setting (a run reads the source's facts several times):
     the server filters DDL by the statement's *default* database, so it can drop a captured table's DDL too."""
     if not facts.binlog_do_db and not facts.binlog_ignore_db:
         return
+    warned = (pipeline, facts.binlog_do_db, facts.binlog_ignore_db, table_filter.include, table_filter.exclude)
     schemas = table_filter.literal_schemas()
     left_out = [d for d in facts.binlog_ignore_db if table_filter.may_match_schema(d)]
     if facts.binlog_do_db and schemas is not None:
         left_out += [d for d in schemas if d not in facts.binlog_do_db]
-    elif facts.binlog_do_db:
+    elif facts.binlog_do_db and warned not in _FILTERS_WARNED:
         log.warning("pipeline %r: the source logs only the databases %s (binlog_do_db), and the include patterns "
                     "name no schema literally: captured tables elsewhere would land nothing", pipeline,
                     ", ".join(facts.binlog_do_db))
@@ -291,6 +296,9 @@ def check_binlog_filters(facts: SourceFacts, table_filter: TableFilter, pipeline
             "nothing of them would land. Remove the filter from my.cnf and restart the server (changes written "
             "before cannot be captured: re-snapshot those tables), or stop capturing those schemas"
         )
+    if warned in _FILTERS_WARNED:
+        return
+    _FILTERS_WARNED.add(warned)
     log.warning("pipeline %r: the source filters its binlog (binlog_do_db=%s, binlog_ignore_db=%s); the server "
                 "filters DDL by the statement's default database, so a captured table's DDL run from a filtered "
                 "database is not logged, and the lake would not follow it", pipeline,

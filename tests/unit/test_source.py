@@ -3,6 +3,7 @@ vocabulary, and keeping the password out of every string."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -185,3 +186,13 @@ def test_a_binlog_filter_that_leaves_out_a_captured_schema_is_refused(
         check_binlog_filters(facts, TableFilter(include), "orders")
     assert f"captured schemas {refused} (binlog_do_db / binlog_ignore_db)" in str(e.value)
     assert "Remove the filter from my.cnf" in str(e.value)
+
+
+def test_a_binlog_filter_is_warned_about_once_per_setting(caplog: pytest.LogCaptureFixture) -> None:
+    """A run reads the source's facts several times (each refresh); the warning came with every read."""
+    facts = replace(READY, binlog_ignore_db=("audit_" + uuid.uuid4().hex[:6],))
+    for _ in range(3):
+        check_binlog_filters(facts, TableFilter(("shop.*",)), "once")
+    assert caplog.text.count("filters its binlog") == 1
+    check_binlog_filters(replace(facts, binlog_ignore_db=("other",)), TableFilter(("shop.*",)), "once")
+    assert caplog.text.count("filters its binlog") == 2
