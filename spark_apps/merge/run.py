@@ -113,6 +113,8 @@ class RunBase:
     table_props: dict[str, dict[str, str]] = field(default_factory=dict)
     # Schema changes whose rows must be re-read from the source (reported; docs/schema-changes.md).
     rereads: list[dict[str, Any]] = field(default_factory=list)
+    # The window's lake targets by (schema, table) while its schema changes apply (SchemaChanges.schema_phase).
+    schema_targets: dict[tuple[str, str], LakeTarget] = field(default_factory=dict)
     # A snapshot window's chunks by source table: a re-read's last chunk sweeps what it did not read again.
     chunks: dict[str, ChunkSpec] = field(default_factory=dict)
     snapshot: bool = False  # a snapshot window (its rows are what it read: history and change log op `S`)

@@ -91,6 +91,7 @@ class SchemaChanges(RunBase):
         if not self.window.changes:
             return
         pending = {(t.schema, t.table): t for t in targets}
+        self.schema_targets = pending
         groups = self.independent_changes()
         if parallelism <= 1 or len(groups) <= 1:
             for lc in self.window.changes:
@@ -189,8 +190,6 @@ class SchemaChanges(RunBase):
         """Create a lake table a schema change needs: from a CREATE TABLE's columns, from a renamed table's, or
         from the window's staged columns. False when nothing says what its columns are."""
         c = lc.change
-        options = self.table_options.get(target.name, TableOptions())
-        lineage_cols = [(n, StringType()) for n in target.lineage_columns]
         meta = metadata_columns(self.delete_mode)
         if lc.role == ROLE_OWN and c.kind == CREATE_TABLE and not c.as_select:
             cols = [(x.name, parse_type(delta_type_of(x, target.name), f"table {target.name} column {x.name!r}"))
@@ -198,18 +197,41 @@ class SchemaChanges(RunBase):
         elif lc.role == ROLE_MOVED_IN and lc.source is not None:
             src = schema_steps.read_lake_table(self.spark, self.lake_uri(lc.source), storage=self.storage)
             if not src.exists:
-                return False
+                if not self.create_renamed_away(lc.source):
+                    return False
+                src = schema_steps.read_lake_table(self.spark, self.lake_uri(lc.source), storage=self.storage)
             low = {n.lower() for n, _ in meta} | {n.lower() for n in target.lineage_columns}
             cols = [(x.name, spark_type(x.delta_type)) for x in src.columns if x.name.lower() not in low]
         elif own_rows := [m for m in target.renamed_rows if (m.schema, m.table) == lc.lake]:
-            cols = self.first_shape(target, own_rows)  # the table as its rows had it, before the rename took them
+            # The table as its oldest rows had it: some of them the rename took, the rest may be another table's.
+            kept = [m for m, _ in target.members if (m.schema, m.table) == lc.lake and m.files]
+            cols = self.first_shape(target, [*own_rows, *kept])
         elif any(m.files for m, _ in target.members):
             cols = self.first_shape(target)
         else:
             return False
+        self.create_lake_table(target, uri, cols)
+        return True
+
+    def create_lake_table(self, target: LakeTarget, uri: str, cols: Sequence[tuple[str, DataType]]) -> None:
+        """Create the target's lake table with these source columns (and its lineage and metadata columns)."""
+        options = self.table_options.get(target.name, TableOptions())
+        lineage_cols = [(n, StringType()) for n in target.lineage_columns]
         # Created small (no deletion vectors) when the window is: later windows may then be delta-rs'.
-        self.ensure_table(uri, target.name, [*lineage_cols, *cols, *meta], options,
+        self.ensure_table(uri, target.name, [*lineage_cols, *cols, *metadata_columns(self.delete_mode)], options,
                           small=self.starts_small(target, uri))
+
+    def create_renamed_away(self, source: tuple[str, str]) -> bool:
+        """Create the lake table of a rename's source the lake never had, whose rows of this window land in the
+        table it became: with the shape of those rows, so that the rename carries a table (its columns and schema
+        record) and not nothing. (RENAME TABLE a TO tmp, b TO a, tmp TO b, b's first rows in this window: a took
+        none of them.) False when the window has no such rows."""
+        where = lineage(self.routes, self.source, *source)
+        target = self.schema_targets.get((where.lake_schema, where.lake_table))
+        own = [m for m in target.renamed_rows if (m.schema, m.table) == source] if target is not None else []
+        if target is None or not own:
+            return False
+        self.create_lake_table(target, self.lake_uri(source), self.first_shape(target, own))
         return True
 
     def holds_converted(
@@ -276,10 +298,13 @@ class SchemaChanges(RunBase):
         return table_uri(self.lake_root, where.lake_schema, where.lake_table)
 
     def moved_from(self, source: tuple[str, str], key: str, reserved: Sequence[str]) -> Any:
-        """A rename's source lake table: (its source columns, its schema record), None when the lake never had it."""
+        """A rename's source lake table: (its source columns, its schema record), None when the lake never had it
+        and the window has no rows of it."""
         table = schema_steps.read_lake_table(self.spark, self.lake_uri(source), storage=self.storage)
         if not table.exists:
-            return None
+            if not self.create_renamed_away(source):
+                return None
+            table = schema_steps.read_lake_table(self.spark, self.lake_uri(source), storage=self.storage)
         return table.source_columns(reserved), SchemaState.from_properties(table.properties, key)
 
     def copy_table(self, source: tuple[str, str], uri: str, label: str) -> None:

@@ -74,9 +74,10 @@ class LakeTarget:
     # Per member: the change versions [since, until) of its rows that land here (a renamed table's rows before
     # the rename land in the table it became: cdc_core.model.schema_window). Empty: every row of every member.
     bounds: tuple[tuple[int | None, int | None], ...] = ()
-    # Members whose rows all land elsewhere (a rename's source: in the table it became), as staged, uncut: a table
-    # the lake never had takes the shape of those rows when a schema change of the window acts on it before the
-    # rename (ADD COLUMN, then RENAME TABLE), so the change has a table to act on and the rename one to carry.
+    # Each member's files whose rows land elsewhere (a rename's source: in the table it became): a table the lake
+    # never had takes the shape of its oldest rows when a schema change of the window acts on it before the rename
+    # (ADD COLUMN, then RENAME TABLE), so the change has a table to act on and the rename one to carry, even when
+    # the name's rows after the rename (another table's, in a swap) are what the target keeps.
     renamed_rows: tuple[StagedTable, ...] = ()
 
     @property
@@ -254,8 +255,8 @@ def members_by_their_rows(
                 if span is not None and (since is None or span[1] >= since) and (until is None or span[0] < until)
             ]
             members.append((staged.with_files(kept), where))
-            if staged.files and not kept:
-                elsewhere.append(staged)
+            if len(kept) < len(staged.files):
+                elsewhere.append(staged.with_files([f for f in staged.files if f not in kept]))
         out.append(replace(target, members=tuple(members), renamed_rows=tuple(elsewhere)))
     return out
 
