@@ -440,7 +440,6 @@ def read_translated(
     version (None: no rows). None when nothing remains."""
     manifest_types = {c.name.lower(): parse_type(c.delta_type, f"table {st.name} column {c.name!r}")
                       for c in st.columns}
-    q = quote_spark
     parts: list[DataFrame] = []
     for f, span in zip(st.files, versions, strict=True):
         if span is None:
@@ -448,52 +447,68 @@ def read_translated(
         lo, hi = span
         if hi < state.floor or (since is not None and hi < since) or (until is not None and lo >= until):
             continue
-        tr: Translation = translate_columns(f.columns, hi, state.history)
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
-        present = {fld.name.lower(): fld for fld in df.schema.fields}
-        # Staged metadata newer than the file (`_cdc_txn`) reads as NULL.
-        select = [(F.col(q(n)) if n.lower() in present else F.lit(None)).cast(t).alias(n) for n, t in staged_meta]
-        casts = {n.lower(): t for n, t in tr.casts}
-        for name in f.columns:
-            low = name.lower()
-            out = tr.output_of(name)  # every rename and drop since the file was written, composed
-            if out is None:
-                continue
-            fld = present.get(low)
-            if fld is None:
-                raise StagingError(f"table {st.name} file {f.path}: column {name!r} is missing; re-stage the window")
-            col = F.col(q(fld.name))
-            if out.lower() in casts:
-                col = col.cast(casts[out.lower()])
-            else:
-                want = manifest_types.get(out.lower())
-                if want is not None and fld.dataType != want:
-                    if not can_widen(fld.dataType, want):
-                        raise SchemaConflict(
-                            f"table {st.name} column {name!r}: staged file {f.path} holds "
-                            f"{fld.dataType.simpleString()} but the window's type is {want.simpleString()}, which "
-                            "is not a widening, and no schema change of the window says how the values converted"
-                        )
-                    col = col.cast(want)
-            select.append(col.alias(out))
-        for name, source, t in tr.copies:
-            fld = present.get(source.lower())
-            select.append((F.col(q(fld.name)).cast(t) if fld is not None else F.lit(None).cast(t)).alias(name))
-        for name, fill in tr.fills:
-            t = fill.delta_type if fill is not None else _history_type(state, name)
-            value = F.lit(None).cast(t) if fill is None or fill.value is None else F.expr(spark_literal(fill))
-            select.append(value.alias(name))
-        part = df.select(*select)
-        if state.floor > lo:
-            part = part.where(F.col(COL_VERSION) >= state.floor)
-        if since is not None and lo < since:
-            part = part.where(F.col(COL_VERSION) >= since)
-        if until is not None and hi >= until:
-            part = part.where(F.col(COL_VERSION) < until)
-        parts.append(part)
+        # A file whose rows straddle a change of the table (its columns the same on both sides: a column dropped
+        # and added again under its name) is read in pieces, each translated from its own newest change.
+        cuts = sorted({op.version for op in state.history if lo < op.version <= hi})
+        for piece_lo, piece_hi in zip([lo, *cuts], [*(c - 1 for c in cuts), hi], strict=True):
+            part = _translated_part(df, st, f, translate_columns(f.columns, piece_hi, state.history), state,
+                                    staged_meta=staged_meta, manifest_types=manifest_types, can_widen=can_widen)
+            if cuts:
+                part = part.where(F.col(COL_VERSION).between(piece_lo, piece_hi))
+            if state.floor > piece_lo:
+                part = part.where(F.col(COL_VERSION) >= state.floor)
+            if since is not None and piece_lo < since:
+                part = part.where(F.col(COL_VERSION) >= since)
+            if until is not None and piece_hi >= until:
+                part = part.where(F.col(COL_VERSION) < until)
+            parts.append(part)
     if not parts:
         return None
     return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+
+def _translated_part(
+    df: DataFrame, st: StagedTable, f: Any, tr: Translation, state: SchemaState, *,
+    staged_meta: Sequence[tuple[str, DataType]], manifest_types: dict[str, DataType],
+    can_widen: Callable[[DataType, DataType], bool],
+) -> DataFrame:
+    """One staged file's rows as the translation `tr` says (renamed, dropped, cast, filled, copied)."""
+    q = quote_spark
+    present = {fld.name.lower(): fld for fld in df.schema.fields}
+    # Staged metadata newer than the file (`_cdc_txn`) reads as NULL.
+    select = [(F.col(q(n)) if n.lower() in present else F.lit(None)).cast(t).alias(n) for n, t in staged_meta]
+    casts = {n.lower(): t for n, t in tr.casts}
+    for name in f.columns:
+        low = name.lower()
+        out = tr.output_of(name)  # every rename and drop since the file was written, composed
+        if out is None:
+            continue
+        fld = present.get(low)
+        if fld is None:
+            raise StagingError(f"table {st.name} file {f.path}: column {name!r} is missing; re-stage the window")
+        col = F.col(q(fld.name))
+        if out.lower() in casts:
+            col = col.cast(casts[out.lower()])
+        else:
+            want = manifest_types.get(out.lower())
+            if want is not None and fld.dataType != want:
+                if not can_widen(fld.dataType, want):
+                    raise SchemaConflict(
+                        f"table {st.name} column {name!r}: staged file {f.path} holds "
+                        f"{fld.dataType.simpleString()} but the window's type is {want.simpleString()}, which "
+                        "is not a widening, and no schema change of the window says how the values converted"
+                    )
+                col = col.cast(want)
+        select.append(col.alias(out))
+    for name, source, t in tr.copies:
+        fld = present.get(source.lower())
+        select.append((F.col(q(fld.name)).cast(t) if fld is not None else F.lit(None).cast(t)).alias(name))
+    for name, fill in tr.fills:
+        t = fill.delta_type if fill is not None else _history_type(state, name)
+        value = F.lit(None).cast(t) if fill is None or fill.value is None else F.expr(spark_literal(fill))
+        select.append(value.alias(name))
+    return df.select(*select)
 
 
 def _history_type(state: SchemaState, name: str) -> str:
