@@ -201,14 +201,10 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory, services: Services): 
 @pytest.fixture
 def source_db(services: Services) -> Iterator[str]:
     """A fresh database on the source for this test; dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:10]
-    conn = services.root_connect()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    yield name
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    conn.close()
+    from tests.support.source_facts import throwaway_database
+
+    with throwaway_database(services, "t_") as name:
+        yield name
 
 
 @pytest.fixture(scope="session")

@@ -599,6 +599,14 @@ class Translation:
         return self.ops == 0
 
 
+def translation_pieces(lo: int, hi: int, history: Sequence[ColumnOp]) -> list[tuple[int, int]]:
+    """The version ranges a staged file with changes `lo`..`hi` is read in: one per stretch between changes of
+    its table's `history` (inclusive bounds). A file's columns can be the same on both sides of a change (a
+    column dropped and added again under its name), so rows on either side translate from their own version."""
+    cuts = sorted({op.version for op in history if lo < op.version <= hi})
+    return list(zip([lo, *cuts], [*(c - 1 for c in cuts), hi], strict=True))
+
+
 def translate_columns(  # noqa: PLR0912 (a branch per kind of op)
     present: Sequence[str], newest_version: int, history: Sequence[ColumnOp]
 ) -> Translation:

@@ -36,7 +36,7 @@ from cdc_core.model import faults
 from cdc_core.model.ddl.conversions import FRACTION, SHORT_BINARY, TRAILING_SPACE, ValueCheck
 from cdc_core.model.errors import SchemaConflict, StagingError
 from cdc_core.model.logfmt import kv
-from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedTable
+from cdc_core.model.manifest import COL_DELETED, COL_DELETED_AT, COL_OP, COL_VERSION, StagedFile, StagedTable
 from cdc_core.model.merge_semantics import metadata_columns
 from cdc_core.model.naming import quote_spark
 from cdc_core.model.schema_evolution import (
@@ -55,6 +55,7 @@ from cdc_core.model.schema_evolution import (
     Translation,
     structure_done,
     translate_columns,
+    translation_pieces,
 )
 from cdc_core.model.schema_values import Literal, normalise_delta_type
 from spark_apps.merge.tables import has_no_rows
@@ -448,13 +449,11 @@ def read_translated(
         if hi < state.floor or (since is not None and hi < since) or (until is not None and lo >= until):
             continue
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
-        # A file whose rows straddle a change of the table (its columns the same on both sides: a column dropped
-        # and added again under its name) is read in pieces, each translated from its own newest change.
-        cuts = sorted({op.version for op in state.history if lo < op.version <= hi})
-        for piece_lo, piece_hi in zip([lo, *cuts], [*(c - 1 for c in cuts), hi], strict=True):
+        pieces = translation_pieces(lo, hi, state.history)
+        for piece_lo, piece_hi in pieces:
             part = _translated_part(df, st, f, translate_columns(f.columns, piece_hi, state.history), state,
                                     staged_meta=staged_meta, manifest_types=manifest_types, can_widen=can_widen)
-            if cuts:
+            if len(pieces) > 1:
                 part = part.where(F.col(COL_VERSION).between(piece_lo, piece_hi))
             if state.floor > piece_lo:
                 part = part.where(F.col(COL_VERSION) >= state.floor)
@@ -469,7 +468,7 @@ def read_translated(
 
 
 def _translated_part(
-    df: DataFrame, st: StagedTable, f: Any, tr: Translation, state: SchemaState, *,
+    df: DataFrame, st: StagedTable, f: StagedFile, tr: Translation, state: SchemaState, *,
     staged_meta: Sequence[tuple[str, DataType]], manifest_types: dict[str, DataType],
     can_widen: Callable[[DataType, DataType], bool],
 ) -> DataFrame:

@@ -305,6 +305,29 @@ def test_a_column_dropped_and_added_again_with_rows_on_both_sides_in_one_window(
     assert_lake_equals_source(p)
 
 
+def test_alters_logged_in_two_phases_apply_once_at_commit_and_not_when_rolled_back(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """binlog_alter_two_phase: each ALTER is logged at its start (START ALTER) and again at its COMMIT or ROLLBACK
+    ALTER, with the same text. (Probed: `RENAME COLUMN a TO b, ADD COLUMN a` applied twice renamed the new a onto
+    b, and the merge failed on every retry; a rolled-back ALTER changed the lake alone.)"""
+    import pymysql
+
+    p = pipe
+    sql(p, "CREATE TABLE two (id INT PRIMARY KEY, a INT, d INT)", "INSERT INTO two VALUES (1, 1, 1), (2, 2, 1)")
+    run(p, capsys)
+    sql(p, "SET SESSION binlog_alter_two_phase = 1", "UPDATE two SET a = 7 WHERE id = 2",
+        "ALTER TABLE two RENAME COLUMN a TO b, ADD COLUMN a INT DEFAULT 5", "INSERT INTO two VALUES (3, 3, 3, 3)")
+    with pytest.raises(pymysql.err.IntegrityError):  # duplicate d: the server logs START and ROLLBACK ALTER
+        sql(p, "SET SESSION binlog_alter_two_phase = 1", "ALTER TABLE two ADD COLUMN z INT DEFAULT 1, ADD UNIQUE (d)")
+    sql(p, "SET SESSION binlog_alter_two_phase = 1", "ALTER TABLE two DROP COLUMN d",
+        "INSERT INTO two VALUES (4, 4, 4)")
+    run(p, capsys)
+    assert_lake_equals_source(p)
+    lake = delta_state.read_rows(table_uri(p["lake"], p["db"], "two")).column_names
+    assert [c for c in lake if not c.startswith("_cdc")] == ["id", "b", "a"]
+
+
 def test_a_table_created_again_with_fewer_columns_loses_the_others(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from cdc_core.capture.source import SourceFacts, SourceParams, connect, inspect_source
@@ -25,6 +28,17 @@ def run_sql(server: Any, *statements: str, database: str | None = None) -> None:
                 cur.execute(s)
     finally:
         conn.close()
+
+
+@contextmanager
+def throwaway_database(server: Any, prefix: str) -> Iterator[str]:
+    """A fresh utf8mb4 database named `prefix` + a random suffix on a test server; dropped afterwards."""
+    name = prefix + uuid.uuid4().hex[:10]
+    run_sql(server, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield name
+    finally:
+        run_sql(server, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def drop_databases(server: Any, like: str) -> None:

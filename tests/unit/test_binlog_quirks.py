@@ -206,3 +206,38 @@ def test_compressed_events_are_rebuilt_as_the_plain_ones_at_the_same_position(ch
     with pytest.raises(SourceError, match=r"f:3.*damaged"):
         plain_packet(_packet(167, head + b"\xff" + _compressed(images)[1:], checksum), lengths, checksum, "f:3")
     assert decompress(_compressed(b"")) == b""
+
+
+def _query_event(status_vars: bytes, schema: bytes, sql: bytes) -> Any:
+    """The library's QueryEvent read from a packet built as MariaDB writes one (no checksum)."""
+    from types import SimpleNamespace
+
+    from pymysql.protocol import MysqlPacket
+    from pymysqlreplication.event import QueryEvent
+    from pymysqlreplication.packet import BinLogPacketWrapper
+
+    from cdc_core.capture.binlog import compat  # noqa: F401 (its patches, applied on import)
+
+    post = (9).to_bytes(4, "little") + (0).to_bytes(4, "little") + bytes([len(schema)]) + b"\x00\x00"
+    body = post + len(status_vars).to_bytes(2, "little") + status_vars + schema + b"\x00" + sql
+    conn = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mariadb")
+    wrapper = BinLogPacketWrapper(MysqlPacket(_packet(2, body, False), "utf8mb4"), {}, conn, (11, 4, 5), False,
+                                  frozenset({QueryEvent}), None, None, None, None, True, False, False, False, False,
+                                  False, None)
+    return wrapper.event
+
+
+def test_query_events_with_mariadb_11_status_variables_and_unknown_ones_are_read() -> None:
+    """MariaDB 11.2+ writes Q_CHARACTER_SET_COLLATIONS (0x83) for `CREATE TABLE ... CHARACTER SET utf8mb4`, and
+    Q_GTID_FLAGS3 (0x82) with a two-phase ALTER: the library stopped at them (StatusVariableMismatch). A code
+    no one knows yet skips the rest of the block instead of stopping the stream."""
+    sql_mode = (1).to_bytes(1, "little") + (0x00200000).to_bytes(8, "little")  # STRICT_TRANS_TABLES
+    collations = bytes([0x83, 2]) + bytes.fromhex("2d00 0009 2100 0008")  # utf8mb4->2304, utf8mb3->2048
+    flags3 = bytes([0x82, 0x04]) + (77).to_bytes(8, "little")  # COMMIT ALTER: the START ALTER's seq_no
+    charset = bytes([0x04]) + bytes.fromhex("2d00 2d00 0009")
+    ev = _query_event(sql_mode + collations + flags3 + charset, b"db", b"CREATE TABLE t (v TEXT) CHARSET utf8mb4")
+    assert (ev.schema, ev.query, ev.sql_mode) == (b"db", "CREATE TABLE t (v TEXT) CHARSET utf8mb4", 0x00200000)
+    assert ev.collation_server == 2304
+    unknown = _query_event(sql_mode + bytes([0x9F, 1, 2, 3]) + charset, b"db", b"DROP TABLE t")
+    assert (unknown.schema, unknown.query, unknown.sql_mode) == (b"db", "DROP TABLE t", 0x00200000)
+    assert not hasattr(unknown, "collation_server")  # after the unknown code: skipped with the rest of the block

@@ -49,6 +49,7 @@ from cdc_core.model.schema_evolution import (
     plan_table,
     structure_done,
     translate_columns,
+    translation_pieces,
 )
 from cdc_core.model.schema_policy import SchemaPolicy
 from cdc_core.model.schema_values import Literal, Reread, default_value, exact_cast
@@ -232,6 +233,24 @@ def test_older_images_are_translated_through_later_changes_only() -> None:
     assert mid.renames == () and mid.drops == ("n",) and mid.casts == (("d", "BIGINT"),) and mid.fills == ()
     assert translate_columns(["id", "label", "d"], 500, history).empty
     assert [old.output_of(c) for c in ("id", "v", "n")] == ["id", "label", None]
+
+
+@given(st.integers(0, 40), st.integers(0, 40),
+       st.lists(st.tuples(st.integers(0, 50), st.sampled_from(["a", "s"]), st.booleans()), max_size=6))
+def test_a_file_is_read_in_pieces_that_each_translate_alike_for_every_row(
+    lo: int, span: int, ops: list[tuple[int, str, bool]]
+) -> None:
+    """The pieces cover the file's versions once, in order, and every row of a piece translates as its newest
+    row does: a file that straddles DROP s / ADD s (its columns the same on both sides) is not read as one."""
+    history = tuple(ColumnOp(v, H_DROP, c) if drop else ColumnOp(v, H_ADD, c, delta_type="STRING", fill=None)
+                    for v, c, drop in sorted(ops))
+    hi = lo + span
+    pieces = translation_pieces(lo, hi, history)
+    assert [v for a, b in pieces for v in range(a, b + 1)] == list(range(lo, hi + 1))
+    for a, b in pieces:
+        newest = translate_columns(["id", "s"], b, history)
+        assert all(translate_columns(["id", "s"], v, history) == newest for v in range(a, b + 1))
+    assert len(pieces) == 1 + len({v for v, _, _ in ops if lo < v <= hi})
 
 
 def test_a_column_renamed_twice_or_renamed_then_dropped_ends_where_the_last_change_put_it() -> None:

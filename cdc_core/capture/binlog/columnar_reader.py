@@ -178,7 +178,6 @@ def read_change_batches(
         params,
         plan.start.file,
         plan.start.offset,
-        flavor,
         server_id=server_id_for_replica or random_replica_server_id(),
         only_schemas=table_filter.literal_schemas(),
         rows=ROWS_RAW,

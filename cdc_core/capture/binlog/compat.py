@@ -10,6 +10,10 @@ Why each shim exists:
 
 - `patch_charset_decoding` (applied on import): the library decodes text with Python codecs that differ
   from the server's for some charsets; it is pointed at the exact ones.
+- `patch_query_status_vars` (applied on import): the library stops at a query event's status variable it does
+  not know; MariaDB 11.2+ writes Q_CHARACTER_SET_COLLATIONS for any statement that names a charset without a
+  collation (`CREATE DATABASE d CHARACTER SET utf8mb4`), so those and Q_GTID_FLAGS3 are read here (the latter
+  kept as the event's `gtid_flags3`: a two-phase ALTER's phase).
 - `LibraryEvents`: builds the library's event object for one packet as `BinLogStreamReader.fetchone`
   does, from the reader's settings kept in its name-mangled attributes (`_BinLogStreamReader__*`), so the
   reader can read packets itself and still hand the rare events to the library.
@@ -28,6 +32,7 @@ Why each shim exists:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -38,12 +43,16 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
 from pymysqlreplication.constants.CHARSET import Charset
 from pymysqlreplication.constants.CHARSET import charsets as _library_charsets
-from pymysqlreplication.event import PreviousGtidsEvent
+from pymysqlreplication.event import PreviousGtidsEvent, QueryEvent
+from pymysqlreplication.exceptions import StatusVariableMismatch
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import RowsEvent
 
 from cdc_core.capture.source import open_connection
+from cdc_core.model.logfmt import line
 from cdc_core.model.types import python_codec
+
+log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------ text decoding
 
@@ -65,6 +74,51 @@ def patch_charset_decoding() -> None:
 
 
 patch_charset_decoding()
+
+
+# ------------------------------------------------------------------- query events' status variables
+
+# MariaDB's status variable codes past the library's (sql/log_event.h), and their payloads.
+Q_GTID_FLAGS3 = 0x82  # 1 byte of flags; with COMMIT/ROLLBACK ALTER (two-phase ALTER), an 8-byte seq_no follows
+Q_CHARACTER_SET_COLLATIONS = 0x83  # 1 byte count, then count x (charset id, collation id), 2 bytes each
+# Gtid_log_event's flags for an ALTER logged in two phases (binlog_alter_two_phase): START ALTER is logged when it
+# begins, then COMMIT ALTER or ROLLBACK ALTER (both carrying the START's seq_no), each with the statement's text.
+FL_START_ALTER, FL_COMMIT_ALTER, FL_ROLLBACK_ALTER = 0x02, 0x04, 0x08
+_ALTER_SEQ_NO_FLAGS = FL_COMMIT_ALTER | FL_ROLLBACK_ALTER
+_unknown_codes_logged: set[int] = set()
+_library_read_status_var = QueryEvent._read_status_vars_value_for_key
+
+
+def _read_status_var(self: Any, key: int) -> None:
+    if key == Q_GTID_FLAGS3:
+        self.gtid_flags3 = self.packet.read_uint8()
+        if self.gtid_flags3 & _ALTER_SEQ_NO_FLAGS:
+            self.packet.advance(8)
+    elif key == Q_CHARACTER_SET_COLLATIONS:
+        self.packet.advance(4 * self.packet.read_uint8())
+    else:
+        try:
+            _library_read_status_var(self, key)
+        except StatusVariableMismatch:
+            # A code newer than this module: its length is unknown, so the rest of the block is skipped (the
+            # block's length is in the post-header). What is lost is what this event's statement says of its
+            # session (sql_mode, charsets); sql_mode reads as unknown, which DDL handling treats conservatively.
+            end = self._declared_post_header_len(13) + self.status_vars_length
+            self.packet.advance(end - self.packet.read_bytes)
+            if key not in _unknown_codes_logged:
+                _unknown_codes_logged.add(key)
+                log.warning(line("binlog.query_status_var_unknown", code=f"0x{key:02x}",
+                               note="the rest of this and later query events' status block is skipped; their "
+                                    "sql_mode may read as unknown (DDL then re-reads tables where it matters)"))
+
+
+def patch_query_status_vars() -> None:
+    """Let the library read MariaDB 11's query events (the codes above) and skip past codes it does not know,
+    instead of stopping the stream. Idempotent."""
+    QueryEvent._read_status_vars_value_for_key = _read_status_var
+
+
+patch_query_status_vars()
 
 
 # ---------------------------------------------------------------------------- the library's events

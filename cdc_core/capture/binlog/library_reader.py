@@ -94,7 +94,6 @@ def read_changes(
         params,
         plan.start.file,
         plan.start.offset,
-        flavor,
         server_id=server_id_for_replica or random_replica_server_id(),
         only_schemas=table_filter.literal_schemas(),
     )

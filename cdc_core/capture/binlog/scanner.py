@@ -27,7 +27,7 @@ class BinlogScanner:
         self.server_id = server_id_for_replica or random_replica_server_id()
 
     def _events(self, file: str, offset: int) -> Generator[StreamEvent, None, None]:
-        return stream_events(self.params, file, offset, self.identity.flavor, server_id=self.server_id, rows=ROWS_SKIP)
+        return stream_events(self.params, file, offset, server_id=self.server_id, rows=ROWS_SKIP)
 
     def scan_transactions(
         self,

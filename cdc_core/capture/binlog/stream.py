@@ -35,6 +35,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from cdc_core.capture.binlog.compat import (
     CONNECTION_LOST,
+    FL_ROLLBACK_ALTER,
+    FL_START_ALTER,
     LibraryEvents,
     NoSilentResume,
     StreamLost,
@@ -138,6 +140,11 @@ def _classify(ev: Any, file: str, start: int, end: int) -> StreamEvent:
             return StreamEvent("begin", file, start, end, ts, query=q, schema=schema)
         if word in ("COMMIT", "ROLLBACK"):
             return StreamEvent("commit", file, start, end, ts, query=q, schema=schema)
+        if getattr(ev, "gtid_flags3", 0) & (FL_START_ALTER | FL_ROLLBACK_ALTER):
+            # An ALTER logged in two phases (binlog_alter_two_phase) changes the table at its COMMIT ALTER, which
+            # repeats the statement; its START ALTER, and a ROLLBACK ALTER, change nothing: a transaction without
+            # changes (applying both phases renamed twice; applying a rolled-back ALTER changed the lake alone).
+            return StreamEvent("commit", file, start, end, ts, schema=schema)
         return StreamEvent("query", file, start, end, ts, query=q, schema=schema, raw=ev)
     if isinstance(ev, (TableMapEvent, UnreadTableMap)):
         return StreamEvent("tablemap", file, start, end, ts, raw=ev)
@@ -230,7 +237,6 @@ def stream_events(
     params: SourceParams,
     file: str,
     offset: int,
-    flavor: str,
     *,
     server_id: int,
     only_schemas: tuple[str, ...] | None = None,
