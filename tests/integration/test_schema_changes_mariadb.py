@@ -160,22 +160,28 @@ def run_fails(p: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[in
 def test_changes_the_statement_cannot_tell_are_re_read_from_the_source(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An incompatible type change (the server converted the values) and a truncated partition (rows gone
-    without row events): the lake re-reads the table, and the re-read's last chunk drops what it did not find."""
+    """An incompatible type change (the server converted the values), a truncated partition (rows gone
+    without row events) and a partition exchanged with a table (both tables' rows change without row events; probed:
+    the table the partition went to kept its old rows): the lake re-reads the tables, and the re-read's last chunk
+    drops what it did not find."""
     p = pipe
+    partitioned = "(id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) " \
+                  "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)"
     sql(p, "CREATE TABLE c (id INT PRIMARY KEY, v VARCHAR(20))",
         "INSERT INTO c VALUES " + ", ".join(f"({i}, '{i:03d}')" for i in range(30)),
-        "CREATE TABLE part (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
-        "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
-        "INSERT INTO part VALUES " + ", ".join(f"({i}, {i})" for i in range(20)))
+        f"CREATE TABLE part {partitioned}", "INSERT INTO part VALUES " + ", ".join(f"({i}, {i})" for i in range(20)),
+        f"CREATE TABLE swapped {partitioned}", "INSERT INTO swapped VALUES (1, 1), (2, 2), (15, 15)",
+        "CREATE TABLE other (id INT PRIMARY KEY, v INT)", "INSERT INTO other VALUES (5, 50), (6, 60)")
     run(p, capsys)
     assert_lake_equals_source(p)
     sql(p, "ALTER TABLE c MODIFY v INT", "UPDATE c SET v = v + 1000 WHERE id = 1",
-        "ALTER TABLE part TRUNCATE PARTITION p0", "INSERT INTO part VALUES (5, 55)")
+        "ALTER TABLE part TRUNCATE PARTITION p0", "INSERT INTO part VALUES (5, 55)",
+        "ALTER TABLE swapped EXCHANGE PARTITION p0 WITH TABLE other", "UPDATE other SET v = 9 WHERE id = 1")
     out = run(p, capsys)  # the DDL window, then the re-read's chunks
     assert any(w.get("kind") == "snapshot" for w in out["windows"]), out["windows"]
     assert_lake_equals_source(p)
     assert lake_rows(p, "part") == 11  # the truncated partition's rows are gone (not only not live)
+    assert lake_rows(p, "other") == 2
 
 
 def test_redefinitions_that_convert_stored_values_re_read_the_table(

@@ -492,6 +492,7 @@ ALTER_STATEMENTS = [
     pytest.param(
         "ALTER TABLE t EXCHANGE PARTITION p WITH TABLE db2.t2 WITHOUT VALIDATION",
         parsed(ch(EXCHANGE_PARTITION, partitions=("p",), to_schema="db2", to_table="t2"),
+               ch(REPLACE_ROWS, "t2", "db2", reason=f"EXCHANGE PARTITION p of {DB}.t"),
                tables=((DB, "t"), ("db2", "t2"))),
         id="exchange partition",
     ),

@@ -318,7 +318,10 @@ def _alter_clause_tokens(st: Stmt, lo: int, hi: int, target: tuple[str, str]) ->
         if j != hi:
             raise NotUnderstood(f"EXCHANGE PARTITION: unexpected {st.snippet(j, hi)}")
         st.table(other)
-        return [SchemaChange(EXCHANGE_PARTITION, *target, partitions=(part,), to_schema=other[0], to_table=other[1])]
+        # Both tables' rows change without row events: the other table is re-read whole (it holds the partition's
+        # rows now), the partitioned one per its partition.
+        return [SchemaChange(EXCHANGE_PARTITION, *target, partitions=(part,), to_schema=other[0], to_table=other[1]),
+                SchemaChange(REPLACE_ROWS, *other, reason=f"EXCHANGE PARTITION {part} of {target[0]}.{target[1]}")]
     if st.at(i, "CONVERT", "TO"):
         j = i + 2
         if st.at(j, "CHARACTER|CHAR", "SET"):
