@@ -201,7 +201,8 @@ def _load_query(lib: LibraryEvents, data: bytes, size: int) -> tuple[str, str]:
 
 def full_images(ncols: int, *bitmaps: bytes) -> bool:
     """Whether a rows event's column bitmaps (one; an update's two) name every column: a session with
-    binlog_row_image MINIMAL or NOBLOB leaves columns out, which python-mysql-replication reads as NULL."""
+    binlog_row_image MINIMAL, NOBLOB or FULL_NODUP (MariaDB 11.4+) leaves columns out, which
+    python-mysql-replication reads as NULL."""
     full = (1 << ncols) - 1
     return all(int.from_bytes(b, "little") & full == full for b in bitmaps)
 
@@ -209,7 +210,8 @@ def full_images(ncols: int, *bitmaps: bytes) -> bool:
 def partial_images_error(pipeline: str, table: str, file: str, start: int) -> StagingError:
     return StagingError(
         f"pipeline {pipeline!r}: a rows event of {table} at {file}:{start} does not carry full row images (a session "
-        "with binlog_row_image MINIMAL or NOBLOB wrote it): its missing columns are unknown, so none of it can land. "
+        "with binlog_row_image MINIMAL, NOBLOB or FULL_NODUP wrote it): its missing columns are unknown, so none of it "
+        "can land. "
         "The source must log full row images (binlog_row_image=FULL, binlog_row_metadata=FULL, and no session "
         "setting binlog_row_image otherwise)"
     )
