@@ -141,6 +141,7 @@ class SchemaChange:
     charset: str | None = None  # convert_charset
     replace: bool = False  # create_table: CREATE OR REPLACE
     if_not_exists: bool = False  # create_table(_like), add_column: IF NOT EXISTS (a no-op when it exists)
+    if_exists: bool = False  # modify_column, rename_column, drop_column: IF EXISTS (a no-op when it does not)
     as_select: bool = False  # create_table ... SELECT: columns unknown here, the rows follow as row events
     reason: str | None = None  # replace_rows: why the rows changed without row events (for the re-read's log)
 
@@ -191,6 +192,7 @@ class SchemaChange:
             "charset": self.charset,
             "replace": self.replace or None,
             "if_not_exists": self.if_not_exists or None,
+            "if_exists": self.if_exists or None,
             "as_select": self.as_select or None,
             "reason": self.reason,
         }
@@ -221,6 +223,7 @@ class SchemaChange:
             charset=d.get("charset"),
             replace=bool(d.get("replace", False)),
             if_not_exists=bool(d.get("if_not_exists", False)),
+            if_exists=bool(d.get("if_exists", False)),
             as_select=bool(d.get("as_select", False)),
             reason=d.get("reason"),
         )

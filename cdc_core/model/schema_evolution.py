@@ -441,6 +441,10 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         why = None
         if isinstance(value, Reread):
             why, value = value.reason, Literal(None, delta)
+        if existing is not None and change.if_not_exists and not lenient:
+            # The lake's columns are the source's (no column kept past its drop): the column is there, and
+            # the statement was a no-op at the source too (whatever type it names).
+            return OpPlan(change, None, (), marked(state, change)), cols, None
         if existing is not None:
             # A column the lake kept (lenient drop, or a routed table's other source): retype if needed.
             if normalise_delta_type(existing.delta_type) != normalise_delta_type(delta):
@@ -477,6 +481,8 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         old, new = change.name, change.new_name if kind == RENAME_COLUMN else change.column.name  # type: ignore[union-attr]
         assert old is not None and new is not None
         existing = _find(cols, old)
+        if existing is None and change.if_exists and cols and _find(cols, new) is None:
+            return OpPlan(change, None, (), marked(state, change)), cols, None  # IF EXISTS: a no-op at the source
         if existing is None:
             if _find(cols, new) is not None:
                 # The lake table already has the new name: it was created after the rename (from later rows).
@@ -512,6 +518,8 @@ def plan_one(  # noqa: PLR0911, PLR0912, PLR0915 (one branch per kind of change)
         assert change.column is not None and change.name is not None
         existing = _find(cols, change.name)
         new_type = delta_type_of(change.column, ctx.table)
+        if existing is None and change.if_exists and cols:
+            return OpPlan(change, None, (), marked(state, change)), cols, None  # IF EXISTS: a no-op at the source
         if existing is None:  # the lake table does not have it (yet): older images are cast when they land
             op = ColumnOp(v, H_CAST, change.name, delta_type=new_type)
             return OpPlan(change, None, (), marked(state, change, op)), cols, None

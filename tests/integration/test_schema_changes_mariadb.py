@@ -334,6 +334,23 @@ def test_alters_logged_in_two_phases_apply_once_at_commit_and_not_when_rolled_ba
     assert [c for c in lake if not c.startswith("_cdc")] == ["id", "b", "a"]
 
 
+def test_statements_that_were_no_ops_at_the_source_change_nothing_in_the_lake(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`IF [NOT] EXISTS` forms the server only warns about. (Probed: ADD COLUMN IF NOT EXISTS of a column of another
+    type, and CHANGE COLUMN IF EXISTS of a missing one, stopped the merge on every retry.)"""
+    p = pipe
+    sql(p, "CREATE TABLE noop (id INT PRIMARY KEY, a BIGINT, b VARCHAR(10))", "INSERT INTO noop VALUES (1, 1, 'x')")
+    run(p, capsys)
+    sql(p, "UPDATE noop SET a = 2", "ALTER TABLE noop ADD COLUMN IF NOT EXISTS a INT DEFAULT 77",
+        "ALTER TABLE noop ADD COLUMN IF NOT EXISTS b INT", "ALTER TABLE noop CHANGE COLUMN IF EXISTS nope n2 INT",
+        "ALTER TABLE noop MODIFY COLUMN IF EXISTS nope BIGINT", "ALTER TABLE noop RENAME COLUMN IF EXISTS nope TO n3",
+        "ALTER TABLE noop DROP COLUMN IF EXISTS nope", "ALTER TABLE noop CHANGE COLUMN IF EXISTS b bb VARCHAR(12)",
+        "INSERT INTO noop VALUES (2, 5, 'y')")
+    run(p, capsys)
+    assert_lake_equals_source(p)
+
+
 def test_a_table_created_again_with_fewer_columns_loses_the_others(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

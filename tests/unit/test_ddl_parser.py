@@ -392,8 +392,9 @@ ALTER_STATEMENTS = [
     pytest.param(
         "ALTER TABLE t MODIFY COLUMN IF EXISTS x BIGINT UNSIGNED NOT NULL AFTER w, CHANGE COLUMN IF EXISTS y z TEXT",
         parsed(
-            ch(MODIFY_COLUMN, name="x", column=col("x", "bigint unsigned", nullable=False, position=("after", "w"))),
-            ch(MODIFY_COLUMN, name="y", column=col("z", "text")),
+            ch(MODIFY_COLUMN, name="x", column=col("x", "bigint unsigned", nullable=False, position=("after", "w")),
+               if_exists=True),
+            ch(MODIFY_COLUMN, name="y", column=col("z", "text"), if_exists=True),
         ),
         id="modify and change if exists",
     ),
@@ -413,7 +414,8 @@ ALTER_STATEMENTS = [
     ),
     pytest.param(
         "ALTER TABLE t RENAME COLUMN IF EXISTS a TO b, DROP COLUMN IF EXISTS c, DROP d RESTRICT, DROP COLUMN charset",
-        parsed(ch(RENAME_COLUMN, name="a", new_name="b"), ch(DROP_COLUMN, name="c"), ch(DROP_COLUMN, name="d"),
+        parsed(ch(RENAME_COLUMN, name="a", new_name="b", if_exists=True), ch(DROP_COLUMN, name="c", if_exists=True),
+               ch(DROP_COLUMN, name="d"),
                ch(DROP_COLUMN, name="charset")),
         id="rename and drop columns",
     ),

@@ -118,6 +118,30 @@ def test_add_column_fills_older_rows_with_the_constant_or_implicit_default() -> 
     assert generated.reread and generated.state.reread == 100
 
 
+def test_if_exists_and_if_not_exists_statements_that_were_no_ops_at_the_source_change_nothing() -> None:
+    """`ADD COLUMN IF NOT EXISTS v INT` where v is a string, `CHANGE|MODIFY|RENAME COLUMN IF EXISTS` of a column
+    the table lacks: the server warns and changes nothing, so neither does the lake. (Probed: the first stopped the
+    merge, "v is STRING in the lake and comes back as INT"; CHANGE IF EXISTS stopped it, "nope is not in the lake".)
+    Without IF [NOT] EXISTS the same statements still conflict; under lenient, a kept column is no proof that the
+    source has it, so ADD IF NOT EXISTS is applied."""
+    no_ops = [
+        ch(ADD_COLUMN, column=col("v", "int", default=DefaultSpec("literal", "7")), if_not_exists=True),
+        ch(MODIFY_COLUMN, name="nope", column=col("nope", "bigint"), if_exists=True),
+        ch(MODIFY_COLUMN, name="nope", column=col("n2", "bigint"), if_exists=True),
+        ch(RENAME_COLUMN, name="nope", new_name="n3", if_exists=True),
+    ]
+    plan = plan_table(ctx(), COLS, SchemaState(), [dataclasses.replace(c, step=k) for k, c in enumerate(no_ops)])
+    assert [(op.structure, op.rows) for op in plan.ops] == [(None, ())] * 4
+    assert plan.state.history == () and not plan.reread
+    with pytest.raises(SchemaConflict, match="comes back as INT"):
+        plan_table(ctx(), COLS, SchemaState(), [dataclasses.replace(no_ops[0], if_not_exists=False)])
+    with pytest.raises(SchemaConflict, match="not in the lake table"):
+        plan_table(ctx(), COLS, SchemaState(), [dataclasses.replace(no_ops[3], if_exists=False)])
+    again = ch(ADD_COLUMN, column=col("n", "int", default=DefaultSpec("literal", "7")), if_not_exists=True)
+    assert plan_table(ctx(), COLS, SchemaState(), [again]).ops[0].rows == ()
+    assert plan_table(ctx(mode="lenient"), COLS, SchemaState(), [again]).ops[0].rows[0].kind == D_FILL
+
+
 @pytest.mark.parametrize(("mysql_type", "default", "nullable", "expected"), [
     ("int", DefaultSpec("literal", "-3"), False, -3),
     ("bigint unsigned", None, False, Decimal(0)),

@@ -161,15 +161,17 @@ def _alter_clause(st: Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[S
             return [SchemaChange(ADD_COLUMN, *target, column=column, if_not_exists=if_not_exists)]
     elif st.at(i, "MODIFY"):
         i += 2 if st.at(i + 1, "COLUMN") else 1
-        i += 2 if st.at(i, "IF", "EXISTS") else 0
+        exists = st.at(i, "IF", "EXISTS")
+        i += 2 if exists else 0
         column, _ = read_column(st, i, hi, "modify")
-        return [SchemaChange(MODIFY_COLUMN, *target, name=column.name, column=column)]
+        return [SchemaChange(MODIFY_COLUMN, *target, name=column.name, column=column, if_exists=exists)]
     elif st.at(i, "CHANGE"):
         i += 2 if st.at(i + 1, "COLUMN") else 1
-        i += 2 if st.at(i, "IF", "EXISTS") else 0
+        exists = st.at(i, "IF", "EXISTS")
+        i += 2 if exists else 0
         old, i = st.name(i, "a column name")
         column, _ = read_column(st, i, hi, "change", old=old)
-        return [SchemaChange(MODIFY_COLUMN, *target, name=old, column=column)]
+        return [SchemaChange(MODIFY_COLUMN, *target, name=old, column=column, if_exists=exists)]
     elif st.at(i, "ALTER") and not st.at(i + 1, "INDEX|KEY|CHECK|CONSTRAINT"):
         return _alter_column(st, lo, hi, target)
     elif st.at(i, "DROP") and i + 1 < hi and _names_column(st, i + 1):
@@ -218,7 +220,7 @@ def _drop_column(st: Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[Sc
     if not (isinstance(action, exp.Drop) and str(action.args.get("kind")).upper() == "COLUMN"
             and [t.name for t in action.args.get("tables") or []] == [name]):
         raise NotUnderstood(f"ALTER TABLE: cannot read {st.snippet(lo, hi)}")
-    return [SchemaChange(DROP_COLUMN, *target, name=name)]
+    return [SchemaChange(DROP_COLUMN, *target, name=name, if_exists=exists)]
 
 
 def _rename_column(st: Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[SchemaChange]:
@@ -237,7 +239,7 @@ def _rename_column(st: Stmt, lo: int, hi: int, target: tuple[str, str]) -> list[
     action = single_action(tree)
     if not (isinstance(action, exp.RenameColumn) and action.this.name == old and action.args["to"].name == new):
         raise NotUnderstood(f"ALTER TABLE: cannot read {st.snippet(lo, hi)}")
-    return [SchemaChange(RENAME_COLUMN, *target, name=old, new_name=new)]
+    return [SchemaChange(RENAME_COLUMN, *target, name=old, new_name=new, if_exists=exists)]
 
 # Table options sqlglot reads as a generic `Property` (name = value), and those only the tokens read.
 _TABLE_OPTIONS = {
