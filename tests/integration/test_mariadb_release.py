@@ -8,6 +8,8 @@
 - A statement that names a charset without a collation carries the collation 11.4 chose in a query-event status
   variable (Q_CHARACTER_SET_COLLATIONS) the binlog library does not know: the stream stopped at it
   (compat.patch_query_status_vars).
+- Its online ALTER (ALGORITHM=COPY, LOCK=NONE) lets other sessions write while it copies; under
+  binlog_alter_two_phase those rows sit between START ALTER and COMMIT ALTER, which both carry the statement.
 - Collations have ids above 255 (utf8mb4_uca1400_ai_ci, 11.4's default for utf8mb4, is 2304), which the binlog
   library does not know: text columns landed as bytes. The server's own collation ids are now read at connect
   (compat.learn_collations).
@@ -156,4 +158,70 @@ def test_a_pipeline_on_the_release_lands_exactly(
     assert main(["--config", str(config), "run", name]) == 0, capsys.readouterr().err
     windows = json.loads(capsys.readouterr().out)["windows"]
     assert sum(w["changes"] for w in windows) == 2 + 2 + 2 + 1 + 1 + 3000 + 3000 // 7 + 1
+    assert main(["--config", str(config), "verify", name]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("warm_merges")
+def test_an_online_alter_logged_in_two_phases_lands_with_the_rows_written_while_it_ran(
+    release_server: PrivateServices, services: Any, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """11.4's online ALTER (ALGORITHM=COPY, LOCK=NONE) under binlog_alter_two_phase: START ALTER, then other
+    sessions' rows in the table's old shape, then COMMIT ALTER with the same statement. The lake applies it once, at
+    the COMMIT (applied at both, the rename below renamed the new column onto the old one: the merge failed)."""
+    import threading
+    import time
+
+    ps = release_server
+    conn_id = "cdc_source_release_online"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
+        {"conn_type": "mysql", "host": ps.mysql_host, "port": ps.mysql_port, "login": ps.mysql_user,
+         "password": ps.mysql_password}))
+    run_sql(ps, db, "CREATE TABLE o (id INT PRIMARY KEY, v INT, pad VARCHAR(60) DEFAULT (REPEAT('p', 60)))")
+    name = f"rel_{uuid.uuid4().hex[:6]}"
+    config = tmp_path / "pipelines.json"
+    config.write_text(json.dumps({"pipelines": [{
+        "name": name, "source": {"conn_id": conn_id}, "tables": {"include": [f"{db}.*"]},
+        "start": ps.binlog_end(), "snapshot": {"on_start": False},
+        "zookeeper": {"hosts": services.zk_hosts, "root": f"/cdc-release-{uuid.uuid4().hex[:8]}"},
+        "staging_root": str(tmp_path / "staging"), "lake_root": str(tmp_path / "lake"), "schedule": None,
+    }]}))
+    run_sql(ps, db, "INSERT INTO o (id, v) SELECT seq, seq FROM seq_1_to_150000")
+    altered = threading.Event()
+
+    def alter() -> None:
+        try:
+            run_sql(ps, db, "SET SESSION binlog_alter_two_phase = 1",
+                    "ALTER TABLE o RENAME COLUMN v TO v2, ADD COLUMN v INT NOT NULL DEFAULT 7,"
+                    " ALGORITHM=COPY, LOCK=NONE")
+        finally:
+            altered.set()
+
+    thread = threading.Thread(target=alter)
+    thread.start()
+    watch = ps.root_connect(db)
+    with watch.cursor() as cur:  # the copy has begun (the START ALTER is written as it begins)
+        for _ in range(200):
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'ALTER TABLE o %'")
+            if cur.fetchone()[0] or altered.is_set():
+                break
+            time.sleep(0.02)
+    watch.close()
+    n = 0
+    while not altered.is_set() and n < 200:  # other sessions' rows while the copy runs (the old shape until it ends)
+        n += 1
+        run_sql(ps, db, f"INSERT INTO o (id) VALUES ({1_000_000 + n})", f"UPDATE o SET pad = 'u' WHERE id = {n}")
+    thread.join()
+    run_sql(ps, db, "INSERT INTO o (id, v2, v) VALUES (2000000, 1, 2)")
+    conn = ps.root_connect(db)
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        cur.execute(f"SHOW BINLOG EVENTS IN '{cur.fetchone()[0]}'")
+        events = [(str(r[2]), str(r[5])) for r in cur.fetchall()]
+    conn.close()
+    start = next(i for i, (kind, info) in enumerate(events) if kind == "Gtid" and "START ALTER" in info)
+    commit = next(i for i, (kind, info) in enumerate(events) if kind == "Gtid" and "COMMIT ALTER" in info)
+    assert any(kind in _ROWS_EVENT_TYPES for kind, _ in events[start:commit]), "no row written while the ALTER ran"
+    assert main(["--config", str(config), "run", name]) == 0, capsys.readouterr().err
+    capsys.readouterr()
     assert main(["--config", str(config), "verify", name]) == 0, capsys.readouterr().out
