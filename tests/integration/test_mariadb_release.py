@@ -25,6 +25,8 @@ import json
 import os
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,9 +171,6 @@ def test_an_online_alter_logged_in_two_phases_lands_with_the_rows_written_while_
     """11.4's online ALTER (ALGORITHM=COPY, LOCK=NONE) under binlog_alter_two_phase: START ALTER, then other
     sessions' rows in the table's old shape, then COMMIT ALTER with the same statement. The lake applies it once, at
     the COMMIT (applied at both, the rename below renamed the new column onto the old one: the merge failed)."""
-    import threading
-    import time
-
     ps = release_server
     conn_id = "cdc_source_release_online"
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(

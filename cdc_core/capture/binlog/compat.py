@@ -108,8 +108,8 @@ def _read_status_var(self: Any, key: int) -> None:
             if key not in _unknown_codes_logged:
                 _unknown_codes_logged.add(key)
                 log.warning(line("binlog.query_status_var_unknown", code=f"0x{key:02x}",
-                               note="the rest of this and later query events' status block is skipped; their "
-                                    "sql_mode may read as unknown (DDL then re-reads tables where it matters)"))
+                               note="the rest of the status block of each query event with this code is skipped; "
+                                    "its sql_mode may read as unknown (DDL then re-reads tables where it matters)"))
 
 
 def patch_query_status_vars() -> None:
