@@ -118,7 +118,6 @@ class FencedStore:
         self.clock = clock
         self.before_commit = before_commit
         self.acl = client_acl(client)
-        self._state: str = client.state
         self._reverify = False
         self._state_layout_ok = False
         client.add_listener(self._on_state)
@@ -131,14 +130,16 @@ class FencedStore:
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: record and log only, never block.
-        self._state = state
         if state == KazooState.LOST:
             self._reverify = True
         log.warning("zk.state %s", kv(pipeline=self.pipeline, state=state))
 
     @property
     def state(self) -> str:
-        return self._state
+        # The client's own: kazoo sets it before it tells listeners. A copy kept by the listener could miss the
+        # change to CONNECTED made just after start() returns (the session is live a moment before), and then
+        # read LOST for good.
+        return str(self.client.state)
 
     @property
     def needs_reverify(self) -> bool:
@@ -146,8 +147,7 @@ class FencedStore:
         return self._reverify
 
     def require_connected(self, action: str) -> None:
-        # kazoo sets client.state before it calls listeners, so check both: whichever noticed first.
-        state = self.client.state if self.client.state != KazooState.CONNECTED else self._state
+        state = self.state
         if state != KazooState.CONNECTED or not self.client.connected:
             raise CoordinationError(
                 f"pipeline {self.pipeline!r}: ZooKeeper connection is {state}: not safe to act ({action}); "
