@@ -45,11 +45,17 @@ DISABLE_ENV = "CDC_TEST_JVM_DEFAULTS"  # =1: leave Spark's JVMs as they are (to 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a missing or mismatched archive is no error: no warning either
 # The client JIT and Spark's interpreted expressions: tiny tables, many queries (see above).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
+# With the client JIT only, the JVM reserves a 48 MB code cache (a client VM's), which a long-lived test JVM (the
+# worker's Spark session, a merge server) fills: the sweeper then flushes compiled methods and C1 compiles them
+# again, all run long. 256 MB holds them (~56 MB used). The output-modes model test's session, 2026-12-02: JVM
+# CPU 169 -> 154 s (C1 25 -> 14 s, the sweeper 6-9 -> ~0 s); flushing off instead fills the 48 MB and stops
+# compiling (180 s).
+CODE_CACHE = "-XX:ReservedCodeCacheSize=256m"
 # The serial collector: no concurrent GC threads competing with the suite for 2 cores (a heap of at most 1 GB).
 # bench/suite_cpu.py, 2026-12-01: the schema-change merges 132 -> 118 machine CPU-s, the small-table writer
 # module 243 -> 231, the hostile-names module (a spark-submit per window) 38 -> 38.
 SERIAL_GC = "-XX:+UseSerialGC"
-JVM_LEAN = f"{C1_ONLY} {SERIAL_GC}"
+JVM_LEAN = f"{C1_ONLY} {CODE_CACHE} {SERIAL_GC}"
 LEAN = f"{JVM_LEAN} -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 _WORKLOAD = textwrap.dedent(

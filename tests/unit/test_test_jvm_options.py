@@ -33,10 +33,10 @@ def test_one_option_string_with_or_without_the_archive_and_the_lean_options() ->
 
 
 def test_lean_executors_get_the_jit_flag_only_and_keep_the_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.support.jvm_archive import C1_ONLY, DISABLE_ENV, SERIAL_GC, lean_executor_confs
+    from tests.support.jvm_archive import C1_ONLY, CODE_CACHE, DISABLE_ENV, SERIAL_GC, lean_executor_confs
 
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     opts = lean_executor_confs()["spark.executor.extraJavaOptions"].split()
-    assert opts == ["-Duser.timezone=UTC", C1_ONLY, SERIAL_GC]  # no -Dspark.*: Spark refuses those there
+    assert opts == ["-Duser.timezone=UTC", C1_ONLY, CODE_CACHE, SERIAL_GC]  # no -Dspark.*: Spark refuses those there
     monkeypatch.setenv(DISABLE_ENV, "1")
     assert lean_executor_confs() == {}
