@@ -207,10 +207,15 @@ def test_a_captured_system_versioned_table_is_refused_until_excluded(
     assert "tables.exclude" in err and "DROP SYSTEM VERSIONING" in err, err
     code, _, err = cdc(env, capsys, "validate", "--check-sources")
     assert code != 0 and f"{db}.audited" in err, err
+    code, out, err = cdc(env, capsys, "verify", env["name"])  # found the lake equal: it had not looked
+    assert code != 0 and f"system-versioned (WITH SYSTEM VERSIONING): {db}.audited." in err, (out, err)
 
     tables_setting(env, "exclude", [f"{db}.audited"])
-    code, _, err = cdc(env, capsys, "run", env["name"], "--once")
+    code, _, err = cdc(env, capsys, "run", env["name"])
     assert code == 0, err
+    code = main(["--config", env["config"], "verify", env["name"]])
+    out, err = capsys.readouterr()
+    assert code == 0 and f"{db}.plain_sv" in out and "audited" not in out, (out, err)
 
 
 def tables_setting(env: dict[str, Any], key: str, value: Any) -> None:
