@@ -593,36 +593,13 @@ def verify(ctx: click.Context, pipeline: str, source: str | None) -> None:
 
     A table a transform rule shapes is compared with its source rows shaped by the same rule. A group
     pipeline: one source at a time (--source), on that source's rows of each table."""
-    from cdc_core.capture.source import check_system_versioned, connect
-    from cdc_core.model import transforms
-    from cdc_core.model.types import table_codec
-    from cdc_core.run.verify import compare_shaped_table, compare_table
+    from cdc_core.run.verify import verify_pipeline
 
     with _pipeline(ctx, pipeline, source) as p:
-        tables = p.describe()
-        policy = p.config.schema_changes.policy()
-        rules = p.config.transform.tables
-        conn = connect(p.source)
-        try:
-            # Captured but never landed (the run refuses them) and not base tables, so not in `tables`: without
-            # this, verify found the lake equal to a source whose versioned tables it had not looked at.
-            check_system_versioned(conn, p.table_filter(), p.name)
-            diffs = []
-            for t in tables.values():
-                common = {"lineage": p.lineage(t.schema, t.table).columns, "storage": p.storage}
-                rule = next((r for r in rules if r.matches(t.name)), None)
-                if rule is not None:  # compared as the rule shapes it (docs/transforms.md)
-                    key = p.transform_key() if rule.hash else None
-                    shaped = transforms.table_transform(rule, key, t.name, table_codec(t).columns, t.key)
-                    diffs.append(compare_shaped_table(conn, t, shaped, p.table_uri(t.schema, t.table),
-                                                      zero_dates=p.config.zero_dates, **common))
-                    continue
-                diffs.append(compare_table(conn, t.schema, t.table, p.table_uri(t.schema, t.table), t.key,
-                                           kept_columns=policy.mode_for(t.name) == "lenient", **common))
-        finally:
-            conn.close()
+        diffs = verify_pipeline(p)
+        include = list(p.config.tables.include)
     if not diffs:
-        click.echo(f"no captured tables: nothing to compare (tables.include {list(p.config.tables.include)})")
+        click.echo(f"no captured tables: nothing to compare (tables.include {include})")
     for d in diffs:
         click.echo(d.summary())
     if not all(d.equal for d in diffs):
