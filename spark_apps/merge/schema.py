@@ -228,8 +228,15 @@ class SchemaChanges(RunBase):
         none of them.) False when the window has no such rows."""
         where = lineage(self.routes, self.source, *source)
         target = self.schema_targets.get((where.lake_schema, where.lake_table))
-        own = [m for m in target.renamed_rows if (m.schema, m.table) == source] if target is not None else []
-        if target is None or not own:
+        if target is None:
+            return False
+        own = [m for m in target.renamed_rows if (m.schema, m.table) == source]
+        # A file with rows on both sides of the rename (the same columns before and after it) is no renamed_rows
+        # of any target: it is a member of each target its rows land in, cut to the versions before the rename in
+        # the table it became.
+        own += [m for t in self.schema_targets.values() for i, (m, _) in enumerate(t.members)
+                if (m.schema, m.table) == source and m.files and t.bound(i)[1] is not None]
+        if not own:
             return False
         self.create_lake_table(target, self.lake_uri(source), self.first_shape(target, own))
         return True

@@ -276,22 +276,28 @@ def test_a_rename_swap_with_tables_the_lake_does_not_have_yet(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`RENAME TABLE a TO tmp, b TO a, tmp TO b` where the lake has not got b yet (its first rows are in the
-    swap's window), or neither table (with an ADD COLUMN on a before the swap). (Probed: a lost b's rows, since
-    the rename found no lake table to carry; in the first-window case a took b's shape for the ADD COLUMN and b
-    kept a's old columns.)"""
+    swap's window), or neither table (with an ADD COLUMN on a before the swap), or neither table with the same
+    columns and rows written under both names on both sides of the swap. (Probed: a lost b's rows, since the
+    rename found no lake table to carry; in the first-window case a took b's shape for the ADD COLUMN and b kept
+    a's old columns; with the same columns, each name's one staged file held rows of both tables and the rows
+    from before the swap were lost.)"""
     p = pipe
     sql(p, "CREATE TABLE a1 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b1 (k VARCHAR(5) PRIMARY KEY, w VARCHAR(5))",
-        "CREATE TABLE a2 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b2 (id INT PRIMARY KEY, v INT)")
+        "CREATE TABLE a2 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b2 (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE a3 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b3 (id INT PRIMARY KEY, v INT)")
     configure(p, start=p["services"].binlog_end())
     sql(p, "INSERT INTO a2 VALUES (1, 1), (2, 2)",
         "INSERT INTO a1 VALUES (1, 1)", "INSERT INTO b1 VALUES ('x', 'y')", "ALTER TABLE a1 ADD COLUMN c INT DEFAULT 4",
         "RENAME TABLE a1 TO tmp1, b1 TO a1, tmp1 TO b1", "INSERT INTO a1 VALUES ('z', 'z')",
-        "INSERT INTO b1 VALUES (2, 2, 2)")
+        "INSERT INTO b1 VALUES (2, 2, 2)",
+        "INSERT INTO a3 VALUES (1, 1), (2, 2), (3, 3)", "INSERT INTO b3 VALUES (10, 10)",
+        "RENAME TABLE a3 TO tmp3, b3 TO a3, tmp3 TO b3", "INSERT INTO a3 VALUES (12, 12)",
+        "DELETE FROM b3 WHERE id = 1", "UPDATE b3 SET v = 5 WHERE id = 2")
     run(p, capsys)
     sql(p, "INSERT INTO b2 VALUES (1, 10), (3, 30)", "RENAME TABLE a2 TO tmp2, b2 TO a2, tmp2 TO b2",
         "INSERT INTO a2 VALUES (4, 40)")
     run(p, capsys)
-    assert_lake_equals_source(p, gone=("tmp1", "tmp2"))
+    assert_lake_equals_source(p, gone=("tmp1", "tmp2", "tmp3"))
 
 
 def test_a_column_dropped_and_added_again_with_rows_on_both_sides_in_one_window(
