@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from cdc_core.model.errors import SchemaConflict
 from cdc_core.model.logfmt import kv
 from cdc_core.model.naming import table_id
-from cdc_core.model.schema_changes import DROP_DATABASE, SchemaChange
+from cdc_core.model.schema_changes import CREATE_TABLE_LIKE, DROP_DATABASE, SchemaChange
 from cdc_core.model.schema_policy import MODE_REFUSE, OSC_GHOST, SchemaPolicy
 from cdc_core.model.sources import command_target
 
@@ -114,7 +114,10 @@ def typed_statement(
     )
     lake_tables: list[tuple[str, str]] = []
     for c in placed:
-        for schema, table in ((c.schema, c.table), (c.to_schema or c.schema, c.to_table)):
+        # CREATE TABLE a LIKE b reads b and changes nothing of it: b's lake table is not the statement's (listed,
+        # a b the lake never had was created with no columns).
+        other = None if c.kind == CREATE_TABLE_LIKE else c.to_table
+        for schema, table in ((c.schema, c.table), (c.to_schema or c.schema, other)):
             if table is None or not table:
                 continue
             role = policy.osc_role(table)
@@ -131,7 +134,7 @@ def _concerns(
         return schema_captured(c.schema)
     if relevant(c.schema, c.table):
         return True
-    return c.to_table is not None and relevant(c.to_schema or c.schema, c.to_table)
+    return c.kind != CREATE_TABLE_LIKE and c.to_table is not None and relevant(c.to_schema or c.schema, c.to_table)
 
 
 def _looks_like_table_ddl(query: str) -> bool:

@@ -95,6 +95,12 @@ class MergeRun(Outputs):
         step("staged_facts")
         work = self.schema_work(st, uri, facts)
         sweeps = self.sweeps_due(st)
+        if work is None and not sweeps and not st.columns() and not any(m.files for m, _ in st.members) \
+                and not DeltaTable.isDeltaTable(spark, uri):
+            # Named by a statement that changed nothing of it (a window staged before CREATE TABLE ... LIKE's
+            # table stopped being listed): no columns to create it with.
+            result.update(status=STATUS_NO_TABLE, writer="spark")
+            return self._table_done(label, result, steps, t0)
         small = work is None and not sweeps and self.may_land_small(st, uri, facts)
         done: dict[str, Any] | None = None
         if small:

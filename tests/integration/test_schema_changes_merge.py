@@ -223,6 +223,15 @@ def test_ddl_on_a_table_the_lake_never_had_holds_nothing(spark: Any, tmp_path: P
     w.ddl(change(TRUNCATE_TABLE, table="never"))
     report = lake.land(w)
     assert report["tables"]["s.never"]["status"] == "no table"
+    # A window staged before CREATE TABLE ... LIKE's table stopped being named (the builder still names it): the
+    # table it copies, which the lake never had, is not created. (Probed: created with no columns; `cdc verify`
+    # found every column missing.)
+    w = lake.window().ddl(change(CREATE_TABLE_LIKE, table="copy", to_schema="s", to_table="model"))
+    w.file("s", "copy", ["id"], [ID, V], [("I", {"id": 1, "v": "a"})])
+    report = lake.land(w)
+    assert report["tables"]["s.model"]["status"] == "no table"
+    assert not delta_state.table_exists(lake.uri("model"))
+    assert lake.rows("copy") == [{"id": 1, "v": "a"}]
 
 
 def test_rename_table_carries_the_rows_and_a_new_table_under_the_old_name_starts_clean(

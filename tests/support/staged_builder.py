@@ -196,6 +196,8 @@ class WindowBuilder:
             for (s, n), t in sorted(per_table.items())
         )
         named = {(c.schema, c.table) for c in self.schema_changes if c.table}
+        # A LIKE's table too, as staging named it before 2026-12-02 (ddl_events no longer does): the merge must
+        # take both manifests.
         named |= {(c.to_schema or c.schema, c.to_table) for c in self.schema_changes if c.to_table}
         osc = SchemaPolicy()  # an online schema-change tool's tables are never staged (ddl_events.DdlStatement.tables)
         named = {(s, n) for s, n in named if osc.osc_role(n) is None}

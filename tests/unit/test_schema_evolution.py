@@ -382,6 +382,12 @@ def test_the_reader_stages_typed_changes_of_captured_tables_only() -> None:
     assert ghost.tables == (("s", "t"),)  # the ghost's change is the real table's business
     rename = typed("RENAME TABLE t TO u")
     assert rename.tables == (("s", "t"), ("s", "u"))
+    # LIKE reads its table and changes nothing of it. (Probed: listed, a t the lake never had was created with
+    # no columns, and `cdc verify` found its columns missing.)
+    like = typed("CREATE TABLE u LIKE t")
+    assert like.tables == (("s", "u"),) and [c.kind for c in like.changes] == [CREATE_TABLE_LIKE]
+    other = typed("CREATE TABLE other LIKE t")
+    assert other is None or (other.tables == () and other.changes == ())
 
 
 def test_the_reader_refuses_what_it_cannot_apply_and_skips_what_it_is_told() -> None:
