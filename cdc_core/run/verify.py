@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from cdc_core.capture.source import check_system_versioned, connect
 from cdc_core.lake.delta_state import read_rows
 from cdc_core.lake.object_store import AMBIENT, Storage
+from cdc_core.model import transforms
 from cdc_core.model.changes import TableSchema
 from cdc_core.model.manifest import COL_DELETED
 from cdc_core.model.naming import quote_mysql, table_id
 from cdc_core.model.transforms import TableTransform
+from cdc_core.model.types import table_codec
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
@@ -283,10 +286,6 @@ def verify_pipeline(p: Any) -> list[TableDiff]:
     transform rule shapes as the rule shapes its source rows, a lenient table on the columns the source still has.
     Captured system-versioned tables are refused as the run refuses them: they are not base tables, so they
     would otherwise not be compared at all and the lake would look equal."""
-    from cdc_core.capture.source import check_system_versioned, connect
-    from cdc_core.model import transforms
-    from cdc_core.model.types import table_codec
-
     tables = p.describe()
     policy = p.config.schema_changes.policy()
     rules = p.config.transform.tables
