@@ -238,7 +238,8 @@ class SchemaChanges(RunBase):
                 if (m.schema, m.table) == source and m.files and t.bound(i)[1] is not None]
         if not own:
             return False
-        self.create_lake_table(target, self.lake_uri(source), self.first_shape(target, own))
+        # As held: the manifest's newest types of the name may be a later table's (a widening after the swap).
+        self.create_lake_table(target, self.lake_uri(source), self.first_shape(target, own, as_held=True))
         return True
 
     def holds_converted(
@@ -259,10 +260,12 @@ class SchemaChanges(RunBase):
                     if span is not None and span[0] < version]
         return out
 
-    def first_shape(self, target: LakeTarget, members: Sequence[StagedTable] = ()) -> list[tuple[str, DataType]]:
+    def first_shape(
+        self, target: LakeTarget, members: Sequence[StagedTable] = (), as_held: bool = False
+    ) -> list[tuple[str, DataType]]:
         """The columns of the window's oldest staged change of the target (or of `members`): a lake table the window
         creates starts with the shape the source table had then, and the window's schema changes take it from
-        there."""
+        there. `as_held`: every column with the type the oldest file holds, not the name's newest type."""
         oldest: tuple[int, StagedTable, Any] | None = None
         for member in members or [m for m, _ in target.members]:
             spans = schema_steps.file_versions(self.window_dir, member, storage=self.storage)
@@ -278,7 +281,9 @@ class SchemaChanges(RunBase):
         # incompatible (VARCHAR -> INT) holds the older type in the older file, which the change then takes on.
         held = {x.name.lower(): x.dataType for x in
                 self.spark.read.parquet(f"{self.window_dir.rstrip('/')}/{first.path}").schema.fields}
-        return [(n, t if can_widen(held.get(n.lower(), t), t) else held[n.lower()]) for n, t in shape]
+        # A staged file holds each column with its type map's Delta type, so `as_held` is the type of then.
+        return [(n, t if n.lower() not in held or (can_widen(held[n.lower()], t) and not as_held) else held[n.lower()])
+                for n, t in shape]
 
     def created_columns(self, target: LakeTarget, reserved: Sequence[str], change: SchemaChange) -> Any:
         """The columns of a table created LIKE another (that table's lake columns, when the lake has it) or AS

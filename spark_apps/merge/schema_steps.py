@@ -439,8 +439,10 @@ def read_translated(
     its newest change, without changes older than the floor; `since`/`until`: only changes in that version
     range (a renamed table's rows before and after the rename). `versions`: each file's (min, max) change
     version (None: no rows). None when nothing remains."""
-    manifest_types = {c.name.lower(): parse_type(c.delta_type, f"table {st.name} column {c.name!r}")
-                      for c in st.columns}
+    # The manifest has the name's newest types. Rows from before a rename (`until`) keep the types they hold: the
+    # name's newest may be another table's (RENAME TABLE a TO tmp, b TO a, tmp TO b, then a MODIFY of the new a).
+    manifest_types = {} if until is not None else {
+        c.name.lower(): parse_type(c.delta_type, f"table {st.name} column {c.name!r}") for c in st.columns}
     parts: list[DataFrame] = []
     for f, span in zip(st.files, versions, strict=True):
         if span is None:
@@ -451,6 +453,8 @@ def read_translated(
         df = spark.read.parquet(f"{window_dir.rstrip('/')}/{f.path}")
         pieces = translation_pieces(lo, hi, state.history)
         for piece_lo, piece_hi in pieces:
+            if (since is not None and piece_hi < since) or (until is not None and piece_lo >= until):
+                continue  # none of its rows land here, and its columns (another table's after a swap) must not
             part = _translated_part(df, st, f, translate_columns(f.columns, piece_hi, state.history), state,
                                     staged_meta=staged_meta, manifest_types=manifest_types, can_widen=can_widen)
             if len(pieces) > 1:

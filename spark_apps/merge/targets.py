@@ -144,10 +144,17 @@ class LakeTarget:
         """Lineage columns, then the source columns merged by name: equal types, or the wider of two types
         one widens to; anything else is a SchemaConflict naming both source tables and the column."""
         merged: dict[str, tuple[str, DataType, str]] = {}  # lower name -> (name, type, the table it came from)
-        for st, _ in self.members:
+        # A member whose rows here end at a rename has its name's newest types, which may be the next table's of
+        # that name (a swap, then a MODIFY): it only adds columns no other member has. Its rows keep their types.
+        before_rename = {i for i in range(len(self.members)) if self.bound(i)[1] is not None}
+        order = [i for i in range(len(self.members)) if i not in before_rename] + sorted(before_rename)
+        for i in order:
+            st = self.members[i][0]
             for c in st.columns:
                 t = parse_type(c.delta_type, f"table {st.name} column {c.name!r}")
                 seen = merged.get(c.name.lower())
+                if seen is not None and i in before_rename:
+                    continue
                 if seen is None or seen[1] == t or can_widen(t, seen[1]):
                     if seen is None:
                         merged[c.name.lower()] = (c.name, t, st.name)

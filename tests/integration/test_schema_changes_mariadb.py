@@ -280,11 +280,14 @@ def test_a_rename_swap_with_tables_the_lake_does_not_have_yet(
     columns and rows written under both names on both sides of the swap. (Probed: a lost b's rows, since the
     rename found no lake table to carry; in the first-window case a took b's shape for the ADD COLUMN and b kept
     a's old columns; with the same columns, each name's one staged file held rows of both tables and the rows
-    from before the swap were lost.)"""
+    from before the swap were lost.) Then a MODIFY of the new a: a widening (a4; probed: b took a's BIGINT) or a
+    conversion (a5; probed: the window failed, "int in a5 but string in b5")."""
     p = pipe
     sql(p, "CREATE TABLE a1 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b1 (k VARCHAR(5) PRIMARY KEY, w VARCHAR(5))",
         "CREATE TABLE a2 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b2 (id INT PRIMARY KEY, v INT)",
-        "CREATE TABLE a3 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b3 (id INT PRIMARY KEY, v INT)")
+        "CREATE TABLE a3 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b3 (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE a4 (id INT PRIMARY KEY, v INT)", "CREATE TABLE b4 (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE a5 (id INT PRIMARY KEY, v VARCHAR(10))", "CREATE TABLE b5 (id INT PRIMARY KEY, v VARCHAR(10))")
     configure(p, start=p["services"].binlog_end())
     sql(p, "INSERT INTO a2 VALUES (1, 1), (2, 2)",
         "INSERT INTO a1 VALUES (1, 1)", "INSERT INTO b1 VALUES ('x', 'y')", "ALTER TABLE a1 ADD COLUMN c INT DEFAULT 4",
@@ -292,12 +295,18 @@ def test_a_rename_swap_with_tables_the_lake_does_not_have_yet(
         "INSERT INTO b1 VALUES (2, 2, 2)",
         "INSERT INTO a3 VALUES (1, 1), (2, 2), (3, 3)", "INSERT INTO b3 VALUES (10, 10)",
         "RENAME TABLE a3 TO tmp3, b3 TO a3, tmp3 TO b3", "INSERT INTO a3 VALUES (12, 12)",
-        "DELETE FROM b3 WHERE id = 1", "UPDATE b3 SET v = 5 WHERE id = 2")
+        "DELETE FROM b3 WHERE id = 1", "UPDATE b3 SET v = 5 WHERE id = 2",
+        "INSERT INTO a4 VALUES (1, 1), (2, 2)", "INSERT INTO b4 VALUES (7, 7)",
+        "RENAME TABLE a4 TO tmp4, b4 TO a4, tmp4 TO b4", "ALTER TABLE a4 MODIFY v BIGINT",
+        "INSERT INTO a4 VALUES (8, 8000000000)", "DELETE FROM b4 WHERE id = 1",
+        "INSERT INTO a5 VALUES (1, '1'), (2, 'x')", "INSERT INTO b5 VALUES (7, '7')",
+        "RENAME TABLE a5 TO tmp5, b5 TO a5, tmp5 TO b5", "ALTER TABLE a5 MODIFY v INT",
+        "INSERT INTO a5 VALUES (8, 8)", "UPDATE b5 SET v = '5' WHERE id = 1")
     run(p, capsys)
     sql(p, "INSERT INTO b2 VALUES (1, 10), (3, 30)", "RENAME TABLE a2 TO tmp2, b2 TO a2, tmp2 TO b2",
         "INSERT INTO a2 VALUES (4, 40)")
     run(p, capsys)
-    assert_lake_equals_source(p, gone=("tmp1", "tmp2", "tmp3"))
+    assert_lake_equals_source(p, gone=("tmp1", "tmp2", "tmp3", "tmp4", "tmp5"))
 
 
 def test_a_column_dropped_and_added_again_with_rows_on_both_sides_in_one_window(
