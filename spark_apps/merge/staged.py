@@ -204,13 +204,21 @@ def staged_facts(window_dir: str, st: StagedTable, *, storage: Storage) -> Stage
     from cdc_core.lake.staging_store import read_staged_file
 
     fs, root = storage.fs(window_dir)
-    parts = [read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f, [*st.key, COL_VERSION]) for f in st.files]
+    # Each file by the key its rows were written under: a key column renamed in the window (CHANGE id id2) is
+    # the same key under the table's newest names; a key of another shape makes the keys incomparable.
+    keys = [tuple(f.key) if f.key is not None else tuple(st.key) for f in st.files]
+    comparable = all(len(k) == len(st.key) for k in keys)
+    parts = []
+    for f, k in zip(st.files, keys, strict=True):
+        read = [*(k if comparable else ()), COL_VERSION]
+        data = read_staged_file(fs, f"{root.rstrip('/')}/{f.path}", f, read).select(read)
+        parts.append(data.rename_columns([*(st.key if comparable else ()), COL_VERSION]))
     if not parts:
         return StagedFacts(True, None)
     table = pa.concat_tables(parts, promote_options="permissive")
     if table.num_rows == 0:
         return StagedFacts(True, None)
-    distinct = table.group_by(list(st.key)).aggregate([]).num_rows
+    distinct = table.group_by(list(st.key)).aggregate([]).num_rows if comparable else -1
     return StagedFacts(distinct == table.num_rows, int(pc.min(table[COL_VERSION]).as_py()))
 
 

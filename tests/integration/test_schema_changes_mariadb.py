@@ -255,6 +255,23 @@ def test_a_type_change_between_rows_of_a_tables_first_window_lands(
     assert_lake_equals_source(p)
 
 
+def test_a_key_column_renamed_in_a_tables_first_window_lands(
+    pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table the lake does not have yet, whose first window renames its key column (CHANGE id id2, also to a
+    wider type) between rows. (Probed: the merge failed on every retry, exit 8, "No match for FieldRef.Name(id2)":
+    the window's facts read every staged file by the table's newest key, which the older file does not have.)"""
+    p = pipe
+    sql(p, "CREATE TABLE kr (id INT PRIMARY KEY, v INT)", "CREATE TABLE kw (id INT PRIMARY KEY, v INT)")
+    configure(p, start=p["services"].binlog_end())
+    sql(p, "INSERT INTO kr VALUES (1, 1), (2, 2)", "ALTER TABLE kr CHANGE id id2 INT", "INSERT INTO kr VALUES (3, 3)",
+        "UPDATE kr SET v = 7 WHERE id2 = 1", "DELETE FROM kr WHERE id2 = 2",
+        "INSERT INTO kw VALUES (1, 1), (2, 2)", "ALTER TABLE kw CHANGE id id2 BIGINT",
+        "INSERT INTO kw VALUES (5000000000, 3)", "UPDATE kw SET v = 7 WHERE id2 = 1")
+    run(p, capsys)
+    assert_lake_equals_source(p)
+
+
 def test_a_table_renamed_in_its_first_window_takes_the_changes_before_the_rename(
     pipe: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
