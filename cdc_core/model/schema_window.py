@@ -72,7 +72,7 @@ class Placement:
     until: int | None = None
     # The table the rows were written to was dropped later in the window (DROP TABLE, CREATE under its name, a
     # rename out of capture): its lake table is cleared or replaced (DROP TABLE a, RENAME TABLE b TO a), so the
-    # rows land nowhere.
+    # rows land nowhere in the state (its history and change log still take them: LakeTarget.output_members).
     gone: bool = False
 
 

@@ -85,8 +85,9 @@ class Outputs(Derived):
         if not modes.any:
             return {}
         cleared = self.cleared_at(st)
+        st = st.for_outputs()  # every row written under its name (a rename's window: before it went away too)
         if not key:  # the window names the table only in DDL (a drop): the key its outputs were created with
-            key = self.outputs_key(st)
+            key = self.outputs_key(st) or (st.base_key if st.derived else st.key)
             if not key:
                 return {}
         out: dict[str, Any] = {}

@@ -79,10 +79,20 @@ class LakeTarget:
     # (ADD COLUMN, then RENAME TABLE), so the change has a table to act on and the rename one to carry, even when
     # the name's rows after the rename (another table's, in a swap) are what the target keeps.
     renamed_rows: tuple[StagedTable, ...] = ()
+    # The rows its history and change log take: every row written under its name in the window, whichever table
+    # held the name then and wherever those rows' state lands (rows of a table dropped or renamed away later in
+    # the window). None: its members' rows (a window without renames).
+    output_members: tuple[tuple[StagedTable, Lineage], ...] | None = None
 
     @property
     def name(self) -> str:
         return table_id(self.schema, self.table)
+
+    def for_outputs(self) -> LakeTarget:
+        """This target with the rows its history and change log take (`output_members`)."""
+        if self.output_members is None:
+            return self
+        return replace(self, members=self.output_members, bounds=(), renamed_rows=(), output_members=None)
 
     def with_before_images(self) -> LakeTarget:
         """This target with its members' updates' before images among their changes (the change log's rows)."""
@@ -275,7 +285,11 @@ def lake_targets(
     """The window's staged tables grouped by the Delta table they land in, in manifest order. `placements`: a
     renamed table's rows, by version range, in the table they belong to (cdc_core.model.schema_window)."""
     grouped: dict[tuple[str, str], list[tuple[StagedTable, Lineage, tuple[int | None, int | None]]]] = {}
+    by_name: dict[tuple[str, str], list[tuple[StagedTable, Lineage]]] = {}  # the rows written under each name
     for st in manifest.tables:
+        if placements:
+            named = lineage(routes, source, st.schema, st.table)
+            by_name.setdefault((named.lake_schema, named.lake_table), []).append((st, named))
         for place in (placements or {}).get((st.schema, st.table), (Placement((st.schema, st.table)),)):
             where = lineage(routes, source, *place.lake)
             bound = (place.since, place.until)
@@ -285,6 +299,9 @@ def lake_targets(
     out = []
     for (schema, table), members in grouped.items():
         bounds = tuple(b for _, _, b in members)
+        outputs = None
+        if placements:  # none staged under its name: a table named only by the window's DDL
+            outputs = tuple(by_name.get((schema, table)) or ((st.with_files(()), w) for st, w, _ in members[:1]))
         out.append(LakeTarget(schema, table, tuple((st, w) for st, w, _ in members),
-                              bounds if any(b != (None, None) for b in bounds) else ()))
+                              bounds if any(b != (None, None) for b in bounds) else (), output_members=outputs))
     return out

@@ -19,7 +19,16 @@ from cdc_core.lake import delta_state
 from cdc_core.model.errors import CdcError, SchemaConflict
 from cdc_core.model.layout import changelog_uri, history_uri, table_uri
 from cdc_core.model.merge_semantics import STATUS_ALREADY
-from cdc_core.model.schema_changes import ADD_COLUMN, DROP_COLUMN, PRIMARY_KEY, TRUNCATE_TABLE, ColumnSpec, SchemaChange
+from cdc_core.model.schema_changes import (
+    ADD_COLUMN,
+    DROP_COLUMN,
+    DROP_TABLE,
+    PRIMARY_KEY,
+    RENAME_TABLE,
+    TRUNCATE_TABLE,
+    ColumnSpec,
+    SchemaChange,
+)
 from spark_apps.merge import merge_window
 from tests.support.output_model import Change, Model, whole_updates
 from tests.support.output_model import random_stream as stream
@@ -218,6 +227,68 @@ def test_history_and_changelog_follow_truncates_and_column_changes_and_refuse_a_
         land(w)
     for uri in (table_uri(root, "s", "t"), history_uri(root, "s", "t"), changelog_uri(root, "s", "t")):
         assert delta_state.last_txn_version(uri, PIPE) == 2, uri
+
+
+@WRITERS
+def test_a_tables_changes_reach_its_history_and_change_log_when_it_goes_in_a_window_with_renames(
+        spark, tmp_path, small_table_rows):
+    """A window with a rename in it: the changes `t` made before it was dropped, and those `u` made before it was
+    renamed to a table keeping no history, are in their histories and change logs, closed by the DROP and the
+    rename. (Until 2026-12-03 such rows reached neither: they were placed only where the state takes rows.)"""
+    root, staging = str(tmp_path / "lake"), tmp_path / "staging"
+    options = {f"s.{t}": {"outputs": ["state", "history", "changelog"]} for t in ("t", "u")}
+    clock = VersionClock()
+    cols = [Col("id", pa.int32(), "INT"), Col("v", pa.string(), "STRING")]
+
+    def land(w: WindowBuilder) -> dict[str, Any]:
+        manifest, wdir = w.build()
+        return merge_window(spark, manifest, wdir, root, PIPE, w.seq, TOKEN, table_options=options,
+                            small_table_rows=small_table_rows)
+
+    w = WindowBuilder(staging, PIPE, 1, clock)
+    for t in ("t", "u", "x"):
+        w.file("s", t, ["id"], cols, [("I", {"id": i, "v": f"{t}{i}"}) for i in range(3)])
+    land(w)
+    w = WindowBuilder(staging, PIPE, 2, clock)
+    w.file("s", "t", ["id"], cols,
+           [("B", {"id": 1, "v": "t1"}), ("U", {"id": 1, "v": "x1"}), ("I", {"id": 4, "v": "t4"})])
+    w.file("s", "u", ["id"], cols,
+           [("B", {"id": 1, "v": "u1"}), ("U", {"id": 1, "v": "y1"}), ("D", {"id": 2, "v": "u2"})])
+    w.ddl(SchemaChange(kind=RENAME_TABLE, schema="s", table="x", to_schema="s", to_table="y"))
+    w.file("s", "t", ["id"], cols, [("B", {"id": 2, "v": "t2"}), ("U", {"id": 2, "v": "x2"})])
+    w.ddl(SchemaChange(kind=RENAME_TABLE, schema="s", table="u", to_schema="s", to_table="u2"))
+    w.file("s", "u2", ["id"], cols, [("I", {"id": 9, "v": "u9"})])
+    w.ddl(SchemaChange(kind=DROP_TABLE, schema="s", table="t"))
+    land(w)
+    dropped, renamed = w.schema_changes[2].version, w.schema_changes[1].version
+
+    def history(t: str) -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["v"], r["_cdc_op"], r["_cdc_valid_to_version"])
+                      for r in delta_state.read_rows(history_uri(root, "s", t)).to_pylist())
+
+    def log(t: str) -> list[tuple[Any, ...]]:
+        return sorted(((r["_cdc_op"], r["id"], r["v"]) for r in delta_state.read_rows(changelog_uri(root, "s", t))
+                       .to_pylist() if r["_cdc_window_seq"] == 2), key=repr)
+
+    v = {r["_cdc_op"] + str(r["id"]): r["_cdc_version"] for r in delta_state.read_rows(changelog_uri(root, "s", "t"))
+         .to_pylist() if r["_cdc_window_seq"] == 2 and r["_cdc_op"] == "U"}
+    assert history("t") == [(0, "t0", "I", dropped), (1, "t1", "I", v["U1"]), (1, "x1", "U", dropped),
+                            (2, "t2", "I", v["U2"]), (2, "x2", "U", dropped), (4, "t4", "I", dropped)]
+    assert log("t") == sorted([("B", 1, "t1"), ("U", 1, "x1"), ("I", 4, "t4"), ("B", 2, "t2"), ("U", 2, "x2"),
+                               ("T", None, None)], key=repr)
+    u_update = next(r["_cdc_version"] for r in delta_state.read_rows(changelog_uri(root, "s", "u")).to_pylist()
+                    if r["_cdc_op"] == "U")
+    assert history("u") == [(0, "u0", "I", renamed), (1, "u1", "I", u_update), (1, "y1", "U", renamed),
+                            (2, "u2", "I", v_deleted := history("u")[3][3])]
+    assert v_deleted is not None and v_deleted < renamed
+    assert log("u") == sorted([("B", 1, "u1"), ("U", 1, "y1"), ("D", 2, "u2"), ("T", None, None)], key=repr)
+    assert sorted((r["id"], r["v"]) for r in delta_state.read_rows(table_uri(root, "s", "u2")).to_pylist()) == [
+        (0, "u0"), (1, "y1"), (9, "u9")]
+    assert delta_state.read_rows(table_uri(root, "s", "t")).num_rows == 0
+    # A replay changes nothing.
+    again = land(w)
+    assert {r["status"] for r in again["tables"].values()} == {STATUS_ALREADY}
+    assert len(history("t")) == 6 and len(log("t")) == 6 and len(log("u")) == 4
 
 
 # Under both route keys the history is keyed by (lineage, id) and the assertions are the same: Spark's recompute
