@@ -140,6 +140,7 @@ def tracked_columns(track: Sequence[str], columns: Sequence[str], key: Sequence[
 _COLUMN_KINDS = frozenset({sc.ADD_COLUMN, sc.DROP_COLUMN, sc.RENAME_COLUMN, sc.MODIFY_COLUMN, sc.SET_DEFAULT,
                            sc.DROP_DEFAULT, sc.CREATE_TABLE, sc.CREATE_TABLE_LIKE})
 _CLEARING_KINDS = frozenset({sc.TRUNCATE_TABLE, sc.DROP_TABLE})
+_GHOST_MECHANICS = frozenset({sc.CREATE_TABLE, sc.CREATE_TABLE_LIKE, sc.DROP_TABLE, sc.RENAME_TABLE})
 
 
 def clears_rows(kind: str, role: str, *, replace: bool = False) -> bool:
@@ -150,9 +151,15 @@ def clears_rows(kind: str, role: str, *, replace: bool = False) -> bool:
 
 
 def not_followed(kind: str, role: str, *, replace: bool = False) -> str | None:
-    """Why a history and change log cannot follow this schema change (None: they do)."""
-    if role == ROLE_GHOST or clears_rows(kind, role, replace=replace):
+    """Why a history and change log cannot follow this schema change (None: they do). An online schema-change
+    tool's changes to its ghost table apply to the real table at the swap: each is judged as the table's own when
+    the ghost records it (the window that alters the ghost), and the swap (a RENAME TABLE) carries them over."""
+    swap = role == ROLE_SWAP and kind == sc.RENAME_TABLE
+    mechanics = role == ROLE_GHOST and kind in _GHOST_MECHANICS  # the ghost made or abandoned: nothing changes
+    if swap or mechanics or clears_rows(kind, role, replace=replace):
         return None
+    if role == ROLE_GHOST:
+        role = ROLE_OWN
     if role in (ROLE_OWN, ROLE_SWAP) and kind in _COLUMN_KINDS:
         return None
     if kind == sc.PRIMARY_KEY:

@@ -21,6 +21,7 @@ from cdc_core.model.layout import changelog_uri, history_uri, table_uri
 from cdc_core.model.merge_semantics import STATUS_ALREADY
 from cdc_core.model.schema_changes import (
     ADD_COLUMN,
+    CREATE_TABLE_LIKE,
     DROP_COLUMN,
     DROP_TABLE,
     PRIMARY_KEY,
@@ -289,6 +290,57 @@ def test_a_tables_changes_reach_its_history_and_change_log_when_it_goes_in_a_win
     again = land(w)
     assert {r["status"] for r in again["tables"].values()} == {STATUS_ALREADY}
     assert len(history("t")) == 6 and len(log("t")) == 6 and len(log("u")) == 4
+
+
+@WRITERS
+def test_history_and_changelog_follow_an_online_schema_change_tools_swap_and_refuse_its_key_change(
+        spark, tmp_path, small_table_rows):
+    """gh-ost: the ghost is made and altered in one window, swapped in the next. The history and change log go on
+    through the swap (until 2026-12-03 every swap was refused for a table keeping them); a ghost's change of the
+    key is refused in the window that makes it, before anything of it lands."""
+    root, staging = str(tmp_path / "lake"), tmp_path / "staging"
+    options = {"s.t": {"outputs": ["state", "history", "changelog"]}}
+    clock = VersionClock()
+    cols = [Col("id", pa.int32(), "INT"), Col("v", pa.string(), "STRING")]
+    extra = Col("extra", pa.int32(), "INT")
+    ghost = {"schema": "s", "table": "_t_gho", "to_schema": "s", "to_table": "t"}
+
+    def land(w: WindowBuilder) -> dict[str, Any]:
+        manifest, wdir = w.build()
+        return merge_window(spark, manifest, wdir, root, PIPE, w.seq, TOKEN, table_options=options,
+                            small_table_rows=small_table_rows)
+
+    land(WindowBuilder(staging, PIPE, 1, clock).file("s", "t", ["id"], cols,
+                                                     [("I", {"id": i, "v": f"v{i}"}) for i in range(3)]))
+    w = WindowBuilder(staging, PIPE, 2, clock)
+    w.ddl(SchemaChange(kind=CREATE_TABLE_LIKE, **ghost))
+    w.ddl(SchemaChange(kind=ADD_COLUMN, schema="s", table="_t_gho", column=ColumnSpec("extra", "int")))
+    w.file("s", "t", ["id"], cols, [("B", {"id": 1, "v": "v1"}), ("U", {"id": 1, "v": "during"})])
+    land(w)
+    w = WindowBuilder(staging, PIPE, 3, clock)
+    w.ddl(SchemaChange(kind=RENAME_TABLE, schema="s", table="t", to_schema="s", to_table="_t_del"),
+          SchemaChange(kind=RENAME_TABLE, **ghost))
+    w.file("s", "t", ["id"], [*cols, extra], [("I", {"id": 8, "v": "new", "extra": 6}),
+                                              ("D", {"id": 2, "v": "v2", "extra": None})])
+    w.ddl(SchemaChange(kind=DROP_TABLE, schema="s", table="_t_del"))
+    land(w)
+    history = sorted((r["id"], r["v"], r["extra"], r["_cdc_op"], r["_cdc_is_current"])
+                     for r in delta_state.read_rows(history_uri(root, "s", "t")).to_pylist())
+    assert history == [(0, "v0", None, "I", True), (1, "during", None, "U", True), (1, "v1", None, "I", False),
+                       (2, "v2", None, "I", False), (8, "new", 6, "I", True)]
+    log = sorted(((r["_cdc_op"], r["id"]) for r in delta_state.read_rows(changelog_uri(root, "s", "t")).to_pylist()
+                  if r["_cdc_window_seq"] > 1), key=repr)
+    assert log == sorted([("B", 1), ("U", 1), ("I", 8), ("D", 2)], key=repr)
+    assert sorted(r["id"] for r in delta_state.read_rows(table_uri(root, "s", "t")).to_pylist()) == [0, 1, 8]
+
+    w = WindowBuilder(staging, PIPE, 4, clock)
+    w.ddl(SchemaChange(kind=CREATE_TABLE_LIKE, **ghost))
+    w.ddl(SchemaChange(kind=PRIMARY_KEY, schema="s", table="_t_gho", key=("id", "v")))
+    w.file("s", "t", ["id"], [*cols, extra], [("I", {"id": 9, "v": "v9", "extra": 1})])
+    with pytest.raises(SchemaConflict, match=r"table s\.t keeps a history or change log .* it changes the key"):
+        land(w)
+    for uri in (table_uri(root, "s", "t"), history_uri(root, "s", "t"), changelog_uri(root, "s", "t")):
+        assert delta_state.last_txn_version(uri, PIPE) == 3, uri
 
 
 # Under both route keys the history is keyed by (lineage, id) and the assertions are the same: Spark's recompute

@@ -51,7 +51,13 @@ def test_which_schema_changes_a_history_follows_clears_on_or_refuses() -> None:
     assert not clears_rows(sc.CREATE_TABLE, ROLE_OWN) and not clears_rows(sc.ADD_COLUMN, ROLE_OWN)
     for kind in (sc.ADD_COLUMN, sc.DROP_COLUMN, sc.RENAME_COLUMN, sc.MODIFY_COLUMN, sc.TRUNCATE_TABLE):
         assert not_followed(kind, ROLE_OWN) is None, kind
-    assert not_followed(sc.ADD_COLUMN, ROLE_SWAP) is None and not_followed(sc.PRIMARY_KEY, ROLE_GHOST) is None
+    assert not_followed(sc.ADD_COLUMN, ROLE_SWAP) is None
+    # An online schema-change tool: its swap is followed; each of its ghost's changes is judged as the table's own.
+    assert not_followed(sc.RENAME_TABLE, ROLE_SWAP) is None
+    for kind in (sc.CREATE_TABLE_LIKE, sc.ADD_COLUMN, sc.MODIFY_COLUMN, sc.DROP_TABLE):
+        assert not_followed(kind, ROLE_GHOST) is None, kind
+    assert "changes the key" in str(not_followed(sc.PRIMARY_KEY, ROLE_GHOST))
+    assert "without row events (truncate table)" in str(not_followed(sc.TRUNCATE_TABLE, ROLE_GHOST))
     assert "changes the key" in str(not_followed(sc.PRIMARY_KEY, ROLE_OWN))
     assert "takes rows another table had (moved in)" in str(not_followed(sc.RENAME_TABLE, ROLE_MOVED_IN))
     assert "without row events (truncate partition)" in str(not_followed(sc.TRUNCATE_PARTITION, ROLE_OWN))
